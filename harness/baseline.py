@@ -1,0 +1,310 @@
+"""Baseline storage and lifecycle (pytest-regressions semantics, syrupy's separation of parts).
+
+* :class:`Serializer` turns a :class:`BaselineDocument` into versioned, sorted, indented JSON and
+  back, rejecting anything it cannot trust (corrupt text, NaN, wrong format version, wrong key).
+* :class:`BaselineStore` maps (suite, key, name) to paths under the baseline root, queues writes
+  and flushes them atomically (temporary file + rename) at session end.
+* :func:`check` is the lifecycle: missing -> fail and write; mismatch -> fail and leave an
+  ``.obtained`` file; ``REGEN`` -> rewrite and still fail; ``ACCEPT`` -> rewrite and pass.
+
+Baseline keys (which directory a baseline lives in) are chosen per kind of baseline:
+
+``KeyKind.UNIVERSAL`` (``any``)
+    facts that hold on every machine and release (format limits).
+``KeyKind.STACK`` (``torch-2.13``)
+    behaviour that belongs to the software release (fp8 cast saturation, autocast policy).
+``KeyKind.PROFILE`` (``cpu-avx512bf16``)
+    measurements that belong to the hardware class (speed, golden loss curves).
+``KeyKind.PROFILE_STACK`` (``nvidia-h200__torch-2.13``)
+    measurements that depend on both (numerics of vendor kernels).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from harness.compare import DataComparison, compare_data, explain
+from harness.tolerance import EXACT, Tolerance
+
+FORMAT_NAME = "amp-harness-baseline"
+FORMAT_VERSION = 1
+SUFFIX = ".json"
+OBTAINED_SUFFIX = ".obtained.json"
+
+
+class KeyKind(Enum):
+    UNIVERSAL = "universal"
+    STACK = "stack"
+    PROFILE = "profile"
+    PROFILE_STACK = "profile+stack"
+
+
+def key_for(kind: KeyKind, profile: str, stack: str) -> str:
+    if kind is KeyKind.UNIVERSAL:
+        return "any"
+    if kind is KeyKind.STACK:
+        return stack
+    if kind is KeyKind.PROFILE:
+        return profile
+    return f"{profile}__{stack}"
+
+
+class Mode(Enum):
+    CHECK = "check"
+    #: rewrite missing/mismatching/unreadable baselines, and still fail (review the diff)
+    REGEN = "regen"
+    #: rewrite missing/mismatching/unreadable baselines, and pass
+    ACCEPT = "accept"
+
+
+class BaselineError(Exception):
+    """A baseline file that cannot be trusted. Says which file, what is wrong and what to do."""
+
+    def __init__(self, path: Path, problem: str, fix: str) -> None:
+        self.path, self.problem, self.fix = path, problem, fix
+        super().__init__(f"Baseline {path}: {problem}. {fix}")
+
+
+@dataclass(frozen=True)
+class BaselineDocument:
+    suite: str
+    name: str
+    key: str
+    key_kind: str
+    data: Any
+    provenance: dict[str, Any]
+    tolerance: dict[str, Any] | None = None
+    format_version: int = FORMAT_VERSION
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"non-finite number {token}")
+
+
+def _non_finite_paths(data: Any, path: str = "data") -> list[str]:
+    if isinstance(data, float):
+        return [] if math.isfinite(data) else [path]
+    if isinstance(data, dict):
+        return [p for k, v in data.items() for p in _non_finite_paths(v, f"{path}.{k}")]
+    if isinstance(data, list):
+        return [p for i, v in enumerate(data) for p in _non_finite_paths(v, f"{path}[{i}]")]
+    return []
+
+
+class Serializer:
+    """Versioned JSON: sorted keys, 2-space indent, finite numbers only (diffable, reviewable)."""
+
+    def dumps(self, doc: BaselineDocument) -> str:
+        bad = _non_finite_paths(doc.data)
+        if bad:
+            raise ValueError(
+                f"baseline {doc.suite}/{doc.name}: non-finite values at {', '.join(bad)} cannot be stored "
+                "(NaN never compares equal); record them as strings such as 'nan' or 'inf'"
+            )
+        payload = {
+            "format": FORMAT_NAME,
+            "format_version": doc.format_version,
+            "suite": doc.suite,
+            "name": doc.name,
+            "key": doc.key,
+            "key_kind": doc.key_kind,
+            "provenance": doc.provenance,
+            "tolerance": doc.tolerance,
+            "data": doc.data,
+        }
+        return json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+    def loads(self, text: str, path: Path, regen_hint: str) -> BaselineDocument:
+        try:
+            raw = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            if "non-finite" in str(exc):
+                raise BaselineError(path, f"holds {exc}; NaN/inf values cannot be compared", regen_hint) from None
+            raise BaselineError(path, f"is corrupt or truncated (not valid JSON: {exc})", regen_hint) from None
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
+            raise BaselineError(path, f'is not an amp-harness baseline (no "format": "{FORMAT_NAME}")', regen_hint)
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise BaselineError(
+                path,
+                f"has format_version {version!r}, this harness reads version {FORMAT_VERSION}",
+                f"Regenerate it with this harness ({regen_hint.removeprefix('Regenerate: ')}) or use the harness version that wrote it",
+            )
+        missing = [k for k in ("suite", "name", "key", "key_kind", "provenance", "data") if k not in raw]
+        if missing:
+            raise BaselineError(path, f"is missing the fields {', '.join(missing)}", regen_hint)
+        return BaselineDocument(
+            suite=raw["suite"],
+            name=raw["name"],
+            key=raw["key"],
+            key_kind=raw["key_kind"],
+            data=raw["data"],
+            provenance=raw["provenance"],
+            tolerance=raw.get("tolerance"),
+            format_version=version,
+        )
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class BaselineStore:
+    """Files under ``root/<suite>/<key>/<name>.json``; writes are queued until :meth:`flush`."""
+
+    root: Path
+    serializer: Serializer = field(default_factory=Serializer)
+    _writes: dict[Path, str] = field(default_factory=dict)
+    _removals: set[Path] = field(default_factory=set)
+    used: set[Path] = field(default_factory=set)
+
+    def path_for(self, suite: str, key: str, name: str) -> Path:
+        for part, what in ((suite, "suite"), (key, "key"), (name, "name")):
+            if not part or "/" in part or "\\" in part or part.startswith("."):
+                raise ValueError(f"baseline {what} {part!r} must be a plain, non-hidden file name")
+        return self.root / suite / key / f"{name}{SUFFIX}"
+
+    @staticmethod
+    def obtained_path(path: Path) -> Path:
+        return path.with_name(path.name.removesuffix(SUFFIX) + OBTAINED_SUFFIX)
+
+    def read(self, path: Path, regen_hint: str) -> BaselineDocument | None:
+        """The stored document, ``None`` if there is none; BaselineError if it cannot be trusted."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BaselineError(path, f"cannot be read ({exc})", regen_hint) from None
+        return self.serializer.loads(text, path, regen_hint)
+
+    def queue_write(self, path: Path, doc: BaselineDocument) -> None:
+        self._writes[path] = self.serializer.dumps(doc)
+        self._removals.discard(path)
+
+    def queue_remove(self, path: Path) -> None:
+        if path not in self._writes:
+            self._removals.add(path)
+
+    @property
+    def pending(self) -> list[Path]:
+        return sorted(self._writes)
+
+    def flush(self) -> list[Path]:
+        written = sorted(self._writes)
+        for path in written:
+            atomic_write_text(path, self._writes[path])
+        for path in self._removals:
+            path.unlink(missing_ok=True)
+        self._writes.clear()
+        self._removals.clear()
+        return written
+
+    def stored(self, suite: str, key: str) -> set[Path]:
+        d = self.root / suite / key
+        if not d.is_dir():
+            return set()
+        return {p for p in d.glob(f"*{SUFFIX}") if not p.name.endswith(OBTAINED_SUFFIX)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    passed: bool
+    message: str
+    path: Path
+    comparison: DataComparison | None = None
+
+
+def _describe_provenance(p: dict[str, Any]) -> str:
+    bits = [str(p.get(k)) for k in ("created", "torch", "device", "profile") if p.get(k)]
+    return ", ".join(bits) or "unknown provenance"
+
+
+def check(
+    store: BaselineStore,
+    *,
+    suite: str,
+    name: str,
+    key: str,
+    key_kind: KeyKind,
+    data: Any,
+    provenance: dict[str, Any],
+    mode: Mode,
+    regen_command: str,
+    tolerance: Tolerance = EXACT,
+    display: Callable[[Path], str] = str,
+) -> Outcome:
+    """Run one baseline through its lifecycle and say whether the test passes.
+
+    ``display`` renders paths in messages (the pytest glue shows them relative to the cwd).
+    """
+    path = store.path_for(suite, key, name)
+    shown = display(path)
+    store.used.add(path)
+    hint = f"Regenerate: {regen_command}"
+    doc = BaselineDocument(suite, name, key, key_kind.value, data, provenance, tolerance.as_dict())
+    try:
+        stored = store.read(path, hint)
+    except BaselineError as exc:
+        if mode is Mode.CHECK:
+            return Outcome(False, f"{exc}\nThe file was left untouched.", path)
+        store.queue_write(path, doc)
+        return Outcome(
+            mode is Mode.ACCEPT, f"Unreadable baseline {shown} rewritten from this run ({exc.problem}).", path
+        )
+    if stored is None:
+        store.queue_write(path, doc)
+        if mode is Mode.ACCEPT:
+            return Outcome(True, f"Baseline {shown} created.", path)
+        return Outcome(
+            False,
+            f"Baseline missing: {shown}\nIt is written from this run ({_describe_provenance(provenance)}) at the end of "
+            "the session. Review and commit it; the test fails until then so that no baseline is created silently.",
+            path,
+        )
+    if stored.suite != suite or stored.name != name or stored.key != key:
+        problem = f"belongs to {stored.suite}/{stored.key}/{stored.name}, not {suite}/{key}/{name} (copied or moved?)"
+        if mode is Mode.CHECK:
+            return Outcome(False, f"{BaselineError(path, problem, hint)}\nThe file was left untouched.", path)
+        store.queue_write(path, doc)
+        return Outcome(mode is Mode.ACCEPT, f"Baseline {shown} rewritten: it {problem}.", path)
+    result = compare_data(f"baseline {suite}/{key}/{name}", stored.data, data, tolerance)
+    obtained = store.obtained_path(path)
+    if result.passed:
+        store.queue_remove(obtained)
+        return Outcome(True, "", path, result)
+    if mode is not Mode.CHECK:
+        store.queue_write(path, doc)
+        store.queue_remove(obtained)
+        verb = "accepted" if mode is Mode.ACCEPT else "regenerated; review the diff and commit it"
+        return Outcome(mode is Mode.ACCEPT, f"Baseline {shown} {verb}.\n{explain(result)}", path, result)
+    store.queue_write(obtained, doc)
+    return Outcome(
+        False,
+        f"Baseline mismatch: {shown}\n  stored: {_describe_provenance(stored.provenance)}\n"
+        f"  this run: {_describe_provenance(provenance)}\n{explain(result)}\n"
+        f"Obtained values: {display(obtained)}\n"
+        f"If the change is expected, regenerate the baseline: {regen_command}",
+        path,
+        result,
+    )

@@ -1,0 +1,220 @@
+"""The run report: every measurement as a tidy row, written as parquet + CSV + run metadata.
+
+Layout of one run (``<report-dir>/<run_id>/``)::
+
+    rows.parquet   one row per recorded measurement (COLUMNS), pyarrow
+    rows.csv       the same rows, for eyes and spreadsheets
+    run.json       run metadata: schema version, environment fingerprint, options, times
+
+:func:`load` gives them back as pandas objects; dashboards concatenate many runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA_VERSION = 1
+ROWS_PARQUET = "rows.parquet"
+ROWS_CSV = "rows.csv"
+RUN_JSON = "run.json"
+
+Outcome = Literal["pass", "fail", "info", "noisy", "skip", "known"]
+OUTCOMES: tuple[str, ...] = ("pass", "fail", "info", "noisy", "skip", "known")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement. ``value``/``expected``/``allowance`` are numbers in ``unit``."""
+
+    run_id: str
+    nodeid: str
+    suite: str
+    check: str
+    metric: str
+    value: float | None
+    unit: str = ""
+    expected: float | None = None
+    allowance: float | None = None
+    outcome: str = "info"
+    dtype: str = ""
+    device: str = ""
+    profile: str = ""
+    tags: str = "{}"
+    note: str = ""
+    recorded_at: str = ""
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"row outcome {self.outcome!r} is not one of {', '.join(OUTCOMES)}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+COLUMNS: tuple[str, ...] = tuple(Row.__dataclass_fields__)
+
+
+def make_row(
+    *,
+    run_id: str,
+    nodeid: str,
+    suite: str,
+    check: str,
+    metric: str,
+    value: float | int | bool | None,
+    unit: str = "",
+    expected: float | None = None,
+    allowance: float | None = None,
+    outcome: str = "info",
+    dtype: object = "",
+    device: object = "",
+    profile: str = "",
+    tags: dict[str, Any] | None = None,
+    note: str = "",
+) -> Row:
+    """Build a row, normalising dtypes/devices to strings and tags to sorted JSON."""
+    return Row(
+        run_id=run_id,
+        nodeid=nodeid,
+        suite=suite,
+        check=check,
+        metric=metric,
+        value=None if value is None else float(value),
+        unit=unit,
+        expected=None if expected is None else float(expected),
+        allowance=None if allowance is None else float(allowance),
+        outcome=outcome,
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(device),
+        profile=profile,
+        tags=json.dumps(tags or {}, sort_keys=True, default=str),
+        note=note,
+        recorded_at=now_iso(),
+    )
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
+
+
+def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows), columns=list(COLUMNS))
+    for col in ("value", "expected", "allowance"):
+        df[col] = pd.to_numeric(df[col], errors="raise").astype("float64")
+    for col in COLUMNS:
+        if col not in ("value", "expected", "allowance"):
+            df[col] = df[col].astype("string")
+    return df
+
+
+def write(report_dir: Path, run_id: str, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """Write one run atomically: into a temporary directory, renamed into place at the end."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    final = report_dir / run_id
+    if final.exists():
+        raise FileExistsError(f"report {final} already exists; run ids are unique per run")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{run_id}.", dir=report_dir))
+    try:
+        df = _frame(rows)
+        full_meta = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "rows": len(df), **meta}
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        table = table.replace_schema_metadata(
+            {
+                **(table.schema.metadata or {}),
+                b"amp_harness": json.dumps({"schema_version": SCHEMA_VERSION, "run_id": run_id}).encode(),
+            }
+        )
+        pq.write_table(table, tmp / ROWS_PARQUET)
+        df.to_csv(tmp / ROWS_CSV, index=False)
+        (tmp / RUN_JSON).write_text(
+            json.dumps(full_meta, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
+        )
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+class ReportError(Exception):
+    """A report that cannot be loaded; names the file."""
+
+
+@dataclass(frozen=True)
+class LoadedReport:
+    path: Path
+    rows: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run(self) -> pd.DataFrame:
+        """The run metadata as a one-row DataFrame (nested values flattened with '.')."""
+        import pandas as pd
+
+        return pd.json_normalize(self.meta)
+
+
+def load(path: str | os.PathLike[str]) -> LoadedReport:
+    """Load one run report from its directory (or its ``rows.parquet``)."""
+    import pandas as pd
+
+    p = Path(path)
+    run_dir = p.parent if p.is_file() else p
+    parquet = run_dir / ROWS_PARQUET
+    meta_file = run_dir / RUN_JSON
+    if not parquet.is_file():
+        raise ReportError(f"{run_dir}: no {ROWS_PARQUET} (is this an amp-harness run report directory?)")
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
+    except ValueError as exc:
+        raise ReportError(f"{meta_file}: corrupt run metadata ({exc})") from None
+    version = meta.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ReportError(
+            f"{meta_file}: report schema version {version!r} is newer than this harness reads ({SCHEMA_VERSION})"
+        )
+    try:
+        rows = pd.read_parquet(parquet)
+    except Exception as exc:  # pyarrow raises several unrelated types for damaged files
+        raise ReportError(f"{parquet}: unreadable parquet ({exc})") from None
+    return LoadedReport(run_dir, rows, meta)
+
+
+def find_runs(report_dir: str | os.PathLike[str]) -> list[Path]:
+    """Run directories under a report directory, oldest first."""
+    root = Path(report_dir)
+    return sorted(
+        p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / ROWS_PARQUET).is_file()
+    )
+
+
+def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    counts = {o: 0 for o in OUTCOMES}
+    for r in rows:
+        counts[str(r["outcome"])] += 1
+    return counts
+
+
+def finite_or_none(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None

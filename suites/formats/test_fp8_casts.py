@@ -1,0 +1,96 @@
+"""Claim family: what fp8 casts do with overflow, infinities and NaN, per torch release.
+
+The OCP FP8 formats leave overflow handling to the implementation (E4M3FN has no inf), and torch
+changed its choice between releases. So the behaviour is observed, recorded and kept as a
+baseline keyed by the torch minor version, never assumed: a release that changes it fails here
+with a readable diff.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.baseline import KeyKind
+from harness.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat
+
+FP8 = [FP8_E4M3FN, FP8_E5M2]
+
+
+def _probe_inputs(fmt: FloatFormat) -> dict[str, float]:
+    t = fmt.overflow_threshold
+    return {
+        "max": fmt.max,
+        "just_below_threshold": FP32.decode(FP32.round_bits(t).bits - 1),  # type: ignore[operator]
+        "threshold": t,
+        "twice_max": 2 * fmt.max,
+        "fp32_max": FP32.max,
+        "inf": math.inf,
+        "-inf": -math.inf,
+        "nan": math.nan,
+        "-threshold": -t,
+    }
+
+
+def _describe(value: float, fmt: FloatFormat) -> str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if abs(value) == fmt.max:
+        return "max" if value > 0 else "-max"
+    return repr(value)
+
+
+def _behaviour(outcomes: dict[str, str]) -> str:
+    o = outcomes["twice_max"]
+    return {"max": "saturate", "nan": "nan", "inf": "inf"}.get(o, f"other ({o})")
+
+
+@pytest.mark.quick
+def test_fp8_overflow_inf_and_nan_behaviour_matches_this_releases_baseline(
+    amp_device, cast_under_test, amp_record, amp_baseline
+):
+    observed: dict[str, dict[str, str]] = {}
+    for fmt in FP8:
+        probes = _probe_inputs(fmt)
+        got = [fmt.decode(b) for b in cast_under_test(list(probes.values()), fmt, amp_device)]
+        outcomes = {name: _describe(g, fmt) for name, g in zip(probes, got, strict=False)}
+        outcomes["overflow_behaviour"] = _behaviour(outcomes)
+        observed[fmt.name] = outcomes
+        for name, x in probes.items():
+            amp_record(
+                f"{fmt.short}.cast({name})",
+                None,
+                dtype=fmt.name,
+                device=amp_device,
+                tags={"input": repr(x), "result": outcomes[name]},
+                note="observed, baselined per torch release",
+            )
+        amp_record(
+            f"{fmt.short}.overflow_behaviour",
+            None,
+            dtype=fmt.name,
+            device=amp_device,
+            tags={"behaviour": outcomes["overflow_behaviour"]},
+            note="implementation-defined by the OCP FP8 spec",
+        )
+    # per device type: CPU and CUDA cast kernels are separate implementations
+    amp_baseline.check(f"fp8_casts_{amp_device.type}", observed, key=KeyKind.STACK, device=str(amp_device))
+
+
+@pytest.mark.parametrize("fmt", FP8, ids=lambda f: f.short)
+def test_fp8_nan_input_gives_nan(fmt, amp_device, cast_under_test, amp_record):
+    """The one fp8 behaviour every implementation must share: NaN in, NaN out."""
+    got = [fmt.decode(b) for b in cast_under_test([math.nan, -math.nan], fmt, amp_device)]
+    amp_record(
+        f"{fmt.short}.nan_preserved",
+        all(math.isnan(g) for g in got),
+        expected=1.0,
+        allowance=0.0,
+        outcome="pass" if all(math.isnan(g) for g in got) else "fail",
+        dtype=fmt.name,
+        device=amp_device,
+    )
+    assert all(math.isnan(g) for g in got), f"{fmt.name}: NaN cast to {got}"
