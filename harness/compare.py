@@ -170,15 +170,23 @@ def compare_bits(
 
 
 def compare_predicate(
-    name: str, inputs: Sequence[Any], outputs: Sequence[Any], predicate: Callable[[Any, Any], bool], criterion: str
+    name: str,
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    predicate: Callable[[Any, Any], bool],
+    criterion: str,
+    expected: Sequence[Any] | None = None,
 ) -> ElementwiseComparison:
-    """Each (input, output) pair must satisfy ``predicate``."""
-    bad = tuple(
-        Mismatch(i, criterion, o, x)
-        for i, (x, o) in enumerate(zip(inputs, outputs, strict=True))
-        if not predicate(x, o)
-    )
-    return ElementwiseComparison(name, len(inputs), bad, criterion)
+    """Each output must satisfy ``predicate(input, output)``, or with ``expected`` given,
+    ``predicate(output, expected)`` (then mismatches show the expected value)."""
+    bad: list[Mismatch] = []
+    for i, (x, o) in enumerate(zip(inputs, outputs, strict=True)):
+        if expected is None:
+            if not predicate(x, o):
+                bad.append(Mismatch(i, None, o, x, "violates the criterion"))
+        elif not predicate(o, expected[i]):
+            bad.append(Mismatch(i, expected[i], o, x))
+    return ElementwiseComparison(name, len(inputs), tuple(bad), criterion)
 
 
 def compare_tensors(
@@ -280,7 +288,9 @@ def explain(result: AnyComparison) -> str:
             )
         for m in result.mismatches[:SHOWN_MISMATCHES]:
             where = f"  [{m.index}]" + (f" input {_fmt(m.input)}" if m.input is not None else "")
-            if " bits" in m.detail:
+            if m.expected is None:
+                lines.append(f"{where}: got {_fmt(m.actual)} ({m.detail})")
+            elif " bits" in m.detail:
                 lines.append(f"{where}: expected {m.expected:#x}, got {m.actual:#x} ({m.detail})")
             else:
                 lines.append(f"{where}: expected {_fmt(m.expected)}, got {_fmt(m.actual)}")

@@ -6,7 +6,7 @@ import math
 
 from hypothesis import strategies as st
 
-from harness.formats import FP32, FloatFormat
+from harness.formats import FP32, FloatFormat, is_fp32_exact
 
 MAX_VALUES = 64
 
@@ -61,3 +61,24 @@ def fp32_values(fmt: FloatFormat) -> st.SearchStrategy[float]:
 
 def fp32_lists(fmt: FloatFormat) -> st.SearchStrategy[list[float]]:
     return st.lists(fp32_values(fmt), min_size=1, max_size=MAX_VALUES)
+
+
+def hard_cases(fmt: FloatFormat) -> list[float]:
+    """Deterministic fp32 inputs every cast property must see (run as an explicit example):
+    ties that round down and up to even near 1 and in the subnormals, half the smallest
+    subnormal, the overflow threshold and its neighbour, the maximum, inf and NaN."""
+    one, eps, sub = 1.0, fmt.eps, fmt.smallest_subnormal
+    cases = [
+        one + eps / 2,  # tie between 1 (even) and 1+eps: down
+        one + 3 * eps / 2,  # tie between 1+eps (odd) and 1+2eps: up
+        sub / 2,  # tie between 0 and the smallest subnormal: to zero
+        3 * sub / 2,  # tie between sub (odd) and 2*sub: up
+        fmt.smallest_normal - sub / 2,  # tie just below the normal range
+        fmt.max,
+    ]
+    if fmt.overflow_threshold <= FP32.max:
+        t_bits = FP32.round_bits(fmt.overflow_threshold).bits
+        assert t_bits is not None
+        cases += [FP32.decode(t_bits - 1), fmt.overflow_threshold]
+    cases = [c for c in cases if is_fp32_exact(c)]
+    return [*cases, *(-c for c in cases), math.inf, -math.inf, math.nan]

@@ -12,12 +12,12 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.compare import compare_bits, compare_bound, compare_predicate, explain
 from harness.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP16, FP32, Encoding, FloatFormat
-from harness.strategies import fp32_lists
+from harness.strategies import fp32_lists, hard_cases
 
 TARGETS = [FP16, BF16, FP8_E4M3FN, FP8_E5M2]
 IEEE_TARGETS = [f for f in TARGETS if f.encoding is Encoding.IEEE]
@@ -40,6 +40,7 @@ def test_fp32_cast_rounds_to_nearest_even_everywhere(fmt, amp_device, cast_under
     ) as tally:
 
         @given(values=fp32_lists(fmt))
+        @example(values=hard_cases(fmt))
         def prop(values: list[float]) -> None:
             values = [v for v in values if _defined(fmt, v)]
             bits = cast_under_test(values, fmt, amp_device)
@@ -81,6 +82,7 @@ def test_cast_is_monotonic(fmt, amp_device, cast_under_test, amp_record):
     ) as tally:
 
         @given(values=fp32_lists(fmt))
+        @example(values=hard_cases(fmt))
         def prop(values: list[float]) -> None:
             xs = sorted(v for v in values if not math.isnan(v) and _defined(fmt, v))
             got = [fmt.decode(b) for b in cast_under_test(xs, fmt, amp_device)]
@@ -118,8 +120,9 @@ def test_overflow_threshold_is_exact(fmt, amp_device, cast_under_test, amp_recor
         f"fp32->{fmt.name} overflow threshold {t:.9g}",
         inputs,
         got,
-        lambda x, g: g == dict(cases)[x],
+        lambda g, e: g == e,
         f"|x| < {t:.9g} -> finite (max {fmt.max:.9g}); |x| >= {t:.9g} -> inf",
+        expected=[c[1] for c in cases],
     )
     amp_record(
         "overflow_threshold",

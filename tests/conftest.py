@@ -1,0 +1,48 @@
+"""The harness's own tests. pytester runs the plugin and the real suites in scratch directories."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+# Imported here, in the outer process, so that pytester's in-process runs (which drop the modules
+# they import when they finish) never unload and re-import torch's C extension.
+import torch  # noqa: F401
+import pandas  # noqa: F401
+import pyarrow.parquet  # noqa: F401
+import harness.formats  # noqa: F401
+import fault_injection  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parent.parent
+SUITES = REPO / "suites"
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def suite_copy(pytester: pytest.Pytester):
+    """Copy suite files into the scratch directory: ``suite_copy("formats/test_fp8_casts.py")``.
+
+    The copy lands under ``suites/<family>/`` so that the suite name (and baseline paths) match.
+    """
+
+    def copy(*relpaths: str, conftest: bool = True) -> Path:
+        for rel in relpaths:
+            dst = pytester.path / "suites" / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(SUITES / rel, dst)
+            if conftest:
+                shutil.copy(SUITES / Path(rel).parent / "conftest.py", dst.parent / "conftest.py")
+        return pytester.path / "suites"
+
+    return copy
+
+
+def inject(pytester: pytest.Pytester, family: str, body: str) -> None:
+    """Write ``suites/<family>/conftest.py`` in the scratch directory with a fault injected."""
+    d = pytester.path / "suites" / family
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n{body}", encoding="utf-8")
