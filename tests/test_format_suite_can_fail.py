@@ -78,5 +78,5 @@ def test_a_rounding_failure_explains_itself(pytester, suite_copy):
         ],
         consecutive=False,
     )
-    # hypothesis says how to reproduce the shrunk example
-    result.stdout.fnmatch_lines(["*Falsifying*example*"], consecutive=False)
+    # hypothesis names the failing example so it can be reproduced
+    result.stdout.fnmatch_lines(["*Failing*example*"], consecutive=False)
