@@ -5,15 +5,30 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import fault_injection  # noqa: F401
+import pandas  # noqa: F401
+import pyarrow.parquet  # noqa: F401
 import pytest
 
 # Imported here, in the outer process, so that pytester's in-process runs (which drop the modules
 # they import when they finish) never unload and re-import torch's C extension.
 import torch  # noqa: F401
-import pandas  # noqa: F401
-import pyarrow.parquet  # noqa: F401
+
 import harness.formats  # noqa: F401
-import fault_injection  # noqa: F401
+from harness import report as _report
+
+
+def _warm_report_imports() -> None:
+    """Write and load one report so that every pandas/pyarrow module it needs (pyarrow extension
+    types among them, which cannot be registered twice) is imported by the outer process."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        row = _report.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1.0)
+        _report.load(_report.write(Path(d), "r", [row.as_dict()], {})).run
+
+
+_warm_report_imports()
 
 pytest_plugins = ["pytester"]
 

@@ -44,7 +44,10 @@ def ties_away_from_zero(values: Sequence[float], fmt: FloatFormat, device: torch
 def flush_subnormals(values: Sequence[float], fmt: FloatFormat, device: torch.device) -> list[int]:
     """Flush-to-zero: subnormal results become signed zero (a DAZ/FTZ mode left on)."""
     mant_exp_mask = ~fmt.sign_bit & ((1 << fmt.total_bits) - 1)
-    return [b & fmt.sign_bit if 0 < (b & mant_exp_mask) < (1 << fmt.mantissa_bits) else b for b in correct(values, fmt, device)]
+    return [
+        b & fmt.sign_bit if 0 < (b & mant_exp_mask) < (1 << fmt.mantissa_bits) else b
+        for b in correct(values, fmt, device)
+    ]
 
 
 def saturating(values: Sequence[float], fmt: FloatFormat, device: torch.device) -> list[int]:
@@ -84,4 +87,3 @@ BROKEN_CASTS = {
     "via_fp16": via_fp16,
     "nan_to_zero": nan_to_zero,
 }
-

@@ -1,0 +1,212 @@
+"""The baseline lifecycle end to end, as a user meets it (pytest-regressions semantics)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import baseline as bl
+
+TEST_FILE = """
+import json, pathlib
+from harness.baseline import KeyKind
+
+def test_demo(amp_baseline):
+    value = json.loads(pathlib.Path(__file__).with_name("value.json").read_text())
+    amp_baseline.check("demo", value, key=KeyKind.UNIVERSAL)
+"""
+ARGS = ("-p", "no:cacheprovider", "--amp-no-report", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+
+
+@pytest.fixture
+def demo(pytester: pytest.Pytester):
+    pytester.makepyfile(test_demo=TEST_FILE)
+
+    class Demo:
+        baseline = pytester.path / "baselines" / "demo" / "any" / "demo.json"
+        obtained = pytester.path / "baselines" / "demo" / "any" / "demo.obtained.json"
+
+        def run(self, value: object, *args: str) -> pytest.RunResult:
+            (pytester.path / "value.json").write_text(json.dumps(value))
+            return pytester.runpytest(*ARGS, *args)
+
+        def stored(self) -> object:
+            return json.loads(self.baseline.read_text())["data"]
+
+    return Demo()
+
+
+def test_missing_baseline_fails_and_is_written_then_passes(demo):
+    first = demo.run({"loss": 1.5, "dtype": "bfloat16"})
+    first.assert_outcomes(failed=1)
+    first.stdout.fnmatch_lines(["*Baseline missing: baselines/demo/any/demo.json*", "*baselines written: 1*"])
+    assert demo.stored() == {"loss": 1.5, "dtype": "bfloat16"}
+    doc = json.loads(demo.baseline.read_text())
+    assert doc["format_version"] == bl.FORMAT_VERSION
+    assert {"torch", "device", "profile", "harness", "created", "git_commit", "cuda"} <= doc["provenance"].keys()
+    demo.run({"loss": 1.5, "dtype": "bfloat16"}).assert_outcomes(passed=1)
+
+
+def test_drift_fails_naming_the_file_and_the_regenerate_command_and_leaves_obtained(demo):
+    demo.run({"loss": 1.5})
+    before = demo.baseline.read_bytes()
+    result = demo.run({"loss": 1.75})
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Baseline mismatch: baselines/demo/any/demo.json*",
+            "*1 of 1 values differ*",
+            "*loss: expected 1.5, got 1.75*",
+            "*Obtained values: baselines/demo/any/demo.obtained.json*",
+            "*regenerate the baseline: pytest test_demo.py::test_demo --amp-regen*",
+        ]
+    )
+    assert demo.baseline.read_bytes() == before
+    assert json.loads(demo.obtained.read_text())["data"] == {"loss": 1.75}
+
+
+def test_regen_rewrites_and_still_fails_then_passes(demo):
+    demo.run({"loss": 1.5})
+    demo.run({"loss": 1.75})
+    regen = demo.run({"loss": 1.75}, "--amp-regen")
+    regen.assert_outcomes(failed=1)
+    regen.stdout.fnmatch_lines(["*demo.json regenerated; review the diff and commit it*"])
+    assert demo.stored() == {"loss": 1.75}
+    assert not demo.obtained.exists()
+    demo.run({"loss": 1.75}).assert_outcomes(passed=1)
+
+
+def test_accept_all_rewrites_and_passes(demo):
+    demo.run({"loss": 1.5})
+    demo.run({"loss": 2.0}, "--amp-accept-all").assert_outcomes(passed=1)
+    assert demo.stored() == {"loss": 2.0}
+
+
+def test_a_matching_run_removes_a_stale_obtained_file(demo):
+    demo.run({"loss": 1.5})
+    demo.run({"loss": 1.75})
+    assert demo.obtained.exists()
+    demo.run({"loss": 1.5}).assert_outcomes(passed=1)
+    assert not demo.obtained.exists()
+
+
+BAD_FILES = {
+    "truncated": (lambda text: text[: len(text) // 2], "is corrupt or truncated"),
+    "nan": (lambda text: text.replace('"loss": 1.5', '"loss": NaN'), "holds non-finite number NaN"),
+    "wrong_version": (
+        lambda text: text.replace(f'"format_version": {bl.FORMAT_VERSION}', '"format_version": 99'),
+        "has format_version 99, this harness reads version 1",
+    ),
+    "not_a_baseline": (lambda text: "[1, 2, 3]\n", "is not an amp-harness baseline"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(BAD_FILES))
+def test_an_unreadable_baseline_errors_clearly_and_is_left_untouched(demo, damage):
+    demo.run({"loss": 1.5})
+    corrupt, problem = BAD_FILES[damage]
+    demo.baseline.write_text(corrupt(demo.baseline.read_text()))
+    damaged = demo.baseline.read_bytes()
+    result = demo.run({"loss": 1.5})
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*demo.json: {problem}*", "*The file was left untouched.*"])
+    result.stdout.fnmatch_lines(["*Regenerate*--amp-regen*"])
+    assert demo.baseline.read_bytes() == damaged
+    assert not demo.obtained.exists()
+
+
+def test_regen_replaces_an_unreadable_baseline(demo):
+    demo.run({"loss": 1.5})
+    demo.baseline.write_text("{ truncated")
+    demo.run({"loss": 1.5}, "--amp-regen").assert_outcomes(failed=1)
+    assert demo.stored() == {"loss": 1.5}
+    demo.run({"loss": 1.5}).assert_outcomes(passed=1)
+
+
+def test_baselines_no_check_used_are_reported_at_session_end(demo):
+    demo.run({"loss": 1.5})
+    orphan = demo.baseline.with_name("retired_check.json")
+    orphan.write_text(demo.baseline.read_text())
+    result = demo.run({"loss": 1.5})
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*baselines not used by any collected check*", "*baselines/demo/any/retired_check.json*"]
+    )
+    assert orphan.exists()
+
+
+def test_non_finite_obtained_data_is_refused_with_advice(demo):
+    result = demo.run({"loss": 1.5})
+    result = demo.run({"loss": float("inf")})
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*non-finite values at data.loss*record them as strings*"])
+
+
+def test_regen_and_accept_all_together_is_a_usage_error(demo):
+    result = demo.run({"loss": 1.5}, "--amp-regen", "--amp-accept-all")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--amp-regen*--amp-accept-all*exclude each other*"])
+
+
+# -- storage unit tests -------------------------------------------------------------------------
+def test_atomic_write_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):
+    path = tmp_path / "b.json"
+    bl.atomic_write_text(path, "old\n")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        bl.atomic_write_text(path, "new\n")
+    assert path.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]  # no temporary file left behind
+
+
+def test_writes_are_queued_until_flush(tmp_path):
+    store = bl.BaselineStore(tmp_path)
+    path = store.path_for("s", "any", "n")
+    store.queue_write(path, bl.BaselineDocument("s", "n", "any", "universal", {"x": 1}, {}))
+    assert not path.exists()
+    assert store.flush() == [path]
+    assert json.loads(path.read_text())["data"] == {"x": 1}
+
+
+@pytest.mark.parametrize("bad", ["", "../escape", ".hidden", "a/b"])
+def test_baseline_names_cannot_escape_the_store(tmp_path, bad):
+    with pytest.raises(ValueError, match="plain, non-hidden file name"):
+        bl.BaselineStore(tmp_path).path_for("suite", "any", bad)
+
+
+def test_keys_per_kind():
+    assert bl.key_for(bl.KeyKind.UNIVERSAL, "cpu-avx2", "torch-2.13") == "any"
+    assert bl.key_for(bl.KeyKind.STACK, "cpu-avx2", "torch-2.13") == "torch-2.13"
+    assert bl.key_for(bl.KeyKind.PROFILE, "cpu-avx2", "torch-2.13") == "cpu-avx2"
+    assert bl.key_for(bl.KeyKind.PROFILE_STACK, "nvidia-h200", "torch-2.13") == "nvidia-h200__torch-2.13"
+
+
+def test_a_baseline_copied_to_another_key_is_detected(tmp_path):
+    store = bl.BaselineStore(tmp_path)
+    src = store.path_for("s", "torch-2.12", "n")
+    store.queue_write(src, bl.BaselineDocument("s", "n", "torch-2.12", "stack", {"x": 1}, {}))
+    store.flush()
+    dst = store.path_for("s", "torch-2.13", "n")
+    dst.parent.mkdir(parents=True)
+    dst.write_text(src.read_text())
+    out = bl.check(
+        store,
+        suite="s",
+        name="n",
+        key="torch-2.13",
+        key_kind=bl.KeyKind.STACK,
+        data={"x": 1},
+        provenance={},
+        mode=bl.Mode.CHECK,
+        regen_command="pytest x --amp-regen",
+    )
+    assert not out.passed
+    assert "belongs to s/torch-2.12/n" in out.message
+    assert Path(dst).read_text() == src.read_text()

@@ -1,0 +1,132 @@
+"""Options, tiers, device parametrization, CUDA skips and the lazy torch import of the plugin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import report as rp
+from harness.hardware import KNOWN_PROFILES
+
+QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--amp-device=tpu"], "*--amp-device='tpu': expected auto, cpu, cuda or cuda:N*"),
+        (["--amp-dtypes=bf16,fp64"], "*--amp-dtypes='bf16,fp64': unknown fp64; choose from bf16, fp16*"),
+        (["--amp-dtypes="], "*--amp-dtypes='': unknown (empty)*"),
+        (["--amp-profile=nvidia-b999"], "*unknown hardware profile 'nvidia-b999'. Known profiles: cpu-amxbf16, *"),
+        (["--amp-profile=CPU AVX"], "*malformed hardware profile 'CPU AVX'*Known profiles:*"),
+        (["--amp-tier=nightly"], "*--amp-tier: invalid choice: 'nightly'*"),
+    ],
+)
+def test_bad_option_values_are_usage_errors_that_say_what_is_allowed(pytester, args, message):
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest(*QUIET, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_asking_for_cuda_without_it_is_an_error_naming_what_is_missing(pytester):
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest(*QUIET, "--amp-device=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--amp-device=cuda: CUDA is missing: torch * (*)*"])
+
+
+TIERED = """
+import pytest
+
+@pytest.mark.quick
+def test_quick():
+    pass
+
+def test_default():
+    pass
+
+@pytest.mark.thorough
+def test_thorough():
+    pass
+
+@pytest.mark.cuda
+def test_needs_cuda():
+    pass
+
+def test_hypothesis_profile(request):
+    from hypothesis import settings
+    print("PROFILE=" + settings.get_current_profile_name())
+"""
+
+
+def test_tiers_select_tests_and_say_how_to_run_the_others(pytester):
+    pytester.makepyfile(test_tiers=TIERED)
+    quick = pytester.runpytest(*QUIET, "--amp-tier=quick", "-rs")
+    quick.assert_outcomes(passed=1, skipped=4)
+    quick.stdout.fnmatch_lines(["*default tier: run with --amp-tier=default*"])
+    default = pytester.runpytest(*QUIET, "-rs")
+    default.stdout.fnmatch_lines(["*thorough tier: run with --amp-tier=thorough*"])
+    outcomes = default.parseoutcomes()
+    assert outcomes["passed"] == (4 if torch.cuda.is_available() else 3)
+    thorough = pytester.runpytest(*QUIET, "--amp-tier=thorough", "-s")
+    thorough.stdout.fnmatch_lines(["*PROFILE=thorough*"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip reason on a machine without CUDA")
+def test_cuda_tests_skip_with_the_reason(pytester):
+    pytester.makepyfile(test_tiers=TIERED)
+    result = pytester.runpytest(*QUIET, "-rs", "-k", "needs_cuda")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*CUDA is missing: torch * is a CPU-only build (torch.version.cuda is None)*"])
+
+
+def test_hypothesis_profile_follows_ci_and_an_explicit_option_wins(pytester, monkeypatch):
+    pytester.makepyfile(test_tiers=TIERED)
+    monkeypatch.setenv("CI", "true")
+    pytester.runpytest(*QUIET, "-s", "-k", "hypothesis").stdout.fnmatch_lines(["*PROFILE=ci*"])
+    monkeypatch.delenv("CI")
+    pytester.runpytest(*QUIET, "-s", "-k", "hypothesis").stdout.fnmatch_lines(["*PROFILE=dev*"])
+    explicit = pytester.runpytest(*QUIET, "-s", "-k", "hypothesis", "--amp-tier=thorough", "--hypothesis-profile=ci")
+    explicit.stdout.fnmatch_lines(["*PROFILE=ci*"])
+
+
+PARAMS = """
+def test_params(amp_device, amp_dtype, amp_profile):
+    print(f"PARAM {amp_device} {amp_dtype} {amp_profile}")
+"""
+
+
+def test_device_and_dtype_parametrization_follows_the_options(pytester):
+    pytester.makepyfile(test_params=PARAMS)
+    both = pytester.runpytest(*QUIET, "--amp-device=cpu", "-v", "--amp-no-report")
+    both.stdout.fnmatch_lines(["*test_params[[]cpu-bf16] PASSED*", "*test_params[[]cpu-fp16] PASSED*"])
+    one = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-dtypes=fp16", "-s", "--amp-no-report")
+    one.assert_outcomes(passed=1)
+    one.stdout.fnmatch_lines(["*PARAM cpu torch.float16 cpu-*"])
+
+
+def test_profile_override_lands_in_rows_and_run_metadata(pytester):
+    pytester.makepyfile(
+        test_p="def test_p(amp_record, amp_profile):\n    amp_record('m', 1.0)\n    print('PROFILE', amp_profile)\n"
+    )
+    result = pytester.runpytest(*QUIET, "--amp-profile=cpu-avx2", "--amp-report-dir=out", "-s")
+    result.stdout.fnmatch_lines(["*PROFILE cpu-avx2"])
+    loaded = rp.load(rp.find_runs(pytester.path / "out")[0])
+    assert loaded.rows["profile"].tolist() == ["cpu-avx2"]
+    assert loaded.meta["options"]["profile_override"] == "cpu-avx2"
+
+
+def test_plugin_imports_torch_lazily():
+    code = "import sys, harness.plugin; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'pyarrow'))))"
+    out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_every_known_profile_is_documented():
+    assert all(desc.strip() for desc in KNOWN_PROFILES.values())

@@ -1,0 +1,101 @@
+"""The run report: rows recorded by suites land in parquet/CSV/run.json and load back with pandas."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness import report as rp
+
+TEST_FILE = """
+import pytest
+
+@pytest.mark.parametrize("i", range(6))
+def test_records(amp_record, amp_device, i):
+    amp_record("metric", i * 0.5, unit="s", expected=1.0, allowance=0.25, outcome="pass", device=amp_device,
+               dtype="bfloat16", tags={"i": i})
+    amp_record("other", None, outcome="info", note="a text finding")
+"""
+QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+
+
+def _only_run(report_dir):
+    runs = rp.find_runs(report_dir)
+    assert len(runs) == 1, runs
+    return rp.load(runs[0])
+
+
+def test_rows_are_written_as_parquet_csv_and_run_json_and_load_back(pytester):
+    pytester.makepyfile(test_rep=TEST_FILE)
+    result = pytester.runpytest(*QUIET, "--amp-report-dir=out")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*run report: 12 rows (6 pass, 6 info) -> out/*"])
+    loaded = _only_run(pytester.path / "out")
+    df = loaded.rows
+    assert list(df.columns) == list(rp.COLUMNS)
+    assert len(df) == 12
+    assert df["run_id"].nunique() == 1 and df["run_id"].iloc[0] == loaded.meta["run_id"]
+    row = df[(df.metric == "metric")].sort_values("value").iloc[1]
+    assert (row.value, row.unit, row.expected, row.allowance, row.outcome) == (0.5, "s", 1.0, 0.25, "pass")
+    assert (row["dtype"], row.device, row.suite, row.check) == ("bfloat16", "cpu", "rep", "test_records")
+    assert row.profile == loaded.meta["fingerprint"]["cpu_profile"]
+    assert json.loads(row.tags) == {"i": 1}
+    assert pd.isna(df[df.metric == "other"].value).all()
+    csv = pd.read_csv(loaded.path / rp.ROWS_CSV)
+    assert len(csv) == 12
+    meta = loaded.meta
+    assert meta["schema_version"] == rp.SCHEMA_VERSION
+    assert meta["tests"] == {"passed": 6}
+    for key in ("started", "finished", "git_commit", "harness_version", "fingerprint", "options", "profile"):
+        assert key in meta
+    fp = meta["fingerprint"]
+    assert {"cpu", "gpus", "torch_version", "python_version", "hostname", "cpu_profile"} <= fp.keys()
+    assert loaded.run["fingerprint.cpu.model"].iloc[0] == fp["cpu"]["model"]
+
+
+def test_rows_are_neither_lost_nor_duplicated_under_xdist(pytester):
+    pytester.makepyfile(test_rep=TEST_FILE)
+    result = pytester.runpytest_subprocess(*QUIET, "-n", "2", "--amp-report-dir=out")
+    result.assert_outcomes(passed=6)
+    df = _only_run(pytester.path / "out").rows
+    assert len(df) == 12
+    keys = df[df.metric == "metric"]["nodeid"]
+    assert keys.is_unique and len(keys) == 6
+    assert df["run_id"].nunique() == 1
+
+
+def test_no_report_when_no_check_records_anything(pytester):
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    pytester.runpytest(*QUIET, "--amp-report-dir=out").assert_outcomes(passed=1)
+    assert not (pytester.path / "out").exists()
+
+
+def test_no_report_option(pytester):
+    pytester.makepyfile(test_rep=TEST_FILE)
+    pytester.runpytest(*QUIET, "--amp-no-report", "--amp-report-dir=out").assert_outcomes(passed=6)
+    assert not (pytester.path / "out").exists()
+
+
+def test_load_names_the_problem(tmp_path):
+    with pytest.raises(rp.ReportError, match="no rows.parquet"):
+        rp.load(tmp_path)
+    run = rp.write(tmp_path, "r1", [], {"x": 1})
+    (run / rp.RUN_JSON).write_text(json.dumps({"schema_version": rp.SCHEMA_VERSION + 1}))
+    with pytest.raises(rp.ReportError, match="newer than this harness reads"):
+        rp.load(run)
+    (run / rp.ROWS_PARQUET).write_bytes(b"PAR1 garbage")
+    (run / rp.RUN_JSON).write_text("{}")
+    with pytest.raises(rp.ReportError, match="unreadable parquet"):
+        rp.load(run)
+
+
+def test_an_empty_run_still_has_the_schema(tmp_path):
+    run = rp.write(tmp_path, "r1", [], {})
+    assert list(rp.load(run).rows.columns) == list(rp.COLUMNS)
+
+
+def test_rows_reject_unknown_outcomes():
+    with pytest.raises(ValueError, match="is not one of"):
+        rp.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1, outcome="great")
