@@ -255,14 +255,27 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+_PREVIOUS_HYPOTHESIS_PROFILE = pytest.StashKey[str]()
+
+
 def _register_hypothesis_profiles(config: pytest.Config, tier: str) -> None:
     from hypothesis import settings
 
+    config.stash[_PREVIOUS_HYPOTHESIS_PROFILE] = settings.get_current_profile_name()
     for name, kw in HYPOTHESIS_PROFILES.items():
         settings.register_profile(name, deadline=None, print_blob=True, **kw)
     # An explicit --hypothesis-profile is loaded afterwards by hypothesis' own plugin and wins.
     if not config.getoption("--hypothesis-profile", default=None):
         settings.load_profile("thorough" if tier == "thorough" else "ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Hypothesis profiles are process-global: give back the one that was active (in-process runs)."""
+    previous = config.stash.get(_PREVIOUS_HYPOTHESIS_PROFILE, None)
+    if previous is not None:
+        from hypothesis import settings
+
+        settings.load_profile(previous)
 
 
 @pytest.hookimpl(optionalhook=True)

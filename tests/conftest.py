@@ -25,7 +25,7 @@ def _warm_report_imports() -> None:
 
     with tempfile.TemporaryDirectory() as d:
         row = _report.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1.0)
-        _report.load(_report.write(Path(d), "r", [row.as_dict()], {})).run
+        assert not _report.load(_report.write(Path(d), "r", [row.as_dict()], {})).run.empty
 
 
 _warm_report_imports()

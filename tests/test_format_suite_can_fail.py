@@ -6,11 +6,14 @@ for a broken cast (``fault_injection.py``); the test asserts which checks catch 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import inject
 
 ROUNDING = "formats/test_cast_rounding.py"
+
 ARGS = (
     "-p",
     "no:cacheprovider",
@@ -85,3 +88,74 @@ def test_a_rounding_failure_explains_itself(pytester, suite_copy):
     )
     # hypothesis names the failing example so it can be reproduced
     result.stdout.fnmatch_lines(["*Failing*example*"], consecutive=False)
+
+
+def test_a_changed_fp8_overflow_behaviour_fails_against_the_release_baseline(pytester, suite_copy):
+    """A release that turns fp8 saturation into NaN (or back) fails with a per-case diff."""
+    suite_copy("formats/test_fp8_casts.py")
+    pytester.runpytest(*ARGS).assert_outcomes(failed=1, passed=2)  # first run writes the baseline
+    [path] = (pytester.path / "baselines" / "formats").glob("torch-*/fp8_casts_cpu.json")
+    doc = json.loads(path.read_text())
+    doc["data"]["float8_e4m3fn"].update(twice_max="nan", overflow_behaviour="nan")  # as an older release did
+    path.write_text(json.dumps(doc))
+    result = pytester.runpytest(*ARGS)
+    result.assert_outcomes(failed=1, passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*Baseline mismatch: baselines/formats/torch-*/fp8_casts_cpu.json*",
+            "*float8_e4m3fn.overflow_behaviour: expected 'nan', got 'saturate' (changed)*",
+            "*float8_e4m3fn.twice_max: expected 'nan', got 'max' (changed)*",
+        ]
+    )
+
+
+def test_limits_disagreeing_with_torch_finfo_fail(pytester, suite_copy):
+    suite_copy("formats/test_format_limits.py")
+    inject(
+        pytester,
+        "formats",
+        "import pytest, torch\n\n"
+        "class FakeFinfo:\n"
+        "    def __init__(self, real):\n"
+        "        self.__dict__.update({k: getattr(real, k) for k in ('max', 'smallest_normal', 'eps', 'bits')})\n\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def wrong_fp16_max(monkeypatch):\n"
+        "    real = torch.finfo\n"
+        "    def finfo(dtype):\n"
+        "        f = FakeFinfo(real(dtype))\n"
+        "        if dtype == torch.float16:\n"
+        "            f.max = 65536.0\n"
+        "        return f\n"
+        "    monkeypatch.setattr(torch, 'finfo', finfo)\n",
+    )
+    result = pytester.runpytest(*ARGS, "-k", "finfo")
+    result.assert_outcomes(failed=1, passed=4)
+    result.stdout.fnmatch_lines(["*float16.max: torch 65536.0 != reference 65504.0*"])
+
+
+def test_source_claims_fail_when_torch_flushes_fp16_subnormals(pytester, suite_copy):
+    suite_copy("formats/test_source_claims.py")
+    inject(
+        pytester,
+        "formats",
+        "import pytest, torch\n\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def ftz_half(monkeypatch):\n"
+        "    real = torch.Tensor.half\n"
+        "    def half(self, *a, **k):\n"
+        "        out = real(self, *a, **k)\n"
+        "        return torch.where(out.abs() < 2.0**-14, torch.zeros_like(out), out)\n"
+        "    monkeypatch.setattr(torch.Tensor, 'half', half)\n",
+    )
+    result = pytester.runpytest(*ARGS)
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 2, result.stdout.str()
+    assert outcomes["passed"] >= 5
+    result.stdout.fnmatch_lines(
+        [
+            "*test_source_text_claim_holds[[]fp16_smallest_positive]*",
+            "*test_source_text_claim_holds[[]fp16_underflow_to_zero]*",
+        ],
+        consecutive=False,
+    )
+    result.stdout.fnmatch_lines(["*fp16.cast(2^-24): FAILED: got 0, expected 5.96046448e-08*"], consecutive=False)

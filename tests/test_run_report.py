@@ -36,7 +36,8 @@ def test_rows_are_written_as_parquet_csv_and_run_json_and_load_back(pytester):
     df = loaded.rows
     assert list(df.columns) == list(rp.COLUMNS)
     assert len(df) == 12
-    assert df["run_id"].nunique() == 1 and df["run_id"].iloc[0] == loaded.meta["run_id"]
+    assert df["run_id"].nunique() == 1
+    assert df["run_id"].iloc[0] == loaded.meta["run_id"]
     row = df[(df.metric == "metric")].sort_values("value").iloc[1]
     assert (row.value, row.unit, row.expected, row.allowance, row.outcome) == (0.5, "s", 1.0, 0.25, "pass")
     assert (row["dtype"], row.device, row.suite, row.check) == ("bfloat16", "cpu", "rep", "test_records")
@@ -62,7 +63,8 @@ def test_rows_are_neither_lost_nor_duplicated_under_xdist(pytester):
     df = _only_run(pytester.path / "out").rows
     assert len(df) == 12
     keys = df[df.metric == "metric"]["nodeid"]
-    assert keys.is_unique and len(keys) == 6
+    assert keys.is_unique
+    assert len(keys) == 6
     assert df["run_id"].nunique() == 1
 
 
@@ -79,7 +81,7 @@ def test_no_report_option(pytester):
 
 
 def test_load_names_the_problem(tmp_path):
-    with pytest.raises(rp.ReportError, match="no rows.parquet"):
+    with pytest.raises(rp.ReportError, match=r"no rows\.parquet"):
         rp.load(tmp_path)
     run = rp.write(tmp_path, "r1", [], {"x": 1})
     (run / rp.RUN_JSON).write_text(json.dumps({"schema_version": rp.SCHEMA_VERSION + 1}))
