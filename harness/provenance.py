@@ -12,13 +12,14 @@ from harness.hardware import Fingerprint
 
 
 def git_commit(path: Path) -> str | None:
-    """``HEAD`` of the checkout at ``path`` (with ``+dirty`` when it has local changes), or None."""
+    """``HEAD`` of the checkout at ``path``, or None; ``+dirty`` when code has local changes
+    (changes under ``baselines/`` do not count: regenerating baselines is what makes them)."""
     try:
         head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return None
         dirty = subprocess.run(
-            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)baselines"],
             capture_output=True,
             text=True,
             timeout=10,
