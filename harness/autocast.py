@@ -447,13 +447,13 @@ def _cases() -> list[OpCase]:
     add(
         "F.max_unpool2d",
         "max_unpool2d",
-        lambda a: F.max_unpool2d(*F.max_pool2d(a, 2, return_indices=True), 2),
+        _unpool2d,
         x(1, 2, 4, 4),
     )
     add(
         "F.max_unpool3d",
         "max_unpool3d",
-        lambda a: F.max_unpool3d(*F.max_pool3d(a, 2, return_indices=True), 2),
+        _unpool3d,
         x(1, 1, 4, 4, 4),
     )
     add("F.pad(reflect, 1d)", "reflection_pad1d", lambda a: F.pad(a, (1, 1), mode="reflect"), x(1, 2, 4))
@@ -467,7 +467,7 @@ def _cases() -> list[OpCase]:
     add(
         "F.ctc_loss",
         "ctc_loss",
-        lambda a, t: F.ctc_loss(a, t, [6, 6], [2, 3]),
+        lambda a, t: F.ctc_loss(a, t, torch.tensor([6, 6]), torch.tensor([2, 3])),
         lambda g, d: (F.log_softmax(_r(g, d, 6, 2, 5), -1), torch.randint(1, 5, (2, 3), generator=g).to(d)),
     )
     add(
