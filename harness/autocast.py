@@ -536,6 +536,11 @@ def _cases() -> list[OpCase]:
 
 CATALOGUE: tuple[OpCase, ...] = tuple(_cases())
 
+#: Ops whose result varies between identical calls, so bitwise comparison means nothing.
+NOT_BITWISE_REPRODUCIBLE: dict[str, str] = {
+    "torch.linalg.lstsq": "CPU LAPACK least squares: 6 distinct results in 200 identical calls (measured, torch 2.13)",
+}
+
 #: Registered autocast ops that users reach only through a public API of the catalogue.
 INTERNAL_OPS: dict[str, str] = {
     "_convolution": "F.conv*/nn.Conv2d",
@@ -621,7 +626,9 @@ def probe(case: OpCase, device: torch.device, dtype: torch.dtype, seed: int = 0)
     if out.is_floating_point():
         cast_args = [_cast(a, out.dtype) for a in args]
         manual = _run(case, cast_args, device.type, dtype, False)
-        if not bitwise_equal(manual, _run(case, cast_args, device.type, dtype, False)):
+        if case.name in NOT_BITWISE_REPRODUCIBLE or not bitwise_equal(
+            manual, _run(case, cast_args, device.type, dtype, False)
+        ):
             row["manual_cast_equal"] = "nondeterministic"  # the op alone differs run to run
         else:
             row["manual_cast_equal"] = bitwise_equal(out, manual)

@@ -219,6 +219,37 @@ def compare_tensors(
     )
 
 
+def compare_within(
+    name: str, actual: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor, origin: str
+) -> ElementwiseComparison:
+    """Elementwise ``|actual - reference| <= bound`` (an error budget per element), in float64.
+
+    ``max_abs_diff`` holds the worst ratio error/budget (1.0 is the edge of the budget).
+    """
+    import torch
+
+    a = actual.detach().to("cpu", torch.float64).flatten()
+    r = reference.detach().to("cpu", torch.float64).flatten()
+    b = bound.detach().to("cpu", torch.float64).expand_as(reference).flatten()
+    err = (a - r).abs()
+    err = torch.where(a.isnan() | r.isnan(), torch.full_like(err, math.inf), err)
+    ratio = err / b.clamp_min(torch.finfo(torch.float64).tiny)
+    bad_idx = (~(err <= b)).nonzero().flatten().tolist()
+    worst_i = int(ratio.argmax()) if ratio.numel() else None
+    shown = tuple(
+        Mismatch(i, float(r[i]), float(a[i]), None, f"budget {float(b[i]):.3g}") for i in bad_idx[:SHOWN_MISMATCHES]
+    )
+    return ElementwiseComparison(
+        name,
+        int(a.numel()),
+        shown,
+        f"|autocast - float64 reference| <= budget: {origin}",
+        mismatch_count=len(bad_idx),
+        max_abs_diff=None if worst_i is None else float(ratio[worst_i]),
+        max_abs_diff_index=worst_i,
+    )
+
+
 def _leaves(data: Any, path: str = "") -> dict[str, Any]:
     if isinstance(data, Mapping):
         out: dict[str, Any] = {}
@@ -283,13 +314,16 @@ def explain(result: AnyComparison) -> str:
             f"({_pct(result.count, result.total)}); criterion: {result.criterion}"
         ]
         if result.max_abs_diff is not None and result.max_abs_diff_index is not None:
-            lines.append(
-                f"  greatest absolute difference: {result.max_abs_diff:.6g} at index {result.max_abs_diff_index}"
-            )
+            what = "error/budget" if result.criterion.startswith("|autocast") else "absolute difference"
+            lines.append(f"  greatest {what}: {result.max_abs_diff:.6g} at index {result.max_abs_diff_index}")
         for m in result.mismatches[:SHOWN_MISMATCHES]:
             where = f"  [{m.index}]" + (f" input {_fmt(m.input)}" if m.input is not None else "")
             if m.expected is None:
                 lines.append(f"{where}: got {_fmt(m.actual)} ({m.detail})")
+            elif m.detail.startswith("budget"):
+                lines.append(
+                    f"{where}: reference {_fmt(m.expected)}, got {_fmt(m.actual)} (error {abs(m.actual - m.expected):.3g} > {m.detail})"
+                )
             elif " bits" in m.detail:
                 lines.append(f"{where}: expected {m.expected:#x}, got {m.actual:#x} ({m.detail})")
             else:

@@ -12,7 +12,8 @@ import pytest
 
 # Imported here, in the outer process, so that pytester's in-process runs (which drop the modules
 # they import when they finish) never unload and re-import torch's C extension.
-import torch  # noqa: F401
+import torch
+import torch._dynamo
 
 import harness.formats  # noqa: F401
 from harness import report as _report
@@ -28,7 +29,17 @@ def _warm_report_imports() -> None:
         assert not _report.load(_report.write(Path(d), "r", [row.as_dict()], {})).run.empty
 
 
+def _warm_torch_imports() -> None:
+    """Call every catalogued op once under autocast, so that torch submodules imported lazily on
+    first use (some register operator libraries, which cannot happen twice) stay imported."""
+    from harness.autocast import policy_table
+
+    for dtype in (torch.bfloat16, torch.float16):
+        policy_table(torch.device("cpu"), dtype)
+
+
 _warm_report_imports()
+_warm_torch_imports()
 
 pytest_plugins = ["pytester"]
 

@@ -87,3 +87,79 @@ BROKEN_CASTS = {
     "via_fp16": via_fp16,
     "nan_to_zero": nan_to_zero,
 }
+
+
+# -- autocast regressions: each patch acts only inside an autocast region ---------------------------
+def _lowp() -> torch.dtype:
+    return torch.get_autocast_dtype("cpu")
+
+
+def layer_norm_in_low_precision(real):  # type: ignore[no-untyped-def]
+    """An fp32-list op that runs in low precision under autocast (a policy regression)."""
+
+    def layer_norm(x, shape, weight=None, bias=None, eps=1e-5):  # type: ignore[no-untyped-def]
+        if torch.is_autocast_enabled("cpu"):
+            lp = _lowp()
+            with torch.autocast("cpu", enabled=False):
+                cast = [None if t is None else t.to(lp) for t in (weight, bias)]
+                return real(x.to(lp), shape, cast[0], cast[1], eps)
+        return real(x, shape, weight, bias, eps)
+
+    return layer_norm
+
+
+def linear_skips_autocast(real):  # type: ignore[no-untyped-def]
+    """A lower-precision-list op that silently stays in fp32 (a speed regression)."""
+
+    def linear(x, w, b=None):  # type: ignore[no-untyped-def]
+        with torch.autocast("cpu", enabled=False):
+            return real(x.float(), w.float(), None if b is None else b.float())
+
+    return linear
+
+
+def mm_accumulates_in_low_precision(real):  # type: ignore[no-untyped-def]
+    """A GEMM that accumulates in the low format instead of fp32 (a numerics regression)."""
+
+    def mm(a, b):  # type: ignore[no-untyped-def]
+        if not torch.is_autocast_enabled("cpu"):
+            return real(a, b)
+        lp = _lowp()
+        with torch.autocast("cpu", enabled=False):
+            a, b = a.to(lp), b.to(lp)
+            acc = torch.zeros(a.shape[0], b.shape[1], dtype=lp)
+            for i in range(a.shape[1]):
+                acc = acc + torch.outer(a[:, i], b[i, :])
+            return acc
+
+    return mm
+
+
+def cast_cache_cleared(real):  # type: ignore[no-untyped-def]
+    """Autocast's weight cast cache dropped on every call: the weight is re-cast each time."""
+
+    def linear(*args, **kwargs):  # type: ignore[no-untyped-def]
+        torch.clear_autocast_cache()
+        return real(*args, **kwargs)
+
+    return linear
+
+
+def float64_cast(real):  # type: ignore[no-untyped-def]
+    """float64 inputs cast down under autocast (they must be left alone)."""
+
+    def mm(a, b):  # type: ignore[no-untyped-def]
+        if torch.is_autocast_enabled("cpu") and a.dtype == torch.float64:
+            return real(a.to(_lowp()), b.to(_lowp()))
+        return real(a, b)
+
+    return mm
+
+
+class AutocastIgnoringDisable(torch.autocast):
+    """``autocast(enabled=False)`` that does not disable: nested fp32 regions stay low precision."""
+
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):  # type: ignore[no-untyped-def]
+        super().__init__(
+            device_type, dtype=dtype or torch.get_autocast_dtype(device_type), enabled=True, cache_enabled=cache_enabled
+        )

@@ -1,0 +1,114 @@
+"""Negative controls: plausible autocast regressions, injected, make the autocast suite fail.
+
+The real suite files run in a scratch directory; a first clean run writes their baselines, then a
+conftest patches torch (only inside autocast regions) the way a regression would.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import inject
+
+ARGS = (
+    "-p",
+    "no:cacheprovider",
+    "--amp-no-report",
+    "--hypothesis-profile=ci",
+    "--amp-device=cpu",
+    "-rf",
+    "-W",
+    "ignore::pytest.PytestAssertRewriteWarning",
+    "--import-mode=importlib",
+)
+POLICY = "autocast/test_op_policy.py"
+NUMERICS = "autocast/test_op_numerics.py"
+
+
+def _patch(target: str, factory: str) -> str:
+    module, _, attr = target.rpartition(".")
+    return (
+        "import pytest, torch, torch.nn.functional\nimport fault_injection as fi\n\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def regression(monkeypatch):\n"
+        f"    monkeypatch.setattr({module}, {attr!r}, fi.{factory}({target}))\n"
+    )
+
+
+@pytest.fixture
+def policy_with_baselines(pytester, suite_copy):
+    suite_copy(POLICY, conftest=False)
+    first = pytester.runpytest(*ARGS, "-k", "golden_table or registered_autocast_ops_match")
+    assert "Baseline missing" in first.stdout.str()
+    pytester.runpytest(*ARGS).assert_outcomes(failed=0, passed=12, skipped=1)
+    return pytester
+
+
+def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_diff(policy_with_baselines):
+    inject(policy_with_baselines, "autocast", _patch("torch.nn.functional.layer_norm", "layer_norm_in_low_precision"))
+    result = policy_with_baselines.runpytest(*ARGS)
+    result.stdout.fnmatch_lines(
+        [
+            "*Baseline mismatch: baselines/autocast/torch-*/policy_cpu_bfloat16.json*",
+            "*nn.LayerNorm.fp32_in: expected 'float32', got 'bfloat16' (changed)*",
+            "*regenerate the baseline: pytest *test_op_policy.py::test_op_policy_matches_the_golden_table?cpu-bf16?* --amp-regen",
+        ],
+        consecutive=False,
+    )
+    assert result.parseoutcomes()["failed"] >= 2  # bf16 and fp16 tables
+
+
+def test_a_low_precision_op_left_in_fp32_fails_the_policy_table(policy_with_baselines):
+    inject(policy_with_baselines, "autocast", _patch("torch.nn.functional.linear", "linear_skips_autocast"))
+    result = policy_with_baselines.runpytest(*ARGS, "-k", "golden_table")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*nn.Linear.fp32_in: expected 'bfloat16', got 'float32' (changed)*"], consecutive=False
+    )
+
+
+def test_a_dropped_cast_cache_fails_the_cast_once_check(policy_with_baselines):
+    inject(policy_with_baselines, "autocast", _patch("torch.nn.functional.linear", "cast_cache_cleared"))
+    result = policy_with_baselines.runpytest(*ARGS, "-k", "cast_once")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*the fp32 weight was cast 6 times in 2 autocast regions of 3 calls each (expected 2)*"]
+    )
+
+
+def test_casting_float64_inputs_fails_the_never_cast_check(policy_with_baselines):
+    inject(policy_with_baselines, "autocast", _patch("torch.mm", "float64_cast"))
+    result = policy_with_baselines.runpytest(*ARGS, "-k", "never_cast")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*input 'torch.mm(float64)': expected torch.float64, got torch.bfloat16*"], consecutive=False
+    )
+
+
+def test_an_autocast_that_ignores_enabled_false_fails_the_nested_region_check(policy_with_baselines):
+    inject(
+        policy_with_baselines,
+        "autocast",
+        "import pytest, torch\nimport fault_injection as fi\n\n@pytest.fixture(autouse=True)\n"
+        "def regression(monkeypatch):\n    monkeypatch.setattr(torch, 'autocast', fi.AutocastIgnoringDisable)\n",
+    )
+    result = policy_with_baselines.runpytest(*ARGS, "-k", "nested")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*input 'inner': expected torch.float32, got torch.*16*"], consecutive=False)
+
+
+@pytest.mark.parametrize(
+    ("target", "factory", "case"),
+    [
+        ("torch.nn.functional.layer_norm", "layer_norm_in_low_precision", "layer_norm"),
+        ("torch.mm", "mm_accumulates_in_low_precision", "mm"),
+    ],
+)
+def test_a_numerics_regression_exceeds_the_derived_budget(pytester, suite_copy, target, factory, case):
+    suite_copy(NUMERICS, conftest=False)
+    inject(pytester, "autocast", _patch(target, factory))
+    result = pytester.runpytest(*ARGS, "-k", f"derived_budget and -{case}]")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*under autocast(cpu, *): FAILED: mismatched elements:*", "*greatest error/budget:*"], consecutive=False
+    )
