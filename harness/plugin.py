@@ -361,6 +361,11 @@ def amp_dtype(request: pytest.FixtureRequest) -> torch.dtype:
     state_of(request.config).activated = True
     dtype = getattr(torch, DTYPE_NAMES[str(request.param)])
     assert isinstance(dtype, torch.dtype)
+    if dtype is torch.bfloat16 and "amp_device" in request.fixturenames:
+        device = request.getfixturevalue("amp_device")
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+            name = torch.cuda.get_device_name(device)
+            pytest.skip(f"bf16 is missing: {name} has no native bfloat16 support (compute capability < 8.0)")
     return dtype
 
 
@@ -493,12 +498,14 @@ class Tally:
     worst: float | None = None
     bound: float | None = None
     unit: str = ""
+    #: how the bound of the worst example was derived (recorded in the row's tags)
+    detail: str = ""
 
-    def add(self, elements: int, worst: float | None = None) -> None:
+    def add(self, elements: int, worst: float | None = None, detail: str = "") -> None:
         self.examples += 1
         self.elements += elements
         if worst is not None and (self.worst is None or worst > self.worst):
-            self.worst = worst
+            self.worst, self.detail = worst, detail or self.detail
 
 
 @contextmanager
@@ -510,6 +517,8 @@ def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]
         outcome = "pass"
     finally:
         tags = {"examples": tally.examples, "elements": tally.elements, **kw.pop("tags", {})}
+        if tally.detail:
+            tags["derivation"] = tally.detail
         if tally.worst is not None:
             recorder(
                 metric,

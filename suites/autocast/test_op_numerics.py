@@ -257,7 +257,7 @@ def test_autocast_error_against_float64_is_within_the_derived_budget(case, amp_d
             result = compare_within(
                 f"{case.name} under autocast({amp_device.type}, {low.name})", got, ref, budget.bound, budget.origin
             )
-            tally.add(result.total, result.max_abs_diff)
+            tally.add(result.total, result.max_abs_diff, budget.origin)
             assert result.passed, explain(result)
 
         prop()
