@@ -9,8 +9,21 @@ import math
 from collections.abc import Sequence
 
 import torch
+from hypothesis import Phase, settings
+from torch.amp.grad_scaler import GradScaler, OptState
 
 from harness.formats import FloatFormat, tensor_bits, torch_dtype
+
+#: For runs that only need to show a check fails: the first counterexample, not the smallest.
+settings.register_profile(
+    "negative-control",
+    max_examples=40,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=False,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 
 
 def correct(values: Sequence[float], fmt: FloatFormat, device: torch.device) -> list[int]:
@@ -163,3 +176,165 @@ class AutocastIgnoringDisable(torch.autocast):
         super().__init__(
             device_type, dtype=dtype or torch.get_autocast_dtype(device_type), enabled=True, cache_enabled=cache_enabled
         )
+
+
+# -- loss-scaler bugs: GradScaler subclasses, each wrong in one way ----------------------------------
+
+
+class PyGradScaler(GradScaler):
+    """GradScaler with update() in Python (torch semantics), so single steps of it can be broken."""
+
+    def _found_inf(self) -> bool:
+        return bool(
+            sum(
+                float(v.item())
+                for st in self._per_optimizer_states.values()
+                for v in st["found_inf_per_device"].values()
+            )
+        )
+
+    def _on_inf(self) -> None:
+        self._scale.mul_(self._backoff_factor)  # type: ignore[union-attr]
+        self._growth_tracker.fill_(0)  # type: ignore[union-attr]
+
+    def _on_clean(self) -> None:
+        tracker = int(self._growth_tracker.item()) + 1  # type: ignore[union-attr]
+        if tracker == self._growth_interval:
+            grown = self._scale * self._growth_factor  # type: ignore[operator]
+            if torch.isfinite(grown):
+                self._scale.copy_(grown)  # type: ignore[union-attr]
+            tracker = 0
+        self._growth_tracker.fill_(tracker)  # type: ignore[union-attr]
+
+    def update(self, new_scale=None):  # type: ignore[no-untyped-def]
+        if new_scale is not None:
+            return super().update(new_scale)
+        self._check_scale_growth_tracker("update")
+        if self._found_inf():
+            self._on_inf()
+        else:
+            self._on_clean()
+        self._per_optimizer_states = type(self._per_optimizer_states)(self._per_optimizer_states.default_factory)
+        return None
+
+
+class NeverBacksOff(PyGradScaler):
+    def _on_inf(self) -> None:
+        self._growth_tracker.fill_(0)  # type: ignore[union-attr]
+
+
+class TrackerNotResetOnInf(PyGradScaler):
+    def _on_inf(self) -> None:
+        self._scale.mul_(self._backoff_factor)  # type: ignore[union-attr]
+
+
+class GrowsOneStepLate(PyGradScaler):
+    def _on_clean(self) -> None:
+        tracker = int(self._growth_tracker.item()) + 1  # type: ignore[union-attr]
+        if tracker == self._growth_interval + 1:
+            self._scale.mul_(self._growth_factor)  # type: ignore[union-attr]
+            tracker = 0
+        self._growth_tracker.fill_(tracker)  # type: ignore[union-attr]
+
+
+class GrowthNotCapped(PyGradScaler):
+    def _on_clean(self) -> None:
+        tracker = int(self._growth_tracker.item()) + 1  # type: ignore[union-attr]
+        if tracker == self._growth_interval:
+            self._scale.mul_(self._growth_factor)  # type: ignore[union-attr]
+            tracker = 0
+        self._growth_tracker.fill_(tracker)  # type: ignore[union-attr]
+
+
+class NewScaleResetsTracker(GradScaler):
+    def update(self, new_scale=None):  # type: ignore[no-untyped-def]
+        super().update(new_scale)
+        if new_scale is not None:
+            self._growth_tracker.fill_(0)  # type: ignore[union-attr]
+
+
+class OnlyFirstOptimizerCounts(PyGradScaler):
+    def _found_inf(self) -> bool:
+        states = list(self._per_optimizer_states.values())
+        return bool(sum(float(v.item()) for v in states[0]["found_inf_per_device"].values())) if states else False
+
+
+class MissesNaN(GradScaler):
+    """The inf check ignores NaN (it tests isinf only)."""
+
+    def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):  # type: ignore[no-untyped-def]
+        has_inf = any(
+            bool(p.grad.isinf().any()) for g in optimizer.param_groups for p in g["params"] if p.grad is not None
+        )
+        out = super()._unscale_grads_(optimizer, inv_scale, found_inf, allow_fp16)
+        for t in out.values():
+            t.fill_(1.0 if has_inf else 0.0)
+        return out
+
+
+class StepsDespiteInf(GradScaler):
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return optimizer.step(*args, **kwargs)
+
+
+class SkipBumpsOptimizerStep(GradScaler):
+    """A skipped step still advances the optimizer's step counters (bias correction drifts)."""
+
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if sum(v.item() for v in optimizer_state["found_inf_per_device"].values()):
+            for state in optimizer.state.values():
+                if "step" in state:
+                    state["step"] += 1
+                if "momentum_buffer" in state and state["momentum_buffer"] is not None:
+                    state["momentum_buffer"].mul_(0.9)
+            return None
+        return optimizer.step(*args, **kwargs)
+
+
+class UnscalesTwice(GradScaler):
+    """Divides the gradients by the scale twice."""
+
+    def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):  # type: ignore[no-untyped-def]
+        return super()._unscale_grads_(optimizer, inv_scale * inv_scale, found_inf, allow_fp16)
+
+
+class AllowsDoubleUnscale(GradScaler):
+    def unscale_(self, optimizer):  # type: ignore[no-untyped-def]
+        if self._per_optimizer_states[id(optimizer)]["stage"] is OptState.UNSCALED:
+            return None
+        return super().unscale_(optimizer)
+
+
+class StateDictDropsTracker(GradScaler):
+    def state_dict(self):  # type: ignore[no-untyped-def]
+        sd = super().state_dict()
+        sd["_growth_tracker"] = 0
+        return sd
+
+
+class BackoffFloorAtOne(PyGradScaler):
+    """A 'safety' floor that is not torch's semantics: the scale never goes below 1."""
+
+    def _on_inf(self) -> None:
+        super()._on_inf()
+        self._scale.clamp_(min=1.0)  # type: ignore[union-attr]
+
+
+BROKEN_SCALERS = {
+    c.__name__: c
+    for c in (
+        NeverBacksOff,
+        TrackerNotResetOnInf,
+        GrowsOneStepLate,
+        GrowthNotCapped,
+        NewScaleResetsTracker,
+        OnlyFirstOptimizerCounts,
+        MissesNaN,
+        StepsDespiteInf,
+        SkipBumpsOptimizerStep,
+        UnscalesTwice,
+        AllowsDoubleUnscale,
+        StateDictDropsTracker,
+        BackoffFloorAtOne,
+    )
+}

@@ -14,7 +14,7 @@ ARGS = (
     "-p",
     "no:cacheprovider",
     "--amp-no-report",
-    "--hypothesis-profile=ci",
+    "--hypothesis-profile=negative-control",
     "--amp-device=cpu",
     "-rf",
     "-W",

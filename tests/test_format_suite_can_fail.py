@@ -18,7 +18,7 @@ ARGS = (
     "-p",
     "no:cacheprovider",
     "--amp-no-report",
-    "--hypothesis-profile=ci",
+    "--hypothesis-profile=negative-control",
     "--amp-device=cpu",
     "-rf",
     # the outer run imported the real suite module under its basename already
