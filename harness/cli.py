@@ -51,6 +51,9 @@ def _cmd_baselines(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     path = Path(args.path)
+    if not path.exists():
+        print(f"amp-harness: no such report or report directory: {path}", file=sys.stderr)
+        return 2
     if (path / rp.ROWS_PARQUET).is_file() or path.is_file():
         runs = [path]
     else:

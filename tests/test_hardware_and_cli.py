@@ -73,3 +73,28 @@ def test_the_repository_baselines_are_all_valid():
 def test_console_script_is_installed():
     out = subprocess.run([sys.executable, "-m", "harness.cli", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("amp-harness ")
+
+
+def test_cli_report_summarises_the_latest_run_and_its_failures(tmp_path, capsys):
+    from harness import report as rp
+
+    rows = [
+        rp.make_row(
+            run_id="r2",
+            nodeid="n",
+            suite="formats",
+            check="c",
+            metric="m",
+            value=2.0,
+            expected=1.0,
+            allowance=0.5,
+            outcome="fail",
+        ).as_dict()
+    ]
+    rp.write(tmp_path, "r1", [], {"run_id": "r1"})
+    rp.write(tmp_path, "r2", rows, {"profile": "cpu-avx2", "tests": {"failed": 1}})
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "run r2" in out and "profile cpu-avx2" in out
+    assert "FAIL formats/c m=2.0 (expected 1.0, allowance 0.5)" in out
+    assert main(["report", str(tmp_path / "missing")]) == 2
