@@ -67,6 +67,23 @@ def suite_copy(pytester: pytest.Pytester):
     return copy
 
 
+#: Options of every in-process run of a copied suite: no cache, no report, CPU, the
+#: first-counterexample hypothesis profile of fault_injection.py, failures listed; harness
+#: modules are imported by the outer run already, so the inner run cannot rewrite them, and the
+#: real suite modules are imported under their basenames already (hence importlib mode).
+INNER_ARGS = (
+    "-p",
+    "no:cacheprovider",
+    "--amp-no-report",
+    "--hypothesis-profile=negative-control",
+    "--amp-device=cpu",
+    "-rf",
+    "-W",
+    "ignore::pytest.PytestAssertRewriteWarning",
+    "--import-mode=importlib",
+)
+
+
 def inject(pytester: pytest.Pytester, family: str, body: str) -> None:
     """Write ``suites/<family>/conftest.py`` in the scratch directory with a fault injected."""
     d = pytester.path / "suites" / family

@@ -8,19 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import inject
+from conftest import INNER_ARGS, inject
 
-ARGS = (
-    "-p",
-    "no:cacheprovider",
-    "--amp-no-report",
-    "--hypothesis-profile=negative-control",
-    "--amp-device=cpu",
-    "-rf",
-    "-W",
-    "ignore::pytest.PytestAssertRewriteWarning",
-    "--import-mode=importlib",
-)
+ARGS = INNER_ARGS
 POLICY = "autocast/test_op_policy.py"
 NUMERICS = "autocast/test_op_numerics.py"
 

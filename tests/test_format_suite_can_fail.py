@@ -10,23 +10,11 @@ import json
 
 import pytest
 
-from conftest import inject
+from conftest import INNER_ARGS, inject
 
 ROUNDING = "formats/test_cast_rounding.py"
 
-ARGS = (
-    "-p",
-    "no:cacheprovider",
-    "--amp-no-report",
-    "--hypothesis-profile=negative-control",
-    "--amp-device=cpu",
-    "-rf",
-    # the outer run imported the real suite module under its basename already
-    "--import-mode=importlib",
-    # harness modules are imported by the outer run already, so the inner run cannot rewrite them
-    "-W",
-    "ignore::pytest.PytestAssertRewriteWarning",
-)
+ARGS = INNER_ARGS
 
 #: broken cast -> checks that must catch it (test name and parameter id fragments)
 MUST_CATCH = {

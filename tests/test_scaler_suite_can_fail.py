@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import inject
+from conftest import INNER_ARGS, inject
 
-ARGS = (
-    "-p",
-    "no:cacheprovider",
-    "--amp-no-report",
-    "--hypothesis-profile=negative-control",
-    "--amp-device=cpu",
-    "-rf",
-    "-W",
-    "ignore::pytest.PytestAssertRewriteWarning",
-    "--import-mode=importlib",
-)
+ARGS = INNER_ARGS
 FILES = ("scaler/test_gradscaler_state_machine.py", "scaler/test_overflow_in_training.py")
 
 #: bug -> (test that must fail, text its failure must contain)
