@@ -284,6 +284,44 @@ def compare_data(name: str, expected: Any, actual: Any, tolerance: Tolerance = E
     return DataComparison(name, len(exp.keys() | act.keys()), tuple(diffs), tolerance)
 
 
+def compare_curves(
+    name: str,
+    expected: Mapping[str, Sequence[float]],
+    actual: Mapping[str, Sequence[float]],
+    allowance: Mapping[str, Sequence[float]],
+    max_outliers: int,
+    origin: str,
+) -> DataComparison:
+    """Per-step curves: each step within its allowance, up to ``max_outliers`` steps per curve excepted.
+
+    A curve with more outliers contributes all of them as differences; a missing or new curve,
+    or one of another length, is a difference of its own.
+    """
+    diffs: list[DataDifference] = []
+    total = 0
+    for key in sorted(expected.keys() | actual.keys()):
+        if key not in actual or key not in expected:
+            diffs.append(
+                DataDifference(key, expected.get(key) and "curve", actual.get(key) and "curve", "curve missing or new")
+            )
+            continue
+        e, a, tol = expected[key], actual[key], allowance.get(key, [0.0] * len(expected[key]))
+        total += len(e)
+        if len(e) != len(a):
+            diffs.append(DataDifference(key, f"{len(e)} steps", f"{len(a)} steps", "curve length changed"))
+            continue
+        out = [
+            DataDifference(f"{key}[{t}]", ev, av, f"|diff|={abs(av - ev):.4g} > allowance {al:.4g}")
+            for t, (ev, av, al) in enumerate(zip(e, a, tol, strict=True))
+            if not (abs(av - ev) <= al)
+        ]
+        if len(out) > max_outliers:
+            diffs += out
+    return DataComparison(
+        name, total, tuple(diffs), Tolerance(0.0, 0.0, f"{origin}; up to {max_outliers} outlier steps per curve")
+    )
+
+
 # -- messages ---------------------------------------------------------------------------------
 def _fmt(v: Any) -> str:
     if isinstance(v, float):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -543,6 +543,62 @@ def amp_record(request: pytest.FixtureRequest) -> Recorder:
     return Recorder(st, request.node)
 
 
+class TrainingChecks:
+    """Bring your own model: ``amp_training.check(setup, recipes)`` runs the parity, determinism
+    and gradient-census checks of the training suite on your model, records rows, and fails the
+    test with every miss. ``setup`` is a :class:`harness.training.Setup` (model factory, batch
+    function, loss, steps, lr, optimizer)."""
+
+    def __init__(self, recorder: Recorder, device: torch.device) -> None:
+        self._record, self._device = recorder, device
+
+    def check(self, setup: Any, recipes: Any, seeds: int = 3, determinism: bool = True, census: bool = True) -> Any:
+        from harness import training as T
+
+        report = T.check_parity(setup, recipes, seeds=seeds, device=self._device)
+        failures = []
+        for r in report.results:
+            ok = r.parity.passed if not r.recipe.control else r.parity.worst >= T.CONTROL_FACTOR
+            self._record(
+                f"{setup.name}.{r.recipe.name}.worst_diff_over_allowance",
+                r.parity.worst,
+                allowance=1.0,
+                outcome="pass" if ok else "fail",
+                device=self._device,
+                tags={"control": r.recipe.control, "skipped_steps": r.run.skipped_at},
+            )
+            if not ok:
+                want = f">= {T.CONTROL_FACTOR} (negative control)" if r.recipe.control else "<= 1"
+                failures.append(f"{r.recipe.name}: worst |diff|/allowance {r.parity.worst:.3g}, needs {want}")
+        if determinism:
+            for recipe in recipes:
+                same, first = T.is_deterministic(setup, recipe, self._device)
+                self._record(
+                    f"{setup.name}.{recipe.name}.deterministic",
+                    same,
+                    outcome="pass" if same else "fail",
+                    device=self._device,
+                )
+                if not same:
+                    failures.append(f"{recipe.name}: nondeterministic from step {first}")
+        if census:
+            c = T.gradient_census(T.fp32_gradients(setup, device=self._device))
+            self._record(f"{setup.name}.grad.underflow_share", c["underflow_share"], unit="share", device=self._device)
+            self._record(f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device)
+        if failures:
+            raise AssertionError(f"training checks of {setup.name!r} failed:\n  " + "\n  ".join(failures))
+        return report
+
+
+@pytest.fixture
+def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> TrainingChecks:
+    """Parity, determinism and census checks for a model of yours (see harness.training.Setup)."""
+    import torch
+
+    device = request.getfixturevalue("amp_device") if "amp_device" in request.fixturenames else torch.device("cpu")
+    return TrainingChecks(amp_record, device)
+
+
 class Baselines:
     """``amp_baseline.check(name, data, key=KeyKind.STACK)`` against ``baselines/<suite>/<key>/<name>.json``."""
 
@@ -563,6 +619,7 @@ class Baselines:
         key: bl.KeyKind = bl.KeyKind.STACK,
         tolerance: Tolerance = EXACT,
         device: str | None = None,
+        comparator: Callable[[Any, Any], DataComparison] | None = None,
     ) -> None:
         st = self._state
         dev = device or st.primary_device
@@ -580,6 +637,7 @@ class Baselines:
             regen_command=self.regen_command(),
             tolerance=tolerance,
             display=_display,
+            comparator=comparator,
         )
         st.used.add(str(outcome.path))
         diffs = 0 if outcome.comparison is None else len(outcome.comparison.differences)

@@ -57,7 +57,7 @@ class Tolerance:
             parts.append(f"rtol={self.rtol:.3g}")
         if self.atol:
             parts.append(f"atol={self.atol:.3g}")
-        return f"{', '.join(parts) or 'exact'} ({self.origin})"
+        return f"{', '.join(parts)} ({self.origin})" if parts else self.origin
 
     def as_dict(self) -> dict[str, Any]:
         return {"rtol": self.rtol, "atol": self.atol, "origin": self.origin}

@@ -85,7 +85,8 @@ INNER_ARGS = (
 
 
 def inject(pytester: pytest.Pytester, family: str, body: str) -> None:
-    """Write ``suites/<family>/conftest.py`` in the scratch directory with a fault injected."""
+    """Write ``suites/<family>/conftest.py`` in the scratch directory with a fault injected
+    (``family=""`` writes ``suites/conftest.py``, above a suite's own conftest, which then stays)."""
     d = pytester.path / "suites" / family
     d.mkdir(parents=True, exist_ok=True)
     (d / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n{body}", encoding="utf-8")

@@ -338,3 +338,43 @@ BROKEN_SCALERS = {
         BackoffFloorAtOne,
     )
 }
+
+
+# -- training regressions -------------------------------------------------------------------------
+def scaler_step_flushing_small_gradients(real, threshold: float = 1e-2):  # type: ignore[no-untyped-def]
+    """GradScaler.step that silently flushes unscaled gradients below a threshold to zero."""
+
+    def step(self, optimizer, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.unscale_(optimizer)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.masked_fill_(p.grad.abs() < threshold, 0.0)
+        return real(self, optimizer, *args, **kwargs)
+
+    return step
+
+
+def autocast_linear_dropping_bias(real):  # type: ignore[no-untyped-def]
+    """A fused low-precision GEMM kernel that ignores the bias under autocast."""
+
+    def linear(x, w, b=None):  # type: ignore[no-untyped-def]
+        return real(x, w, None if torch.is_autocast_enabled(x.device.type) else b)
+
+    return linear
+
+
+def scaler_silently_skipping_every_third_step(real):  # type: ignore[no-untyped-def]
+    """GradScaler.step that drops every third optimizer step without backing off (undetectable
+    as a skip from the scale)."""
+    calls = {"n": 0}
+
+    def step(self, optimizer, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            self.unscale_(optimizer)
+            self._per_optimizer_states[id(optimizer)]["stage"] = OptState.STEPPED
+            return None
+        return real(self, optimizer, *args, **kwargs)
+
+    return step

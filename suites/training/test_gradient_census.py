@@ -1,0 +1,77 @@
+"""Claim family: why fp16 needs loss scaling, measured (Micikevicius et al., 2018, Fig. 3).
+
+For the tiny language model: the fp32 gradient magnitudes; the share fp16 would flush to zero
+(below 2^-25) or hold as subnormals (below 2^-14); per loss scale 2^0 .. 2^24 the share recovered
+and the share that overflows. One report row per bucket; checked for consistency with what
+GradScaler does at those scales.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from harness import training as T
+
+
+def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_device, amp_record):
+    census = T.gradient_census(T.lm_gradients())
+    amp_record(
+        "lm.grad.underflow_share",
+        census["underflow_share"],
+        unit="share",
+        dtype="float16",
+        device=amp_device,
+        note="fp32 gradient values below half fp16's smallest subnormal (flushed to zero in fp16)",
+    )
+    amp_record("lm.grad.subnormal_share", census["subnormal_share"], unit="share", dtype="float16", device=amp_device)
+    for q, v in census["log2_quantiles"].items():
+        amp_record(f"lm.grad.log2_quantile_{q}", v, unit="log2", device=amp_device)
+    for row in census["per_scale"]:
+        for k in ("underflow_share", "recovered_share", "overflow_share"):
+            amp_record(
+                f"lm.grad.scale_2^{row['scale_log2']}.{k}",
+                row[k],
+                unit="share",
+                dtype="float16",
+                device=amp_device,
+                tags={"scale_log2": row["scale_log2"]},
+            )
+    per = census["per_scale"]
+    under = [r["underflow_share"] for r in per]
+    over = [r["overflow_share"] for r in per]
+    assert all(a >= b for a, b in itertools.pairwise(under)), f"underflow share must not grow with the scale: {under}"
+    assert all(a <= b for a, b in itertools.pairwise(over)), f"overflow share must not shrink with the scale: {over}"
+    assert per[0]["underflow_share"] == census["underflow_share"], "scale 2^0 must leave the underflow share as it is"
+    first_over = next((2.0 ** r["scale_log2"] for r in per if r["overflow_share"] > 0), None)
+    if first_over is not None:  # the scaler must skip where scaled parameter gradients overflow fp16
+        skipped = _scaler_skips_at(first_over, amp_device)
+        amp_record(
+            "lm.scaler_skips_where_census_predicts_overflow",
+            skipped,
+            outcome="pass" if skipped else "fail",
+            device=amp_device,
+            tags={"scale": first_over},
+        )
+        assert skipped, (
+            f"the census predicts fp16 overflow of parameter gradients at scale {first_over}, but GradScaler did not skip"
+        )
+
+
+def _scaler_skips_at(scale: float, device: torch.device) -> bool:
+    """One fp16-autocast step of the LM (the census's weights and batch) with GradScaler at ``scale``."""
+    setup = T.SETUPS["tiny_lm"]
+    torch.manual_seed(0)
+    model = setup.model(0).to(device)
+    gen = torch.Generator().manual_seed(10_000)
+    for _ in range(6):
+        x, y = setup.batch(0, gen)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler(device.type, init_scale=scale)
+    with torch.autocast(device.type, dtype=torch.float16):
+        loss = setup.loss(model(x.to(device)).float(), y.to(device))
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    return scaler.get_scale() < scale
