@@ -74,6 +74,35 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from harness import dashboard as db
+
+    loaded = db.write_dashboard(args.reports, args.output, window=args.window)
+    for problem in loaded.problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    print(f"dashboard: {len(loaded.runs)} runs, {len(loaded.rows)} rows -> {args.output}")
+    return 0 if len(loaded.runs) else 2
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from harness import dashboard as db
+
+    a, b = rp.load(args.run_a), rp.load(args.run_b)
+    table = db.compare(a.rows, b.rows)
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 70):
+        print(
+            f"A: {a.meta.get('run_id')} ({a.meta.get('profile')})   B: {b.meta.get('run_id')} ({b.meta.get('profile')})"
+        )
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep=""))
+    flagged = int((table["flag"] != "").sum())
+    print(f"{len(table)} shared metrics, {flagged} beyond their allowance")
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="amp-harness", description=__doc__)
     parser.add_argument("--version", action="version", version=f"amp-harness {__version__}")
@@ -87,6 +116,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     r = sub.add_parser("report", help="summarise a run report (a run directory, or the latest under a report dir)")
     r.add_argument("path", nargs="?", default="amp-reports")
     r.set_defaults(func=_cmd_report)
+    d = sub.add_parser("dashboard", help="one self-contained HTML dashboard over many run reports")
+    d.add_argument("reports", nargs="+", help="run directories, report directories or rows.parquet files")
+    d.add_argument("-o", "--output", default="dashboard.html")
+    d.add_argument("--window", type=int, default=5, help="previous runs whose median is the reference (default 5)")
+    d.set_defaults(func=_cmd_dashboard)
+    c = sub.add_parser("compare", help="two runs side by side: values, delta, allowance, flag")
+    c.add_argument("run_a")
+    c.add_argument("run_b")
+    c.add_argument("--csv", help="also write the table as CSV")
+    c.set_defaults(func=_cmd_compare)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

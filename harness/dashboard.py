@@ -1,0 +1,304 @@
+"""Regression dashboard and run comparison over many run reports.
+
+Loading and flagging are pandas; rendering is one self-contained HTML file (inline CSS, plots as
+inline PNG, no scripts, no network). Regression flags follow large CI dashboards: a metric's
+latest value is compared with the median of the previous ``window`` runs of the same hardware
+profile; a move beyond its allowance is flagged in either direction (an unexpected improvement
+too); "regression" when the last 2 or more points violate, "suspicious" for an isolated
+violation, "insufficient data" when the history is shorter than ``min_history``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import report as rp
+
+#: Previous runs whose median is the reference of a point (as CI dashboards of large projects use).
+WINDOW = 5
+#: Fewer previous runs than this: "insufficient data" rather than a verdict.
+MIN_HISTORY = 3
+#: Without an allowance in the rows, a move beyond this many robust standard deviations of the
+#: history (1.4826 x MAD, the normal-consistent median absolute deviation) is a violation:
+#: 3 sigma, the conventional control-chart limit.
+SIGMAS = 3.0
+MAD_TO_SIGMA = 1.4826
+KEY = ["suite", "check", "metric", "dtype", "device"]
+
+
+@dataclass
+class Loaded:
+    rows: pd.DataFrame
+    runs: pd.DataFrame
+    problems: list[str] = field(default_factory=list)
+
+
+def _report_dirs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            out.append(p.parent)
+        elif (p / rp.ROWS_PARQUET).exists() or (p / rp.RUN_JSON).exists():
+            out.append(p)
+        elif p.is_dir():
+            out += [d for d in sorted(p.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+        else:
+            out.append(p)
+    return out
+
+
+def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
+    """Load run reports; a corrupt or unsupported one is named in ``problems`` and skipped."""
+    rows, runs, problems = [], [], []
+    for d in _report_dirs(paths):
+        try:
+            r = rp.load(d)
+        except rp.ReportError as exc:
+            problems.append(str(exc))
+            continue
+        df = r.rows.copy()
+        for col in rp.COLUMNS:  # older schemas lack some columns: fill them
+            if col not in df.columns:
+                df[col] = pd.NA
+        rows.append(df[list(rp.COLUMNS)])
+        meta = r.meta
+        fp = meta.get("fingerprint", {})
+        tests = meta.get("tests", {})
+        runs.append(
+            {
+                "run_id": meta.get("run_id", d.name),
+                "started": meta.get("started"),
+                "profile": meta.get("profile"),
+                "device": meta.get("primary_device"),
+                "torch": fp.get("torch_version"),
+                "cuda": fp.get("cuda_version"),
+                "harness": meta.get("harness_version"),
+                "schema": meta.get("schema_version"),
+                "verdict": "FAIL" if tests.get("failed") or tests.get("error") else "PASS",
+                "rows": len(df),
+            }
+        )
+    rows_df = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(rp.COLUMNS))
+    runs_df = pd.DataFrame(
+        runs,
+        columns=["run_id", "started", "profile", "device", "torch", "cuda", "harness", "schema", "verdict", "rows"],
+    )
+    return Loaded(rows_df, runs_df.sort_values("started", na_position="first").reset_index(drop=True), problems)
+
+
+def metric_ids(df: pd.DataFrame) -> pd.Series:
+    """``suite/check/metric/dtype/device``: what identifies a metric across runs (vectorised)."""
+    parts = [df[k].astype("string").fillna("") for k in KEY]
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + "/" + p
+    return out
+
+
+def series(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """One numeric value per (profile, metric id, run), ordered by run start time."""
+    df = rows.dropna(subset=["value"]).copy()
+    df["metric_id"] = metric_ids(df)
+    order = {r: i for i, r in enumerate(runs["run_id"])}
+    df["order"] = df["run_id"].map(order)
+    df = df.groupby(["profile", "metric_id", "run_id"], as_index=False, sort=False).agg(
+        value=("value", "median"), allowance=("allowance", "max"), order=("order", "first"), suite=("suite", "first")
+    )
+    return df.sort_values(["profile", "metric_id", "order"]).reset_index(drop=True)
+
+
+def flag_history(
+    values: Sequence[float],
+    allowances: Sequence[float | None] | None = None,
+    window: int = WINDOW,
+    min_history: int = MIN_HISTORY,
+) -> dict[str, Any]:
+    """The flag of the latest point of one series (pure; the rules of the module docstring)."""
+    vals = [float(v) for v in values]
+    allow = list(allowances) if allowances is not None else [None] * len(vals)
+
+    def violation(i: int) -> int:
+        prev = vals[max(0, i - window) : i]
+        if len(prev) < min_history:
+            return 0
+        ref = statistics.median(prev)
+        a = allow[i]
+        if a is None or (isinstance(a, float) and math.isnan(a)):
+            a = SIGMAS * MAD_TO_SIGMA * statistics.median(abs(v - ref) for v in prev)
+        d = vals[i] - ref
+        return 0 if abs(d) <= a else (1 if d > 0 else -1)
+
+    n = len(vals)
+    if n - 1 < min_history:
+        return {"flag": "insufficient data", "direction": "", "reference": None}
+    last, before = violation(n - 1), violation(n - 2) if n >= 2 else 0
+    ref = statistics.median(vals[max(0, n - 1 - window) : n - 1])
+    direction = "up" if last > 0 else "down" if last < 0 else ""
+    if last and before == last:
+        return {"flag": "regression", "direction": direction, "reference": ref}
+    if last:
+        return {"flag": "suspicious", "direction": direction, "reference": ref}
+    return {"flag": "ok", "direction": "", "reference": ref}
+
+
+def flags(ser: pd.DataFrame, window: int = WINDOW, min_history: int = MIN_HISTORY) -> pd.DataFrame:
+    out = []
+    for (profile, metric), g in ser.groupby(["profile", "metric_id"], sort=False):
+        f = flag_history(g["value"].tolist(), g["allowance"].tolist(), window, min_history)
+        out.append(
+            {
+                "profile": profile,
+                "metric_id": metric,
+                "suite": g["suite"].iloc[-1],
+                "latest": g["value"].iloc[-1],
+                "points": len(g),
+                **f,
+            }
+        )
+    return pd.DataFrame(
+        out, columns=["profile", "metric_id", "suite", "latest", "points", "flag", "direction", "reference"]
+    )
+
+
+def pass_fail_matrix(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """suite x profile for the latest run of each profile: FAIL, NOISY, PASS or INFO."""
+    latest = runs.dropna(subset=["profile"]).groupby("profile").tail(1)["run_id"]
+    df = rows[rows["run_id"].isin(latest)]
+    rank = {"fail": 3, "noisy": 2, "pass": 1, "known": 1, "info": 0, "skip": 0}
+    worst = df.assign(r=df["outcome"].map(rank).fillna(0)).groupby(["suite", "profile"])["r"].max()
+    names = {3: "FAIL", 2: "NOISY", 1: "PASS", 0: "INFO"}
+    return worst.map(lambda v: names[int(v)]).unstack("profile").fillna("-")
+
+
+def largest_changes(ser: pd.DataFrame, top: int = 20) -> pd.DataFrame:
+    """Latest vs previous run of the same profile, by relative change."""
+    g = ser.groupby(["profile", "metric_id"], sort=False)
+    last = g.tail(1).set_index(["profile", "metric_id"])
+    prev = g.nth(-2).set_index(["profile", "metric_id"]) if len(ser) else last.iloc[:0]
+    both = last[["value"]].merge(prev[["value"]], left_index=True, right_index=True, suffixes=("", "_previous"))
+    both["delta"] = both["value"] - both["value_previous"]
+    both["relative"] = both["delta"] / both["value_previous"].abs().where(both["value_previous"] != 0)
+    both = both.dropna(subset=["relative"])
+    return both.reindex(both["relative"].abs().sort_values(ascending=False).index).head(top).reset_index()
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Every metric shared by two runs: both values, delta, relative delta, allowance, flag."""
+
+    def per_metric(df: pd.DataFrame) -> pd.DataFrame:
+        d = df.dropna(subset=["value"]).copy()
+        d["metric_id"] = metric_ids(d)
+        return d.groupby("metric_id").agg(value=("value", "median"), allowance=("allowance", "max"))
+
+    j = per_metric(a).merge(per_metric(b), left_index=True, right_index=True, suffixes=("_a", "_b"))
+    j["delta"] = j["value_b"] - j["value_a"]
+    j["relative"] = j["delta"] / j["value_a"].abs().where(j["value_a"] != 0)
+    j["allowance"] = j["allowance_b"].fillna(j["allowance_a"])
+    beyond = j["allowance"].notna() & (j["delta"].abs() > j["allowance"])
+    j["flag"] = beyond.map({True: "BEYOND ALLOWANCE", False: ""})
+    return j[["value_a", "value_b", "delta", "relative", "allowance", "flag"]].reset_index()
+
+
+# -- rendering --------------------------------------------------------------------------------------
+#: Trend plots drawn: flagged metrics first, then the largest changes, up to this many.
+MAX_PLOTS = 24
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _plots(ser: pd.DataFrame, metrics: Sequence[str]) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for m in metrics:
+        fig, ax = plt.subplots(figsize=(5, 2.4))
+        for profile, g in ser[ser["metric_id"] == m].groupby("profile"):
+            ax.plot(range(len(g)), g["value"].to_numpy(), marker="o", ms=3, label=str(profile))
+        ax.set_title(m, fontsize=8)
+        ax.set_xlabel("run (oldest to newest)", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6)
+        out.append((m, _png(fig)))
+        plt.close(fig)
+    return out
+
+
+def _table(df: pd.DataFrame, cls: str = "") -> str:
+    return df.to_html(index=False, classes=cls, border=0, na_rep="", float_format=lambda v: f"{v:.6g}", escape=True)
+
+
+CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
+th{background:#f0f0f0}.FAIL,.regression{background:#f8c8c8}.suspicious,.NOISY{background:#fbe8b0}.PASS,.ok{background:#d4efd4}
+.plots figure{display:inline-block;margin:4px}.plots img{border:1px solid #ddd}.problems{color:#a00}"""
+
+
+def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY, max_plots: int = MAX_PLOTS) -> str:
+    ser = series(loaded.rows, loaded.runs)
+    fl = flags(ser, window, min_history)
+    matrix = pass_fail_matrix(loaded.rows, loaded.runs)
+    changes = largest_changes(ser)
+    flagged = fl[fl["flag"].isin(["regression", "suspicious"])]
+    chosen = list(dict.fromkeys([*flagged["metric_id"], *changes["metric_id"]]))[:max_plots]
+    plots = _plots(ser, chosen)
+    counts = fl["flag"].value_counts().to_dict()
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>amp-harness dashboard</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>amp-harness regression dashboard</h1>",
+        f"<p>{len(loaded.runs)} runs, {ser['metric_id'].nunique()} metrics; flags: "
+        + ", ".join(f"{html.escape(str(k))}: {v}" for k, v in sorted(counts.items()))
+        + "</p>",
+    ]
+    if loaded.problems:
+        parts.append(
+            "<h2>Reports skipped</h2><ul class='problems'>"
+            + "".join(f"<li>{html.escape(p)}</li>" for p in loaded.problems)
+            + "</ul>"
+        )
+    parts += ["<h2>Runs</h2>", _table(loaded.runs, "runs")]
+    parts += [
+        "<h2>Pass/fail matrix (latest run of each profile)</h2>",
+        matrix.reset_index().to_html(index=False, border=0, classes="matrix"),
+    ]
+    parts += [
+        f"<h2>Regression flags (median of the previous {window} runs; 2+ violating points = regression)</h2>",
+        _table(flagged.sort_values(["flag", "metric_id"]), "flags") if len(flagged) else "<p>none</p>",
+    ]
+    parts += ["<h2>Largest changes since the previous run</h2>", _table(changes, "changes")]
+    parts += ["<h2>Trends</h2><div class='plots'>"]
+    parts += [f"<figure><img alt='{html.escape(m)}' src='data:image/png;base64,{b64}'></figure>" for m, b64 in plots]
+    parts += ["</div></body></html>"]
+    out = "\n".join(parts)
+    # colour cells by their text (no scripts): wrap known words
+    for word in ("FAIL", "PASS", "NOISY", "regression", "suspicious"):
+        out = out.replace(f"<td>{word}</td>", f"<td class='{word}'>{word}</td>")
+    return out
+
+
+def write_dashboard(paths: Iterable[str | os.PathLike[str]], output: str | os.PathLike[str], **kw: Any) -> Loaded:
+    loaded = load_reports(paths)
+    text = render(loaded, **kw)
+    out = Path(output)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, out)
+    return loaded
