@@ -103,6 +103,56 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import torch
+
+    from harness import bench, profiles
+    from harness.hardware import detect
+    from harness.provenance import provenance
+
+    fp = detect()
+    device = torch.device(args.device)
+    profile = args.profile or (fp.cuda_profile if device.type == "cuda" else fp.cpu_profile) or "generic"
+    root = Path(args.baseline_dir)
+    existing = profiles.load(root, profile)
+    prof = profiles.Profile(
+        profile,
+        existing.description if profiles.path_for(root, profile).exists() else f"{profile} (calibrated)",
+        judge=True,
+        peak_flops=existing.peak_flops,
+        peak_origin=existing.peak_origin,
+    )
+    for workload, dtype in profiles.DEFAULT_CASES:
+        w = bench.WORKLOADS[workload]
+        dt = getattr(torch, dtype)
+        speedups = []
+        for run in range(args.runs):
+            t = bench.interleaved(w.make(device, None), w.make(device, dt), device, rounds=args.rounds)
+            speedups.append(t.speedup)
+            print(
+                f"  {workload}/{dtype} run {run + 1}/{args.runs}: speedup {t.speedup:.3g} (IQR {t.spread:.3g})",
+                flush=True,
+            )
+        prof.thresholds[f"{workload}/{dtype}"] = profiles.threshold_from_calibration(speedups)
+    from harness.provenance import git_commit
+
+    prof.provenance = {
+        **provenance(fp, device=str(device), profile=profile, commit=git_commit(Path.cwd())),
+        "runs": args.runs,
+        "rounds": args.rounds,
+    }
+    path = profiles.save(root, prof)
+    print(f"profile {profile}: thresholds written to {path}")
+    return 0
+
+
+def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
+    from harness import qualify
+
+    required = [c for c, _ in qualify.CAPABILITIES if c not in args.optional]
+    return qualify.run(rest, Path(args.report_dir), required)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="amp-harness", description=__doc__)
     parser.add_argument("--version", action="version", version=f"amp-harness {__version__}")
@@ -126,7 +176,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("run_b")
     c.add_argument("--csv", help="also write the table as CSV")
     c.set_defaults(func=_cmd_compare)
-    args = parser.parse_args(argv)
+    k = sub.add_parser("calibrate", help="measure AMP speedups here and write this profile's thresholds")
+    k.add_argument("--profile", help="profile id (default: detected)")
+    k.add_argument("--device", default="cpu")
+    k.add_argument("--runs", type=int, default=5, help="independent measurements per workload (default 5)")
+    k.add_argument("--rounds", type=int, default=7, help="interleaved rounds per measurement (default 7)")
+    k.add_argument("--baseline-dir", default="baselines")
+    k.set_defaults(func=_cmd_calibrate)
+    q = sub.add_parser(
+        "qualify", help="run the suites (extra arguments go to pytest) and print a verdict per capability"
+    )
+    q.add_argument("--report-dir", default="amp-reports", help="run report and JUnit XML go here (default amp-reports)")
+    q.add_argument(
+        "--optional",
+        action="append",
+        default=[],
+        metavar="CAPABILITY",
+        help="a capability whose FAIL/NOISY does not decide the exit status (repeatable), e.g. speed",
+    )
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "qualify":
+        return _cmd_qualify(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return int(args.func(args))
     except rp.ReportError as exc:

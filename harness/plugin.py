@@ -183,9 +183,13 @@ def _parse_options(config: pytest.Config) -> Options:
             f"choose from {', '.join(DTYPE_NAMES)}"
         )
     profile = config.getoption("--amp-profile")
+    bdir_opt = config.getoption("--amp-baseline-dir")
+    baseline_dir = Path(bdir_opt) if bdir_opt else rootdir / "baselines"
     if profile is not None:
+        from harness.profiles import known
+
         try:
-            profile = validate_profile(str(profile))
+            profile = validate_profile(str(profile), known(baseline_dir))
         except ProfileError as exc:
             raise pytest.UsageError(f"--amp-profile: {exc}") from None
     regen, accept = bool(config.getoption("--amp-regen")), bool(config.getoption("--amp-accept-all"))
@@ -194,7 +198,6 @@ def _parse_options(config: pytest.Config) -> Options:
             "--amp-regen (rewrite and fail) and --amp-accept-all (rewrite and pass) exclude each other"
         )
     mode = bl.Mode.ACCEPT if accept else bl.Mode.REGEN if regen else bl.Mode.CHECK
-    bdir = config.getoption("--amp-baseline-dir")
     rdir = config.getoption("--amp-report-dir")
     report_dir = None if config.getoption("--amp-no-report") else Path(rdir) if rdir else rootdir / "amp-reports"
     return Options(
@@ -202,7 +205,7 @@ def _parse_options(config: pytest.Config) -> Options:
         dtypes=tuple(dict.fromkeys(raw)),
         profile=profile,
         tier=str(config.getoption("--amp-tier")),
-        baseline_dir=Path(bdir) if bdir else rootdir / "baselines",
+        baseline_dir=baseline_dir,
         mode=mode,
         report_dir=report_dir,
     )
@@ -541,6 +544,20 @@ def amp_record(request: pytest.FixtureRequest) -> Recorder:
     st = state_of(request.config)
     st.activated = True
     return Recorder(st, request.node)
+
+
+@pytest.fixture
+def amp_hardware_profile(request: pytest.FixtureRequest) -> Any:
+    """The :class:`harness.profiles.Profile` (thresholds, peaks) of the device under test."""
+    from harness import profiles
+
+    st = state_of(request.config)
+    st.activated = True
+    device = str(request.getfixturevalue("amp_device")) if "amp_device" in request.fixturenames else st.primary_device
+    try:
+        return profiles.load(st.options.baseline_dir, st.profile_for(device))
+    except profiles.ProfileFileError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 class TrainingChecks:

@@ -1,0 +1,220 @@
+"""AMP-vs-fp32 speed measured as a ratio in one run, interleaved, with a variance gate.
+
+Timing uses ``torch.utils.benchmark.Timer`` on the CPU and CUDA events (after a synchronise) on
+CUDA; fp32 and AMP alternate round by round (A B A B ...) so drift of the machine hits both, and
+the speedup is the median of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+Fn = Callable[[], Any]
+
+#: The smallest AMP slowdown the speed gate must catch (the qualification requirement: a 1.3x
+#: slower AMP path fails). Thresholds are placed between it and the calibration runs.
+DETECT_SLOWDOWN = 1.3
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    #: (device, autocast dtype or None for fp32) -> a zero-argument function doing one iteration
+    make: Callable[[torch.device, torch.dtype | None], Fn]
+    #: floating-point operations of one iteration (None: not a FLOP-bound workload)
+    flops: float | None
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+def _matmul(n: int) -> Callable[[torch.device, torch.dtype | None], Fn]:
+    def make(device: torch.device, dtype: torch.dtype | None) -> Fn:
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(n, n, generator=g).to(device), torch.randn(n, n, generator=g).to(device)
+
+        def run() -> Any:
+            with _autocast(device, dtype):
+                return a @ b
+
+        return run
+
+    return make
+
+
+def _linear_fwd_bwd(device: torch.device, dtype: torch.dtype | None) -> Fn:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(1024, 1024).to(device)
+    x = torch.randn(256, 1024, device=device)
+
+    def run() -> Any:
+        with _autocast(device, dtype):
+            y = layer(x)
+        y.float().sum().backward()
+
+    return run
+
+
+def _sdpa(device: torch.device, dtype: torch.dtype | None) -> Fn:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 8, 256, 64, generator=g).to(device) for _ in range(3))
+
+    def run() -> Any:
+        with _autocast(device, dtype):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return run
+
+
+def _layer_norm(device: torch.device, dtype: torch.dtype | None) -> Fn:
+    x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0)).to(device)
+    ln = torch.nn.LayerNorm(1024).to(device)
+
+    def run() -> Any:
+        with _autocast(device, dtype):
+            return ln(x)
+
+    return run
+
+
+def _lm_step(device: torch.device, dtype: torch.dtype | None) -> Fn:
+    from harness import training as T
+
+    setup = T.SETUPS["tiny_lm"]
+    model = setup.model(0).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x, y = setup.batch(0, torch.Generator().manual_seed(0))
+    x, y = x.to(device), y.to(device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
+
+    def run() -> Any:
+        opt.zero_grad()
+        with _autocast(device, dtype):
+            loss = setup.loss(model(x).float(), y)
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        scaler.step(opt)
+        scaler.update()
+
+    return run
+
+
+def _mm_flops(n: int) -> float:
+    return 2.0 * n**3
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("matmul_256", _matmul(256), _mm_flops(256)),
+        Workload("matmul_512", _matmul(512), _mm_flops(512)),
+        Workload("matmul_1024", _matmul(1024), _mm_flops(1024)),
+        Workload("linear_fwd_bwd", _linear_fwd_bwd, 3 * 2.0 * 256 * 1024 * 1024),
+        Workload("sdpa", _sdpa, 2 * 2.0 * 2 * 8 * 256 * 256 * 64),
+        Workload("layer_norm", _layer_norm, None),
+        Workload("lm_train_step", _lm_step, None),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-round seconds per iteration of fp32 and AMP, interleaved."""
+
+    fp32_s: tuple[float, ...]
+    amp_s: tuple[float, ...]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [a / b for a, b in zip(self.fp32_s, self.amp_s, strict=True)]
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the per-round speedups (absolute, in speedup units)."""
+        r = self.ratios
+        if len(r) < 4:
+            return max(r) - min(r)
+        q = statistics.quantiles(r, n=4)
+        return q[2] - q[0]
+
+    @property
+    def amp_median_s(self) -> float:
+        return statistics.median(self.amp_s)
+
+    @property
+    def fp32_median_s(self) -> float:
+        return statistics.median(self.fp32_s)
+
+
+def _time_block(fn: Fn, device: torch.device, number: int) -> float:
+    """Seconds per iteration of ``number`` iterations."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return float(start.elapsed_time(end)) / 1000.0 / number
+    from torch.utils.benchmark import Timer
+
+    return float(Timer("fn()", globals={"fn": fn}).timeit(number).mean)
+
+
+#: Target duration of one timed block: long against timer resolution and Python overhead (~us),
+#: short enough that several interleaved rounds fit the suite's budget.
+BLOCK_S = 0.02
+
+
+def interleaved(
+    fp32: Fn, amp: Fn, device: torch.device, rounds: int, number: int | None = None, warmup: int = 2
+) -> Timing:
+    """Warm both up, then time fp32 and AMP alternately, ``rounds`` times; ``number`` iterations per
+    block (default: enough for BLOCK_S of the slower one)."""
+    for _ in range(warmup):
+        fp32()
+        amp()
+    if number is None:
+        slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))
+        number = max(1, round(BLOCK_S / slowest))
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(_time_block(fp32, device, number))
+        b.append(_time_block(amp, device, number))
+    return Timing(tuple(a), tuple(b))
+
+
+def is_noisy(timing: Timing, threshold: float | None) -> bool:
+    """Too noisy for the threshold to mean anything: the run's own spread reaches from its median
+    across the threshold (the verdict could flip within the measurement's variation)."""
+    if threshold is None:
+        return False
+    return abs(timing.speedup - threshold) < timing.spread
+
+
+def slowed(fn: Fn, factor: float, seconds_per_call: float) -> Fn:
+    """``fn`` made ``factor`` times slower by busy-waiting (for the harness's negative controls)."""
+    import time
+
+    extra = (factor - 1.0) * seconds_per_call
+
+    def run() -> Any:
+        out = fn()
+        end = time.perf_counter() + extra
+        while time.perf_counter() < end:
+            pass
+        return out
+
+    return run
