@@ -32,7 +32,19 @@ def _cmd_baselines(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     serializer = bl.Serializer()
     bad = 0
+    from harness import profiles
+
     files = sorted(p for p in root.rglob(f"*{bl.SUFFIX}") if not p.name.endswith(bl.OBTAINED_SUFFIX))
+    for path in [p for p in files if p.parent.name == profiles.DIR]:
+        try:
+            prof = profiles.load(root, path.stem)
+        except profiles.ProfileFileError as exc:
+            bad += 1
+            print(f"BAD  {exc}")
+            continue
+        judged = sum(t.expect == "judge" for t in prof.thresholds.values())
+        print(f"ok   {path}  (profile: {judged} judged thresholds, {'judges' if prof.judge else 'records only'})")
+    files = [p for p in files if p.parent.name != profiles.DIR]
     for path in files:
         try:
             doc = serializer.loads(path.read_text(encoding="utf-8"), path, "Regenerate it with pytest --amp-regen")
