@@ -103,12 +103,14 @@ class State:
             return self.options.profile
         return detected
 
+    worker_id: str | None = None
+
     @property
     def primary_device(self) -> str:
         d = self.options.devices
-        if d == "auto":
-            return "cuda:0" if self.fingerprint.gpus else "cpu"
-        return "cuda:0" if d == "cuda" else d
+        if d in ("auto", "cuda") and self.fingerprint.gpus:
+            return f"cuda:{gpu_for_worker(self.worker_id, len(self.fingerprint.gpus))}"
+        return "cpu" if d == "auto" else d
 
 
 STATE = pytest.StashKey[State]()
@@ -255,6 +257,7 @@ def pytest_configure(config: pytest.Config) -> None:
         started=rp.now_iso(),
         store=bl.BaselineStore(options.baseline_dir),
         is_worker=workerinput is not None,
+        worker_id=workerinput.get("workerid") if workerinput else None,
     )
 
 
@@ -291,18 +294,31 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     st = state_of(metafunc.config)
     if "amp_device" in metafunc.fixturenames:
-        devices = _selected_devices(st.options.devices)
-        metafunc.parametrize("amp_device", devices, indirect=True, ids=[d.replace(":", "") for d in devices])
+        worker = getattr(metafunc.config, "workerinput", {}).get("workerid")
+        devices = _selected_devices(st.options.devices, worker)
+        # ids without the index: every xdist worker must collect the same test ids
+        metafunc.parametrize("amp_device", devices, indirect=True, ids=[d.split(":")[0] for d in devices])
     if "amp_dtype" in metafunc.fixturenames:
         metafunc.parametrize("amp_dtype", list(st.options.dtypes), indirect=True)
 
 
-def _selected_devices(devices: str) -> list[str]:
-    if devices == "auto":
+def gpu_for_worker(worker_id: str | None, gpus: int) -> int:
+    """Under pytest-xdist each worker (gw0, gw1, ...) gets its own GPU, round robin."""
+    if not worker_id or gpus <= 0:
+        return 0
+    digits = "".join(ch for ch in worker_id if ch.isdigit())
+    return int(digits or 0) % gpus
+
+
+def _selected_devices(devices: str, worker_id: str | None = None) -> list[str]:
+    if devices == "auto" or devices == "cuda":
         import torch
 
-        return ["cpu", "cuda:0"] if torch.cuda.is_available() else ["cpu"]
-    return ["cuda:0" if devices == "cuda" else devices]
+        if not torch.cuda.is_available():
+            return ["cpu"]
+        gpu = f"cuda:{gpu_for_worker(worker_id, torch.cuda.device_count())}"
+        return ["cpu", gpu] if devices == "auto" else [gpu]
+    return [devices]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -27,6 +27,7 @@ CAPABILITIES: tuple[tuple[str, str], ...] = (
     ("training parity", "suites/training/"),
     ("speed", "suites/speed/"),
     ("memory", "suites/memory/"),
+    ("distributed", "suites/distributed/"),
 )
 
 

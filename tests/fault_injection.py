@@ -378,3 +378,65 @@ def scaler_silently_skipping_every_third_step(real):  # type: ignore[no-untyped-
         return real(self, optimizer, *args, **kwargs)
 
     return step
+
+
+# -- distributed regressions (resolved by name inside the spawned ranks) ----------------------------
+def compress_hook_without_division(state, bucket):  # type: ignore[no-untyped-def]
+    """fp16 compression that forgets to divide by the world size: gradients W times too large."""
+    import torch.distributed as dist
+
+    compressed = bucket.buffer().to(torch.float16)
+    fut = dist.all_reduce(compressed, async_op=True).get_future()
+
+    def decompress(f):  # type: ignore[no-untyped-def]
+        out = bucket.buffer()
+        out.copy_(f.value()[0])
+        return out
+
+    return fut.then(decompress)
+
+
+def compress_hook_losing_mantissa(state, bucket):  # type: ignore[no-untyped-def]
+    """fp16 compression that rounds through bf16 first (3 mantissa bits lost before the all-reduce)."""
+    import torch.distributed as dist
+
+    compressed = bucket.buffer().to(torch.bfloat16).to(torch.float16).div_(dist.get_world_size())
+    fut = dist.all_reduce(compressed, async_op=True).get_future()
+
+    def decompress(f):  # type: ignore[no-untyped-def]
+        out = bucket.buffer()
+        out.copy_(f.value()[0])
+        return out
+
+    return fut.then(decompress)
+
+
+class LocalInfScaler(GradScaler):
+    """A sharded scaler that checks only its own shard and does not share the inf flag."""
+
+    def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    local = getattr(p.grad, "_local_tensor", p.grad)
+                    local.mul_(inv_scale)
+                    if not bool(torch.isfinite(local).all()):
+                        found_inf.fill_(1.0)
+        return {found_inf.device: found_inf}
+
+
+def rank_crashes(rank: int, world: int) -> None:
+    if rank == 1:
+        raise ValueError("rank 1 broke on purpose")
+    import torch.distributed as dist
+
+    dist.barrier()  # rank 0 waits for a peer that is gone
+
+
+def rank_hangs(rank: int, world: int) -> None:
+    import time
+
+    if rank == 1:
+        time.sleep(3600)

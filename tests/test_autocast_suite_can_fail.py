@@ -7,8 +7,7 @@ conftest patches torch (only inside autocast regions) the way a regression would
 from __future__ import annotations
 
 import pytest
-
-from conftest import INNER_ARGS, inject
+from helpers import INNER_ARGS, inject
 
 ARGS = INNER_ARGS
 POLICY = "autocast/test_op_policy.py"

@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from conftest import INNER_ARGS, inject
+from helpers import INNER_ARGS, inject
 
 ROUNDING = "formats/test_cast_rounding.py"
 

@@ -130,3 +130,11 @@ def test_plugin_imports_torch_lazily():
 
 def test_every_known_profile_is_documented():
     assert all(desc.strip() for desc in KNOWN_PROFILES.values())
+
+
+def test_xdist_workers_are_pinned_to_their_own_gpu_round_robin():
+    from harness.plugin import gpu_for_worker
+
+    assert [gpu_for_worker(f"gw{i}", 4) for i in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert gpu_for_worker(None, 4) == 0
+    assert gpu_for_worker("gw3", 0) == 0

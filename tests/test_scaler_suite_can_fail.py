@@ -4,8 +4,7 @@ caught by the check named here (the message shows which invariant or post-condit
 from __future__ import annotations
 
 import pytest
-
-from conftest import INNER_ARGS, inject
+from helpers import INNER_ARGS, inject
 
 ARGS = INNER_ARGS
 FILES = ("scaler/test_gradscaler_state_machine.py", "scaler/test_overflow_in_training.py")

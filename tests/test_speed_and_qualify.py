@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import INNER_ARGS, REPO, inject
 
-from conftest import INNER_ARGS, REPO, inject
 from harness import bench, profiles, qualify
 from harness.hardware import detect
 

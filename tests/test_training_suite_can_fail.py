@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from conftest import INNER_ARGS, inject
+from helpers import INNER_ARGS, inject
 
 PARITY = "training/test_loss_parity.py"
 CURVES = "training/test_golden_curves.py"

@@ -1,0 +1,252 @@
+"""Mixed precision on torch.distributed: a rank launcher that cannot hang a test run, and the
+rank programs of the distributed suite (DDP compression hooks, DDP + AMP parity, FSDP2 mixed
+precision policies, sharded gradient scaling).
+
+Ranks are spawned processes (gloo on the CPU, NCCL with 2+ GPUs) rendezvousing through a file
+store in a fresh temporary directory, so parallel runs never compete for a port. Each rank writes
+its result (or its traceback) to a file; the launcher joins with a timeout, kills stragglers, and
+raises with the failing rank's traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import tempfile
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: Per-launch limit: spawning 2 ranks and importing torch takes ~3 s here; a rank that has not
+#: finished after this long is hung (deadlocked collective, crashed peer).
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class RankError(RuntimeError):
+    """A rank failed or hung; the message carries its traceback or the timeout."""
+
+
+def resolve(spec: str) -> Callable[..., Any]:
+    """``"package.module:function"`` -> the function (importable in the spawned ranks)."""
+    module, _, name = spec.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    assert callable(fn)
+    return fn  # type: ignore[no-any-return]
+
+
+def _entry(rank: int, world: int, spec: str, kwargs: dict[str, Any], workdir: str, backend: str) -> None:
+    out = Path(workdir) / f"rank{rank}.json"
+    try:
+        warnings.simplefilter("ignore")  # rank chatter is not the result; errors are
+        import torch.distributed as dist
+
+        dist.init_process_group(backend, init_method=f"file://{workdir}/store", rank=rank, world_size=world)
+        try:
+            result = resolve(spec)(rank=rank, world=world, **kwargs)
+        finally:
+            dist.destroy_process_group()
+        out.write_text(json.dumps({"ok": True, "result": result}), encoding="utf-8")
+    except BaseException:
+        out.write_text(json.dumps({"ok": False, "traceback": traceback.format_exc()}), encoding="utf-8")
+        raise SystemExit(1) from None
+
+
+def launch(
+    spec: str, world: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None, **kwargs: Any
+) -> list[Any]:
+    """Run ``spec(rank=, world=, **kwargs)`` on ``world`` ranks; their return values, by rank."""
+    from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, start_processes
+
+    backend = backend or ("nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo")
+    with tempfile.TemporaryDirectory(prefix="amp-dist-") as workdir:
+        ctx = start_processes(  # type: ignore[no-untyped-call]
+            _entry, args=(world, spec, kwargs, workdir, backend), nprocs=world, join=False, start_method="spawn"
+        )
+        deadline = _now() + timeout_s
+        try:
+            while not ctx.join(timeout=max(0.0, min(1.0, deadline - _now()))):
+                if _now() >= deadline:
+                    missing = [r for r in range(world) if not (Path(workdir) / f"rank{r}.json").exists()]
+                    raise RankError(
+                        f"{spec}: rank(s) {missing} did not finish within {timeout_s:.0f} s (hung collective or crashed peer)"
+                    )
+        except ProcessRaisedException as exc:  # pragma: no cover - _entry converts exceptions to exit codes
+            raise RankError(str(exc)) from None
+        except ProcessExitedException:
+            pass
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+        reports = {
+            r: json.loads(f.read_text(encoding="utf-8"))
+            for r in range(world)
+            if (f := Path(workdir) / f"rank{r}.json").exists()
+        }
+        failed = {r: d["traceback"] for r, d in reports.items() if not d["ok"]}
+        if failed:  # the rank that broke first; its peers were then killed waiting for it
+            raise RankError("\n".join(f"{spec}: rank {r} failed:\n{tb}" for r, tb in sorted(failed.items())))
+        missing = [r for r in range(world) if r not in reports]
+        if missing:
+            raise RankError(f"{spec}: rank(s) {missing} exited without a result (killed or crashed before reporting)")
+        return [reports[r]["result"] for r in range(world)]
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _device(rank: int) -> torch.device:
+    import torch.distributed as dist
+
+    return torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)
+    )
+
+
+def _batch(rank: int, step: int = 0, n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(n, 16, generator=g), torch.randn(n, 4, generator=g)
+
+
+def _grads(model: torch.nn.Module) -> list[list[float]]:
+    return [p.grad.detach().float().cpu().flatten().tolist() for p in model.parameters() if p.grad is not None]
+
+
+# -- rank programs ------------------------------------------------------------------------------------
+def ddp_gradients(rank: int, world: int, hook: str) -> dict[str, Any]:
+    """One backward of DDP with plain fp32 all-reduce and one with a compression hook
+    (``module:function``): both averaged gradients, and this rank's local gradients."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = _device(rank)
+    local = _model().to(dev)
+    x, y = _batch(rank)
+    torch.nn.functional.mse_loss(local(x.to(dev)), y.to(dev)).backward()  # type: ignore[no-untyped-call]
+    out: dict[str, Any] = {"local": _grads(local)}
+    for name, h in (("plain", None), ("hooked", hook)):
+        ddp = DDP(_model().to(dev), device_ids=[rank] if dev.type == "cuda" else None)
+        if h is not None:
+            ddp.register_comm_hook(None, resolve(h))
+        torch.nn.functional.mse_loss(ddp(x.to(dev)), y.to(dev)).backward()  # type: ignore[no-untyped-call]
+        out[name] = _grads(ddp.module)
+    return out
+
+
+def ddp_amp_training(rank: int, world: int, steps: int) -> list[float]:
+    """DDP + fp16 autocast + GradScaler, each rank on its half of every batch: the global losses."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = _device(rank)
+    model = DDP(_model().to(dev), device_ids=[rank] if dev.type == "cuda" else None)
+    return _amp_loop(model, dev, steps, lambda s: _shard(_global_batch(s), rank, world), lambda v: _mean_all(v, dist))
+
+
+def _global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _batch(0, step, n=16)
+
+
+def _shard(batch: tuple[torch.Tensor, torch.Tensor], rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return batch[0].chunk(world)[rank], batch[1].chunk(world)[rank]
+
+
+def _mean_all(v: float, dist: Any) -> float:
+    t = torch.tensor([v], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item()) / float(dist.get_world_size())
+
+
+def _amp_loop(
+    model: torch.nn.Module,
+    dev: torch.device,
+    steps: int,
+    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    reduce_loss: Callable[[float], float],
+) -> list[float]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler(dev.type)
+    losses = []
+    for s in range(steps):
+        x, y = batch(s)
+        opt.zero_grad()
+        with torch.autocast(dev.type, dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x.to(dev)).float(), y.to(dev))
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        scaler.step(opt)
+        scaler.update()
+        losses.append(reduce_loss(loss.detach().item()))
+    return losses
+
+
+def single_process_amp_training(steps: int) -> list[float]:
+    """The same training in one process on the whole batch (the DDP reference)."""
+    dev = torch.device("cpu")
+    return _amp_loop(_model().to(dev), dev, steps, _global_batch, lambda v: v)
+
+
+def fsdp2_gradients(rank: int, world: int, reduce_dtype: str) -> dict[str, Any]:
+    """One backward of FSDP2 (``fully_shard``) with bf16 parameters and the given reduce dtype:
+    the full averaged gradients, and this rank's gradients of the same bf16 computation unsharded."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dev = _device(rank)
+    x, y = _batch(rank)
+    local = _model().to(dev).to(torch.bfloat16)
+    torch.nn.functional.mse_loss(local(x.to(dev, torch.bfloat16)).float(), y.to(dev)).backward()  # type: ignore[no-untyped-call]
+    model = _model().to(dev)
+    for layer in list(model.modules()):
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(
+                layer,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, reduce_dtype)),
+            )
+    fully_shard(
+        model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, reduce_dtype))
+    )
+    torch.nn.functional.mse_loss(model(x.to(dev)).float(), y.to(dev)).backward()  # type: ignore[no-untyped-call]
+    full = [p.grad.full_tensor().float().cpu().flatten().tolist() for p in model.parameters()]  # type: ignore[union-attr]
+    return {"averaged": full, "local": _grads(local)}
+
+
+def sharded_scaler_step(rank: int, world: int, scaler: str, inf_rank: int) -> dict[str, Any]:
+    """FSDP2 + fp16 autocast: an inf planted in one rank's gradient shard only. Every rank must
+    skip the step and keep an identical scale."""
+    from torch.distributed.fsdp import fully_shard
+
+    dev = _device(rank)
+    model = _model().to(dev)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    s = resolve(scaler)(dev.type)
+    x, y = _batch(rank)
+    with torch.autocast(dev.type, dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x.to(dev)).float(), y.to(dev))
+    s.scale(loss).backward()
+    first = next(model.parameters())
+    if rank == inf_rank:
+        first.grad._local_tensor.view(-1)[0] = math.inf  # type: ignore[union-attr]
+    before = [p._local_tensor.detach().clone() for p in model.parameters()]  # type: ignore[attr-defined]
+    s.step(opt)
+    s.update()
+    stepped = any(not torch.equal(b, p._local_tensor) for b, p in zip(before, model.parameters(), strict=True))  # type: ignore[attr-defined]
+    return {"stepped": stepped, "scale": s.get_scale()}
+
+
+def sharded_grad_scaler(device: str) -> Any:
+    """torch's ShardedGradScaler (the scaler meant for sharded gradients)."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    return ShardedGradScaler(device=device)

@@ -1,0 +1,21 @@
+"""Fixtures of the distributed suite: the implementations under test, named as
+``module:function`` so the spawned ranks can import them (the harness's own tests swap in
+broken ones)."""
+
+from __future__ import annotations
+
+import pytest
+
+_TORCH_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"
+
+
+@pytest.fixture
+def ddp_hook() -> dict[str, str]:
+    """DDP gradient-compression hooks, by format."""
+    return {"fp16": f"{_TORCH_HOOKS}:fp16_compress_hook", "bf16": f"{_TORCH_HOOKS}:bf16_compress_hook"}
+
+
+@pytest.fixture
+def sharded_scaler() -> str:
+    """The gradient scaler of sharded (FSDP2) training."""
+    return "harness.distributed:sharded_grad_scaler"

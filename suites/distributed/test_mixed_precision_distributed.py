@@ -1,0 +1,135 @@
+"""Claim family: mixed precision stays correct when training is data-parallel and sharded.
+
+Real torch.distributed ranks (gloo on the CPU, NCCL with 2+ GPUs), launched from the test with a
+timeout: DDP's fp16 gradient compression against plain fp32 all-reduce within a budget derived from
+the format and the world size; DDP + autocast + GradScaler against the same training in one
+process; FSDP2 (``fully_shard``) with bf16 parameters and fp32 or bf16 reduction against the
+single-process computation, where the fp32 reduce must meet the fp32 budget and the bf16 reduce
+must not; an inf in one rank's gradient shard makes every rank skip with the same scale.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import distributed as dist_h
+from harness.compare import compare_within
+from harness.formats import BF16, FP16, FP32
+from harness.tolerance import gamma
+
+WORLD = 2
+
+
+def _nccl() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() >= WORLD
+
+
+def _budget_compressed(locals_: list[list[float]], fmt, world: int) -> torch.Tensor:
+    """fp16/bf16 compression: each rank's gradient rounds to ``fmt`` and is divided by the world
+    size there ((2u+u^2)|g_r|/W + 2 eta per rank), the all-reduce sums W terms in ``fmt``
+    (gamma_{W-1}), the result casts back exactly; plus the fp32 reference's own gamma_W(2^-24)."""
+    g = torch.tensor(locals_, dtype=torch.float64).abs()  # (ranks, n)
+    u, eta = fmt.unit_roundoff, fmt.smallest_subnormal / 2
+    per_rank = ((2 * u + u * u) * g / world + 2 * eta).sum(0)
+    summed = gamma(world - 1, u) * (1 + 2 * u) * (g / world).sum(0)
+    reference = gamma(world, FP32.unit_roundoff) * (g / world).sum(0)
+    return per_rank + summed + reference
+
+
+@pytest.mark.parametrize("fmt_name", ["fp16", "bf16"])
+def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allreduce(fmt_name, ddp_hook, amp_record):
+    if fmt_name == "bf16" and not _nccl():
+        pytest.skip(
+            "bf16 compression is missing: torch's bf16_compress_hook needs NCCL (2+ GPUs); gloo has no bf16 all-reduce"
+        )
+    results = dist_h.launch("harness.distributed:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
+    fmt = FP16 if fmt_name == "fp16" else BF16
+    for tensor_i in range(len(results[0]["plain"])):
+        locals_ = [r["local"][tensor_i] for r in results]
+        budget = _budget_compressed(locals_, fmt, WORLD)
+        for rank, r in enumerate(results):
+            result = compare_within(
+                f"DDP {fmt_name} compression, tensor {tensor_i}, rank {rank}",
+                torch.tensor(r["hooked"][tensor_i]),
+                torch.tensor(r["plain"][tensor_i]),
+                budget,
+                f"{fmt.name} rounding and /W per rank, gamma_{WORLD - 1} all-reduce sum in {fmt.name}",
+            )
+            amp_record.require(result, dtype=fmt.name, tags={"world": WORLD, "rank": rank})
+
+
+def test_ddp_autocast_gradscaler_training_matches_one_process(amp_record):
+    steps = 6
+    ranks = dist_h.launch("harness.distributed:ddp_amp_training", world=WORLD, steps=steps)
+    single = dist_h.single_process_amp_training(steps)
+    # The ranks see the same samples as the single process; what differs is where the batch mean
+    # is reduced (per half-batch, then averaged across ranks): one fp16 rounding of each of the B
+    # per-sample gradient contributions per step, compounding over the steps taken.
+    budget = [gamma(16 * (s + 1), FP16.unit_roundoff) * abs(v) for s, v in enumerate(single)]
+    for rank, losses in enumerate(ranks):
+        result = compare_within(
+            f"DDP(world={WORLD}) vs one process, rank {rank}",
+            torch.tensor(losses),
+            torch.tensor(single),
+            torch.tensor(budget),
+            "gamma_(B x steps)(2^-11) x |loss|: the batch reduced in another order",
+        )
+        amp_record.require(result, dtype="float16", tags={"world": WORLD, "rank": rank})
+
+
+def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(amp_record):
+    out = {
+        rd: dist_h.launch("harness.distributed:fsdp2_gradients", world=WORLD, reduce_dtype=rd)
+        for rd in ("float32", "bfloat16")
+    }
+    worst = {}
+    for rd, results in out.items():
+        ratios = []
+        for tensor_i in range(len(results[0]["averaged"])):
+            locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
+            reference = locals_.mean(0)  # the single-process bf16 computation, averaged exactly
+            budget = gamma(WORLD, FP32.unit_roundoff) * locals_.abs().mean(0) + FP32.smallest_subnormal
+            result = compare_within(
+                f"FSDP2 reduce {rd}, tensor {tensor_i}",
+                torch.tensor(results[0]["averaged"][tensor_i]),
+                reference,
+                budget,
+                f"fp32 reduce-scatter of W={WORLD} bf16 gradients: gamma_W(2^-24) mean|g|",
+            )
+            ratios.append(result.max_abs_diff or 0.0)
+            if rd == "float32":
+                amp_record.require(result, dtype="bfloat16", tags={"reduce_dtype": rd})
+        worst[rd] = max(ratios)
+        amp_record(
+            f"fsdp2.reduce_{rd}.worst_error_over_fp32_budget",
+            worst[rd],
+            allowance=1.0,
+            dtype="bfloat16",
+            outcome="pass" if (worst[rd] <= 1.0) == (rd == "float32") else "fail",
+        )
+    assert worst["bfloat16"] > 1.0 >= worst["float32"], (
+        f"FSDP2 bf16 reduce error/fp32-budget {worst['bfloat16']:.3g} should exceed 1 while fp32 reduce {worst['float32']:.3g} "
+        "stays within it: the fp32 reduce must be measurably closer"
+    )
+
+
+@pytest.mark.parametrize("inf_rank", [0, 1])
+def test_an_inf_on_one_rank_makes_every_rank_skip_with_the_same_scale(inf_rank, sharded_scaler, amp_record):
+    results = dist_h.launch(
+        "harness.distributed:sharded_scaler_step", world=WORLD, scaler=sharded_scaler, inf_rank=inf_rank
+    )
+    stepped = [r["stepped"] for r in results]
+    scales = [r["scale"] for r in results]
+    amp_record(
+        "sharded_scaler.any_rank_stepped",
+        any(stepped),
+        expected=0,
+        allowance=0,
+        outcome="fail" if any(stepped) else "pass",
+        tags={"inf_rank": inf_rank, "scales": scales},
+    )
+    assert not any(stepped), (
+        f"inf only on rank {inf_rank}: ranks {[r for r, s in enumerate(stepped) if s]} stepped anyway"
+    )
+    assert len(set(scales)) == 1, f"scales differ across ranks after the skip: {scales}"
