@@ -381,11 +381,10 @@ def scaler_silently_skipping_every_third_step(real):  # type: ignore[no-untyped-
 
 
 # -- distributed regressions (resolved by name inside the spawned ranks) ----------------------------
-def compress_hook_without_division(state, bucket):  # type: ignore[no-untyped-def]
-    """fp16 compression that forgets to divide by the world size: gradients W times too large."""
+def _allreduce_into_bucket(bucket, compressed):  # type: ignore[no-untyped-def]
+    """All-reduce a compressed copy of the bucket and copy the sum back into the bucket."""
     import torch.distributed as dist
 
-    compressed = bucket.buffer().to(torch.float16)
     fut = dist.all_reduce(compressed, async_op=True).get_future()
 
     def decompress(f):  # type: ignore[no-untyped-def]
@@ -394,21 +393,21 @@ def compress_hook_without_division(state, bucket):  # type: ignore[no-untyped-de
         return out
 
     return fut.then(decompress)
+
+
+def compress_hook_without_division(state, bucket):  # type: ignore[no-untyped-def]
+    """fp16 compression that forgets to divide by the world size: gradients W times too large."""
+
+    return _allreduce_into_bucket(bucket, bucket.buffer().to(torch.float16))
 
 
 def compress_hook_losing_mantissa(state, bucket):  # type: ignore[no-untyped-def]
     """fp16 compression that rounds through bf16 first (3 mantissa bits lost before the all-reduce)."""
     import torch.distributed as dist
 
-    compressed = bucket.buffer().to(torch.bfloat16).to(torch.float16).div_(dist.get_world_size())
-    fut = dist.all_reduce(compressed, async_op=True).get_future()
-
-    def decompress(f):  # type: ignore[no-untyped-def]
-        out = bucket.buffer()
-        out.copy_(f.value()[0])
-        return out
-
-    return fut.then(decompress)
+    return _allreduce_into_bucket(
+        bucket, bucket.buffer().to(torch.bfloat16).to(torch.float16).div_(dist.get_world_size())
+    )
 
 
 class LocalInfScaler(GradScaler):

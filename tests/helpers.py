@@ -33,3 +33,15 @@ def inject(pytester: pytest.Pytester, family: str, body: str) -> None:
     d = pytester.path / "suites" / family
     d.mkdir(parents=True, exist_ok=True)
     (d / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n{body}", encoding="utf-8")
+
+
+def patch_conftest(target: str, factory: str) -> str:
+    """conftest source that, around every test, replaces ``target`` (a dotted attribute such as
+    ``torch.nn.functional.linear``) by ``fault_injection.<factory>(original)``."""
+    module, _, attr = target.rpartition(".")
+    return (
+        "import pytest, torch, torch.nn.functional\nimport fault_injection as fi\n\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def regression(monkeypatch):\n"
+        f"    monkeypatch.setattr({module}, {attr!r}, fi.{factory}({target}))\n"
+    )

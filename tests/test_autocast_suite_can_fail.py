@@ -7,21 +7,11 @@ conftest patches torch (only inside autocast regions) the way a regression would
 from __future__ import annotations
 
 import pytest
-from helpers import INNER_ARGS, inject
+from helpers import INNER_ARGS, inject, patch_conftest
 
 ARGS = INNER_ARGS
 POLICY = "autocast/test_op_policy.py"
 NUMERICS = "autocast/test_op_numerics.py"
-
-
-def _patch(target: str, factory: str) -> str:
-    module, _, attr = target.rpartition(".")
-    return (
-        "import pytest, torch, torch.nn.functional\nimport fault_injection as fi\n\n"
-        "@pytest.fixture(autouse=True)\n"
-        "def regression(monkeypatch):\n"
-        f"    monkeypatch.setattr({module}, {attr!r}, fi.{factory}({target}))\n"
-    )
 
 
 @pytest.fixture
@@ -34,7 +24,11 @@ def policy_with_baselines(pytester, suite_copy):
 
 
 def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_diff(policy_with_baselines):
-    inject(policy_with_baselines, "autocast", _patch("torch.nn.functional.layer_norm", "layer_norm_in_low_precision"))
+    inject(
+        policy_with_baselines,
+        "autocast",
+        patch_conftest("torch.nn.functional.layer_norm", "layer_norm_in_low_precision"),
+    )
     result = policy_with_baselines.runpytest(*ARGS)
     result.stdout.fnmatch_lines(
         [
@@ -48,7 +42,7 @@ def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_di
 
 
 def test_a_low_precision_op_left_in_fp32_fails_the_policy_table(policy_with_baselines):
-    inject(policy_with_baselines, "autocast", _patch("torch.nn.functional.linear", "linear_skips_autocast"))
+    inject(policy_with_baselines, "autocast", patch_conftest("torch.nn.functional.linear", "linear_skips_autocast"))
     result = policy_with_baselines.runpytest(*ARGS, "-k", "golden_table")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
@@ -57,7 +51,7 @@ def test_a_low_precision_op_left_in_fp32_fails_the_policy_table(policy_with_base
 
 
 def test_a_dropped_cast_cache_fails_the_cast_once_check(policy_with_baselines):
-    inject(policy_with_baselines, "autocast", _patch("torch.nn.functional.linear", "cast_cache_cleared"))
+    inject(policy_with_baselines, "autocast", patch_conftest("torch.nn.functional.linear", "cast_cache_cleared"))
     result = policy_with_baselines.runpytest(*ARGS, "-k", "cast_once")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
@@ -66,7 +60,7 @@ def test_a_dropped_cast_cache_fails_the_cast_once_check(policy_with_baselines):
 
 
 def test_casting_float64_inputs_fails_the_never_cast_check(policy_with_baselines):
-    inject(policy_with_baselines, "autocast", _patch("torch.mm", "float64_cast"))
+    inject(policy_with_baselines, "autocast", patch_conftest("torch.mm", "float64_cast"))
     result = policy_with_baselines.runpytest(*ARGS, "-k", "never_cast")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
@@ -95,7 +89,7 @@ def test_an_autocast_that_ignores_enabled_false_fails_the_nested_region_check(po
 )
 def test_a_numerics_regression_exceeds_the_derived_budget(pytester, suite_copy, target, factory, case):
     suite_copy(NUMERICS, conftest=False)
-    inject(pytester, "autocast", _patch(target, factory))
+    inject(pytester, "autocast", patch_conftest(target, factory))
     result = pytester.runpytest(*ARGS, "-k", f"derived_budget and -{case}]")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(

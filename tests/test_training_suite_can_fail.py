@@ -5,20 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import INNER_ARGS, inject
+from helpers import INNER_ARGS, inject, patch_conftest
 
 PARITY = "training/test_loss_parity.py"
 CURVES = "training/test_golden_curves.py"
-
-
-def _patch(target: str, factory: str) -> str:
-    module, _, attr = target.rpartition(".")
-    return (
-        "import pytest, torch, torch.nn.functional\nimport fault_injection as fi\n\n"
-        "@pytest.fixture(autouse=True)\n"
-        "def regression(monkeypatch):\n"
-        f"    monkeypatch.setattr({module}, {attr!r}, fi.{factory}({target}))\n"
-    )
 
 
 def _setup(pytester, suite_copy, *files):
@@ -35,7 +25,7 @@ def _setup(pytester, suite_copy, *files):
 )
 def test_a_training_regression_fails_parity(pytester, suite_copy, target, factory, case):
     _setup(pytester, suite_copy, PARITY)
-    inject(pytester, "", _patch(target, factory))  # above the suite's conftest, which stays
+    inject(pytester, "", patch_conftest(target, factory))  # above the suite's conftest, which stays
     result = pytester.runpytest(*INNER_ARGS, "-k", f"well_inside and {case}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
