@@ -1,4 +1,4 @@
-"""The ``amp-harness`` command: look at the machine, the baselines and the run reports."""
+"""The ``amp-harness`` command: qualify a machine, calibrate its speed profile, and look at its baselines, reports and dashboards."""
 
 from __future__ import annotations
 
