@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.formats import FP32, FloatFormat, format_of
+from harness.formats import FP32, FloatFormat
 from harness.tolerance import gamma
 
 #: Max error of exp/log/pow/rsqrt in ulps: CUDA C Programming Guide, "Mathematical Functions",
@@ -215,7 +215,3 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, low: FloatForma
     return Budget(
         bound, f"attention (d={d}, n={n}): logits {s_b.origin}; softmax perturbation P(exp(2 delta)-1); P v as matmul"
     )
-
-
-def low_format(dtype: torch.dtype) -> FloatFormat:
-    return format_of(dtype)

@@ -206,10 +206,6 @@ class FloatFormat:
         r = self.round_bits(x)
         return math.nan if r.bits is None else self.decode(r.bits)
 
-    def next_up_bits(self, bits: int) -> int:
-        """Bit pattern of the next larger-magnitude value of the same sign."""
-        return bits + 1
-
 
 FP64 = FloatFormat("float64", "fp64", 11, 52)
 FP32 = FloatFormat("float32", "fp32", 8, 23)

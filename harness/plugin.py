@@ -77,6 +77,7 @@ class State:
     written: list[str] = field(default_factory=list)
     used: set[str] = field(default_factory=set)
     report_path: Path | None = None
+    worker_id: str | None = None
     _fingerprint: Fingerprint | None = None
     _commit: str | None = None
     _commit_read: bool = False
@@ -102,8 +103,6 @@ class State:
         if self.options.profile and is_cuda == primary_is_cuda:
             return self.options.profile
         return detected
-
-    worker_id: str | None = None
 
     @property
     def primary_device(self) -> str:

@@ -12,7 +12,6 @@ Layout of one run (``<report-dir>/<run_id>/``)::
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -214,7 +213,3 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
     for r in rows:
         counts[str(r["outcome"])] += 1
     return counts
-
-
-def finite_or_none(x: float | None) -> float | None:
-    return x if x is None or math.isfinite(x) else None

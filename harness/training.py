@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -423,10 +423,6 @@ SETUPS: dict[str, Setup] = {
     "tiny_lm": Setup("tiny_lm", _lm, _lm_batch, _lm_loss, steps=30, lr=3e-3),
     "cnn_bn": Setup("cnn_bn", _cnn, _cnn_batch, F.cross_entropy, steps=30, lr=3e-3),
 }
-
-
-def with_steps(setup: Setup, steps: int) -> Setup:
-    return replace(setup, steps=steps)
 
 
 def fp32_gradients(
