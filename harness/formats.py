@@ -8,6 +8,7 @@ Pure: no pytest, no file system. torch is imported only by the helpers that read
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -255,6 +256,14 @@ def tensor_bits(t: torch.Tensor) -> list[int]:
     view_dtype = getattr(torch, _INT_VIEW[fmt.total_bits])
     mask = (1 << fmt.total_bits) - 1
     return [int(v) & mask for v in t.detach().cpu().contiguous().view(view_dtype).flatten().tolist()]
+
+
+def cast_bits(values: Sequence[float], fmt: FloatFormat, device: torch.device | str = "cpu") -> list[int]:
+    """fp32 ``values`` cast by torch to ``fmt`` on ``device``: the raw bit patterns of the result."""
+    import torch
+
+    src = torch.tensor(list(values), dtype=torch.float32, device=device)
+    return tensor_bits(src.to(torch_dtype(fmt)))
 
 
 def torch_dtype(fmt: FloatFormat | str) -> torch.dtype:
