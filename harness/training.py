@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -69,12 +69,10 @@ FP16_STATIC_FP32_ACCUM = Recipe(
     static_scale=2.0**16,
     loss_factor=SMALL_GRAD,
 )
-FP16_GRAD_ACCUM = Recipe(
-    "gradients accumulated in fp16 (small gradients)",
-    dtype=torch.float16,
-    micro_batches=4,
-    static_scale=2.0**16,
-    loss_factor=SMALL_GRAD,
+#: The same recipe with one fault: the micro-batch gradient buffers are fp16.
+FP16_GRAD_ACCUM = replace(
+    FP16_STATIC_FP32_ACCUM,
+    name="gradients accumulated in fp16 (small gradients)",
     grad_accum_dtype=torch.float16,
     control=True,
 )
