@@ -41,31 +41,36 @@ def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_di
     assert result.parseoutcomes()["failed"] >= 2  # bf16 and fp16 tables
 
 
-def test_a_low_precision_op_left_in_fp32_fails_the_policy_table(policy_with_baselines):
-    inject(policy_with_baselines, "autocast", patch_conftest("torch.nn.functional.linear", "linear_skips_autocast"))
-    result = policy_with_baselines.runpytest(*ARGS, "-k", "golden_table")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(
-        ["*nn.Linear.fp32_in: expected 'bfloat16', got 'float32' (changed)*"], consecutive=False
-    )
+#: regression -> (patched torch attribute, fault_injection factory, checks selected, line the failure shows)
+POLICY_REGRESSIONS = {
+    "low-precision op left in fp32": (
+        "torch.nn.functional.linear",
+        "linear_skips_autocast",
+        "golden_table",
+        "*nn.Linear.fp32_in: expected 'bfloat16', got 'float32' (changed)*",
+    ),
+    "cast cache dropped": (
+        "torch.nn.functional.linear",
+        "cast_cache_cleared",
+        "cast_once",
+        "*the fp32 weight was cast 6 times in 2 autocast regions of 3 calls each (expected 2)*",
+    ),
+    "float64 inputs cast": (
+        "torch.mm",
+        "float64_cast",
+        "never_cast",
+        "*input 'torch.mm(float64)': expected torch.float64, got torch.bfloat16*",
+    ),
+}
 
 
-def test_a_dropped_cast_cache_fails_the_cast_once_check(policy_with_baselines):
-    inject(policy_with_baselines, "autocast", patch_conftest("torch.nn.functional.linear", "cast_cache_cleared"))
-    result = policy_with_baselines.runpytest(*ARGS, "-k", "cast_once")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(
-        ["*the fp32 weight was cast 6 times in 2 autocast regions of 3 calls each (expected 2)*"]
-    )
-
-
-def test_casting_float64_inputs_fails_the_never_cast_check(policy_with_baselines):
-    inject(policy_with_baselines, "autocast", patch_conftest("torch.mm", "float64_cast"))
-    result = policy_with_baselines.runpytest(*ARGS, "-k", "never_cast")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(
-        ["*input 'torch.mm(float64)': expected torch.float64, got torch.bfloat16*"], consecutive=False
-    )
+@pytest.mark.parametrize("regression", sorted(POLICY_REGRESSIONS))
+def test_a_policy_regression_fails_the_check_that_guards_against_it(policy_with_baselines, regression):
+    target, factory, selection, line = POLICY_REGRESSIONS[regression]
+    inject(policy_with_baselines, "autocast", patch_conftest(target, factory))
+    result = policy_with_baselines.runpytest(*ARGS, "-k", selection)
+    result.assert_outcomes(failed=2)  # bf16 and fp16
+    result.stdout.fnmatch_lines([line], consecutive=False)
 
 
 def test_an_autocast_that_ignores_enabled_false_fails_the_nested_region_check(policy_with_baselines):
