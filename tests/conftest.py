@@ -16,8 +16,8 @@ import torch
 import torch._dynamo
 from helpers import SUITES
 
-import harness.formats  # noqa: F401
-from harness import report as _report
+import harness.numerics.formats  # noqa: F401
+from harness.storage import report as _report
 
 
 def _warm_report_imports() -> None:
@@ -33,7 +33,7 @@ def _warm_report_imports() -> None:
 def _warm_torch_imports() -> None:
     """Call every catalogued op once under autocast, so that torch submodules imported lazily on
     first use (some register operator libraries, which cannot happen twice) stay imported."""
-    from harness.autocast import policy_table
+    from harness.domains.autocast.catalogue import policy_table
 
     for dtype in (torch.bfloat16, torch.float16):
         policy_table(torch.device("cpu"), dtype)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import Phase, settings
 from torch.amp.grad_scaler import GradScaler, OptState
 
-from harness.formats import FloatFormat, cast_bits, tensor_bits, torch_dtype
+from harness.numerics.formats import FloatFormat, cast_bits, tensor_bits, torch_dtype
 
 #: For runs that only need to show a check fails: the first counterexample, not the smallest.
 settings.register_profile(

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import baseline as bl
+from harness.storage import baselines as bl
 
 TEST_FILE = """
 import json, pathlib
-from harness.baseline import KeyKind
+from harness.storage.baselines import KeyKind
 
 def test_demo(amp_baseline):
     value = json.loads(pathlib.Path(__file__).with_name("value.json").read_text())

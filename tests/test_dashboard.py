@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import dashboard as db
-from harness import report as rp
-from harness.cli import main
+from harness.apps import dashboard as db
+from harness.apps.cli import main
+from harness.storage import report as rp
 
 REPO = Path(__file__).resolve().parent.parent
 

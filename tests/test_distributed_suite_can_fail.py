@@ -7,7 +7,7 @@ import time
 import pytest
 from helpers import INNER_ARGS, inject
 
-from harness import distributed as dist_h
+from harness.domains.distributed import ranks as dist_h
 
 SUITE = "distributed/test_mixed_precision_distributed.py"
 

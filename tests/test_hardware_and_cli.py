@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import baseline as bl
-from harness.cli import main
-from harness.hardware import CpuInfo, GpuInfo, ProfileError, cpu_profile_id, gpu_profile_id, validate_profile
+from harness.apps.cli import main
+from harness.storage import baselines as bl
+from harness.storage.hardware import CpuInfo, GpuInfo, ProfileError, cpu_profile_id, gpu_profile_id, validate_profile
 
 
 @pytest.mark.parametrize(
@@ -71,12 +71,14 @@ def test_the_repository_baselines_are_all_valid():
 
 
 def test_console_script_is_installed():
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "--version"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.apps.cli", "--version"], capture_output=True, text=True, check=True
+    )
     assert out.stdout.startswith("amp-harness ")
 
 
 def test_cli_report_summarises_the_latest_run_and_its_failures(tmp_path, capsys):
-    from harness import report as rp
+    from harness.storage import report as rp
 
     rows = [
         rp.make_row(

@@ -11,9 +11,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import tolerance as tol
-from harness.compare import compare_bits, compare_data, compare_scalar, compare_tensors, compare_values, explain
-from harness.formats import BF16, FORMATS, FP8_E4M3FN, FP16, FP32, format_of, tensor_bits, torch_dtype
+from harness.numerics import tolerance as tol
+from harness.numerics.comparison import (
+    compare_bits,
+    compare_data,
+    compare_scalar,
+    compare_tensors,
+    compare_values,
+    explain,
+)
+from harness.numerics.formats import BF16, FORMATS, FP8_E4M3FN, FP16, FP32, format_of, tensor_bits, torch_dtype
 
 
 # -- formats ------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from harness import report as rp
-from harness.hardware import KNOWN_PROFILES
+from harness.storage import report as rp
+from harness.storage.hardware import KNOWN_PROFILES
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 
@@ -123,7 +123,7 @@ def test_profile_override_lands_in_rows_and_run_metadata(pytester):
 
 
 def test_plugin_imports_torch_lazily():
-    code = "import sys, harness.plugin; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'pyarrow'))))"
+    code = "import sys, harness.pytest_plugin.hooks; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas', 'pyarrow'))))"
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
@@ -133,7 +133,7 @@ def test_every_known_profile_is_documented():
 
 
 def test_xdist_workers_are_pinned_to_their_own_gpu_round_robin():
-    from harness.plugin import gpu_for_worker
+    from harness.pytest_plugin.hooks import gpu_for_worker
 
     assert [gpu_for_worker(f"gw{i}", 4) for i in range(6)] == [0, 1, 2, 3, 0, 1]
     assert gpu_for_worker(None, 4) == 0

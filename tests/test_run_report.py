@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness import report as rp
+from harness.storage import report as rp
 
 TEST_FILE = """
 import pytest

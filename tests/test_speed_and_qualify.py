@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from helpers import INNER_ARGS, REPO, inject
 
-from harness import bench, profiles, qualify
-from harness.hardware import detect
+from harness.apps import qualify
+from harness.domains.speed import bench
+from harness.storage import profiles
+from harness.storage.hardware import detect
 
 PROFILE = detect().cpu_profile
 PROFILE_FILE = profiles.path_for(REPO / "baselines", PROFILE)
@@ -101,7 +103,7 @@ def test_verdicts_and_exit_status(tmp_path):
 
 
 def test_qualify_runs_the_suites_and_prints_the_verdict(tmp_path, capfd):
-    from harness.cli import main
+    from harness.apps.cli import main
 
     code = main(
         [

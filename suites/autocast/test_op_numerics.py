@@ -4,7 +4,7 @@ fallbacks exist for a reason (forcing those ops into fp16/bf16 breaks the budget
 
 hypothesis draws shapes (long reductions included), magnitudes (tiny, huge, mixed scales, large
 offsets, values near the fp16 maximum) and layouts (transposed, strided). The budget functions
-and their derivations are in :mod:`harness.budgets`; each report row carries the worst
+and their derivations are in :mod:`harness.numerics.budgets`; each report row carries the worst
 error/budget ratio seen.
 """
 
@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness import budgets as bd
-from harness.compare import compare_within, explain
-from harness.formats import FP32, format_of
+from harness.numerics import budgets as bd
+from harness.numerics.comparison import compare_within, explain
+from harness.numerics.formats import FP32, format_of
 
 SCALES = {"unit": 1.0, "tiny": 1e-4, "huge": 1e3, "mixed": None}
 

@@ -15,9 +15,16 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.autocast import CATALOGUE, INTERNAL_OPS, aten_base, category, policy_table, registered_autocast_ops
-from harness.baseline import KeyKind
-from harness.compare import compare_predicate
+from harness.domains.autocast.catalogue import (
+    CATALOGUE,
+    INTERNAL_OPS,
+    aten_base,
+    category,
+    policy_table,
+    registered_autocast_ops,
+)
+from harness.numerics.comparison import compare_predicate
+from harness.storage.baselines import KeyKind
 
 #: Categories whose ops autocast casts itself: there the result must equal the hand-cast op.
 CASTING_CATEGORIES = ("lower_precision", "fp32")
@@ -47,7 +54,7 @@ def test_every_registered_autocast_op_is_exercised_through_a_public_api(amp_devi
         unit="ops",
         outcome="fail" if missing else "pass",
         device=amp_device,
-        note="registered autocast ops reached by the catalogue (harness.autocast.CATALOGUE)",
+        note="registered autocast ops reached by the catalogue (harness.domains.autocast.catalogue.CATALOGUE)",
     )
     assert not missing, (
         f"{len(missing)} op(s) registered for Autocast{amp_device.type.upper()} in torch {torch.__version__} are not in the "

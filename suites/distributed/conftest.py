@@ -18,4 +18,4 @@ def ddp_hook() -> dict[str, str]:
 @pytest.fixture
 def sharded_scaler() -> str:
     """The gradient scaler of sharded (FSDP2) training."""
-    return "harness.distributed:sharded_grad_scaler"
+    return "harness.domains.distributed.ranks:sharded_grad_scaler"

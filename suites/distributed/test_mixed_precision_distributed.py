@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import distributed as dist_h
-from harness.compare import compare_within
-from harness.formats import BF16, FP16, FP32
-from harness.tolerance import gamma
+from harness.domains.distributed import ranks as dist_h
+from harness.numerics.comparison import compare_within
+from harness.numerics.formats import BF16, FP16, FP32
+from harness.numerics.tolerance import gamma
 
 WORLD = 2
 
@@ -43,7 +43,7 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
         pytest.skip(
             "bf16 compression is missing: torch's bf16_compress_hook needs NCCL (2+ GPUs); gloo has no bf16 all-reduce"
         )
-    results = dist_h.launch("harness.distributed:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
+    results = dist_h.launch("harness.domains.distributed.ranks:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
     fmt = FP16 if fmt_name == "fp16" else BF16
     for tensor_i in range(len(results[0]["plain"])):
         locals_ = [r["local"][tensor_i] for r in results]
@@ -61,7 +61,7 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
 
 def test_ddp_autocast_gradscaler_training_matches_one_process(amp_record):
     steps = 6
-    ranks = dist_h.launch("harness.distributed:ddp_amp_training", world=WORLD, steps=steps)
+    ranks = dist_h.launch("harness.domains.distributed.ranks:ddp_amp_training", world=WORLD, steps=steps)
     single = dist_h.single_process_amp_training(steps)
     # The ranks see the same samples as the single process; what differs is where the batch mean
     # is reduced (per half-batch, then averaged across ranks): one fp16 rounding of each of the B
@@ -80,7 +80,7 @@ def test_ddp_autocast_gradscaler_training_matches_one_process(amp_record):
 
 def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(amp_record):
     out = {
-        rd: dist_h.launch("harness.distributed:fsdp2_gradients", world=WORLD, reduce_dtype=rd)
+        rd: dist_h.launch("harness.domains.distributed.ranks:fsdp2_gradients", world=WORLD, reduce_dtype=rd)
         for rd in ("float32", "bfloat16")
     }
     worst = {}
@@ -117,7 +117,7 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(amp_re
 @pytest.mark.parametrize("inf_rank", [0, 1])
 def test_an_inf_on_one_rank_makes_every_rank_skip_with_the_same_scale(inf_rank, sharded_scaler, amp_record):
     results = dist_h.launch(
-        "harness.distributed:sharded_scaler_step", world=WORLD, scaler=sharded_scaler, inf_rank=inf_rank
+        "harness.domains.distributed.ranks:sharded_scaler_step", world=WORLD, scaler=sharded_scaler, inf_rank=inf_rank
     )
     stepped = [r["stepped"] for r in results]
     scales = [r["scale"] for r in results]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 
-from harness.formats import FloatFormat, cast_bits
+from harness.numerics.formats import FloatFormat, cast_bits
 
 Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
 

@@ -1,7 +1,7 @@
 """Claim family: casting fp32 to a low-precision format is IEEE round-to-nearest-even.
 
 Every property compares torch's cast (``cast_under_test``) with the bit-level reference of
-:mod:`harness.formats`, on hypothesis-drawn fp32 values biased toward ties, subnormals and the
+:mod:`harness.numerics.formats`, on hypothesis-drawn fp32 values biased toward ties, subnormals and the
 overflow threshold. fp8 overflow is excluded from the reference here (the formats leave it to the
 implementation); ``test_fp8_casts.py`` records and baselines it instead.
 """
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.compare import compare_bits, compare_bound, compare_predicate, explain
-from harness.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP16, FP32, Encoding, FloatFormat
-from harness.strategies import fp32_lists, hard_cases
+from harness.numerics.comparison import compare_bits, compare_bound, compare_predicate, explain
+from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP16, FP32, Encoding, FloatFormat
+from harness.numerics.strategies import fp32_lists, hard_cases
 
 TARGETS = [FP16, BF16, FP8_E4M3FN, FP8_E5M2]
 IEEE_TARGETS = [f for f in TARGETS if f.encoding is Encoding.IEEE]

@@ -1,6 +1,6 @@
 """Claim family: the limits of each format follow from its bit layout, and torch agrees.
 
-The reference limits are computed with integer bit manipulation (:mod:`harness.formats`), never
+The reference limits are computed with integer bit manipulation (:mod:`harness.numerics.formats`), never
 read from ``torch.finfo``; both are recorded, compared exactly, and the table is a universal
 baseline (a format's limits do not depend on the machine or the release).
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.baseline import KeyKind
-from harness.compare import compare_scalar
-from harness.formats import FORMATS, FloatFormat, torch_dtype
-from harness.tolerance import EXACT
+from harness.numerics.comparison import compare_scalar
+from harness.numerics.formats import FORMATS, FloatFormat, torch_dtype
+from harness.numerics.tolerance import EXACT
+from harness.storage.baselines import KeyKind
 
 FINFO_NAMES = {
     "max": "max",

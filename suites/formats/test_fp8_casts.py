@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-from harness.baseline import KeyKind
-from harness.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat
+from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat
+from harness.storage.baselines import KeyKind
 
 FP8 = [FP8_E4M3FN, FP8_E5M2]
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from harness.compare import AnyComparison, compare_bound, compare_scalar, explain
-from harness.formats import BF16, FP16, FP32, tensor_bits
-from harness.tolerance import EXACT, QUOTED_TO_ONE_DECIMAL, Tolerance
+from harness.numerics.comparison import AnyComparison, compare_bound, compare_scalar, explain
+from harness.numerics.formats import BF16, FP16, FP32, tensor_bits
+from harness.numerics.tolerance import EXACT, QUOTED_TO_ONE_DECIMAL, Tolerance
 
 
 def quoted(sig_figs: int, value: float) -> Tolerance:

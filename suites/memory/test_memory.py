@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import memory as mem
-from harness import training as T
+from harness.domains import training as T
+from harness.domains.memory import accounting as mem
 
 SEVEN_B = 7_000_000_000
 

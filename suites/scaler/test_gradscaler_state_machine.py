@@ -5,7 +5,7 @@ one or two optimizers) through clean steps, inf/-inf/NaN in any parameter's grad
 in one of two optimizers, unscale_ + clip_grad_norm_, gradient accumulation, update(new_scale)
 with a float and a tensor, state_dict round trips into a fresh scaler, growth-interval changes,
 and the documented misuse errors. After every rule the scale and growth tracker must equal the
-float32-faithful reference (:mod:`harness.scaling`, torch semantics); a skipped step must leave
+float32-faithful reference (:mod:`harness.domains.scaling.reference`, torch semantics); a skipped step must leave
 parameters and optimizer state bit-identical; a taken step must equal the optimizer's step on
 gradients unscaled independently.
 """
@@ -28,7 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from harness import scaling
+from harness.domains.scaling import reference as scaling
 
 #: Rules per example. The ci profile's 40 examples x 20 steps keep this suite within its budget.
 STEPS = 20
@@ -267,7 +267,7 @@ def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_facto
             outcome=outcome,
             device=amp_device,
             tags=dict(counts),
-            note="model-based test of torch.amp.GradScaler against harness.scaling (torch)",
+            note="model-based test of torch.amp.GradScaler against harness.domains.scaling.reference (torch)",
         )
     assert counts["overflow_step"] and counts["clean_step"], f"the machine never exercised both rules: {dict(counts)}"
 

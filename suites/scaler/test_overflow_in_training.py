@@ -4,7 +4,7 @@ and training recovers; the scaler's hazards are recorded findings, each with a c
 Overflow is injected at step k in the forward pass (fp16 activations beyond 65504), the backward
 pass (an inf/NaN gradient in one layer) and the loss. A golden trace (scale and skip per step for
 a fixed overflow pattern) is a baseline per torch release. Behaviour differences between torch
-releases live in the known-issues registry (:data:`harness.scaling.KNOWN_ISSUES`), so they show
+releases live in the known-issues registry (:data:`harness.domains.scaling.reference.KNOWN_ISSUES`), so they show
 as known, and a fixed release is noticed.
 """
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from harness import scaling
-from harness.baseline import KeyKind
-from harness.formats import FP16
+from harness.domains.scaling import reference as scaling
+from harness.numerics.formats import FP16
+from harness.storage.baselines import KeyKind
 
 GROWTH_INTERVAL = 2
 INJECT_AT = 3

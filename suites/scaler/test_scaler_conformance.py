@@ -2,7 +2,7 @@
 machine tells the semantics apart.
 
 Users run the same state machine against their own scaler through an adapter
-(:class:`harness.scaling.ScalerAdapter`): ``harness.conformance.conformance_machine(make_adapter, semantics)``. The
+(:class:`harness.domains.scaling.reference.ScalerAdapter`): ``harness.domains.scaling.conformance.conformance_machine(make_adapter, semantics)``. The
 shipped reference implementations of the Megatron-, DeepSpeed- and Apex-style scalers must pass
 their own semantics and fail each other's.
 """
@@ -14,8 +14,8 @@ from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness import scaling
-from harness.conformance import conformance_machine
+from harness.domains.scaling import reference as scaling
+from harness.domains.scaling.conformance import conformance_machine
 
 #: Rules per example of the conformance machine.
 STEPS = 30

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import bench, profiles
+from harness.domains.speed import bench
+from harness.storage import profiles
 
 #: Interleaved rounds per measurement: 7 gives a median and quartiles.
 ROUNDS = 7

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from harness import training as T
+from harness.domains import training as T
 
 #: fp32 seeds of the band in the default tier; the thorough tier measures more.
 SEEDS = {"quick": 3, "default": 3, "thorough": 6}

@@ -1,6 +1,6 @@
 """Example: checking a model defined outside the harness with the public API.
 
-Copy this file next to your model: describe the problem as a ``harness.training.Setup`` (model
+Copy this file next to your model: describe the problem as a ``harness.domains.training.Setup`` (model
 factory, batch function, loss, steps, learning rate, optimizer) and hand it with the recipes to
 the ``amp_training`` fixture. It runs parity against fp32 within the measured seed spread,
 determinism and a gradient census, records report rows, and fails with every miss.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness import training as T
+from harness.domains import training as T
 
 
 class ResidualMLP(nn.Module):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import training as T
-from harness.baseline import KeyKind
-from harness.compare import compare_curves
+from harness.domains import training as T
+from harness.numerics.comparison import compare_curves
+from harness.storage.baselines import KeyKind
 
 #: Isolated steps allowed outside the allowance: a single data-order coincidence can make the
 #: seed spread at one step near zero, so one or two steps may exceed it without a regression.

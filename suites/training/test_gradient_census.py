@@ -12,7 +12,7 @@ import itertools
 
 import torch
 
-from harness import training as T
+from harness.domains import training as T
 
 
 def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_device, amp_record):

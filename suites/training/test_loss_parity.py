@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import training as T
+from harness.domains import training as T
 
 PARITY_CASES = [
     ("mlp", T.BF16),

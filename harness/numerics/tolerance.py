@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harness.formats import FloatFormat, format_of
+from harness.numerics.formats import FloatFormat, format_of
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness import __version__
-from harness import baseline as bl
-from harness import report as rp
-from harness.compare import (
+from harness.numerics.comparison import (
     AnyComparison,
     BoundComparison,
     DataComparison,
@@ -29,9 +27,11 @@ from harness.compare import (
     ScalarComparison,
     explain,
 )
-from harness.hardware import Fingerprint, ProfileError, detect, validate_profile
-from harness.provenance import git_commit, provenance
-from harness.tolerance import EXACT, Tolerance
+from harness.numerics.tolerance import EXACT, Tolerance
+from harness.storage import baselines as bl
+from harness.storage import report as rp
+from harness.storage.hardware import Fingerprint, ProfileError, detect, validate_profile
+from harness.storage.provenance import git_commit, provenance
 
 if TYPE_CHECKING:
     import torch
@@ -187,7 +187,7 @@ def _parse_options(config: pytest.Config) -> Options:
     bdir_opt = config.getoption("--amp-baseline-dir")
     baseline_dir = Path(bdir_opt) if bdir_opt else rootdir / "baselines"
     if profile is not None:
-        from harness.profiles import known
+        from harness.storage.profiles import known
 
         try:
             profile = validate_profile(str(profile), known(baseline_dir))
@@ -563,8 +563,8 @@ def amp_record(request: pytest.FixtureRequest) -> Recorder:
 
 @pytest.fixture
 def amp_hardware_profile(request: pytest.FixtureRequest) -> Any:
-    """The :class:`harness.profiles.Profile` (thresholds, peaks) of the device under test."""
-    from harness import profiles
+    """The :class:`harness.storage.profiles.Profile` (thresholds, peaks) of the device under test."""
+    from harness.storage import profiles
 
     st = state_of(request.config)
     st.activated = True
@@ -578,14 +578,14 @@ def amp_hardware_profile(request: pytest.FixtureRequest) -> Any:
 class TrainingChecks:
     """Bring your own model: ``amp_training.check(setup, recipes)`` runs the parity, determinism
     and gradient-census checks of the training suite on your model, records rows, and fails the
-    test with every miss. ``setup`` is a :class:`harness.training.Setup` (model factory, batch
+    test with every miss. ``setup`` is a :class:`harness.domains.training.Setup` (model factory, batch
     function, loss, steps, lr, optimizer)."""
 
     def __init__(self, recorder: Recorder, device: torch.device) -> None:
         self._record, self._device = recorder, device
 
     def check(self, setup: Any, recipes: Any, seeds: int = 3, determinism: bool = True, census: bool = True) -> Any:
-        from harness import training as T
+        from harness.domains import training as T
 
         report = T.check_parity(setup, recipes, seeds=seeds, device=self._device)
         failures = []
@@ -624,7 +624,7 @@ class TrainingChecks:
 
 @pytest.fixture
 def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> TrainingChecks:
-    """Parity, determinism and census checks for a model of yours (see harness.training.Setup)."""
+    """Parity, determinism and census checks for a model of yours (see harness.domains.training.Setup)."""
     import torch
 
     device = request.getfixturevalue("amp_device") if "amp_device" in request.fixturenames else torch.device("cpu")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import report as rp
+from harness.storage import report as rp
 
 #: (capability, path fragment of the tests that decide it)
 CAPABILITIES: tuple[tuple[str, str], ...] = (

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import report as rp
+from harness.storage import report as rp
 
 #: Previous runs whose median is the reference of a point (as CI dashboards of large projects use).
 WINDOW = 5

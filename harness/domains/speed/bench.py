@@ -85,7 +85,7 @@ def _layer_norm(device: torch.device, dtype: torch.dtype | None) -> Fn:
 
 
 def _lm_step(device: torch.device, dtype: torch.dtype | None) -> Fn:
-    from harness import training as T
+    from harness.domains import training as T
 
     setup = T.SETUPS["tiny_lm"]
     model = setup.model(0).to(device)

@@ -6,7 +6,7 @@ import math
 
 from hypothesis import strategies as st
 
-from harness.formats import FP32, FloatFormat, is_fp32_exact
+from harness.numerics.formats import FP32, FloatFormat, is_fp32_exact
 
 MAX_VALUES = 64
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.formats import FP32, FloatFormat
-from harness.tolerance import gamma
+from harness.numerics.formats import FP32, FloatFormat
+from harness.numerics.tolerance import gamma
 
 #: Max error of exp/log/pow/rsqrt in ulps: CUDA C Programming Guide, "Mathematical Functions",
 #: single precision: expf 2 ulp, logf 1 ulp, powf 4 ulp, rsqrtf 2 ulp; SLEEF's u10 variants

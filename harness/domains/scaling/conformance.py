@@ -1,7 +1,7 @@
 """The conformance state machine for loss scalers: run it against any scaler through an adapter.
 
 Pure (no pytest, no paths): ``run_state_machine_as_test(conformance_machine(make_adapter, semantics))``
-drives the scaler and :func:`harness.scaling.update` with the same clean/overflow events and
+drives the scaler and :func:`harness.domains.scaling.reference.update` with the same clean/overflow events and
 fails at the first difference in scale, growth tracker or at-minimum error.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from harness import scaling
+from harness.domains.scaling import reference as scaling
 
 
 def conformance_machine(

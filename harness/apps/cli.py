@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import __version__
-from harness import baseline as bl
-from harness import report as rp
+from harness.storage import baselines as bl
+from harness.storage import report as rp
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from harness.hardware import detect
+    from harness.storage.hardware import detect
 
     fp = detect()
     if args.json:
@@ -32,7 +32,7 @@ def _cmd_baselines(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     serializer = bl.Serializer()
     bad = 0
-    from harness import profiles
+    from harness.storage import profiles
 
     files = sorted(p for p in root.rglob(f"*{bl.SUFFIX}") if not p.name.endswith(bl.OBTAINED_SUFFIX))
     for path in [p for p in files if p.parent.name == profiles.DIR]:
@@ -87,7 +87,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from harness import dashboard as db
+    from harness.apps import dashboard as db
 
     loaded = db.write_dashboard(args.reports, args.output, window=args.window)
     for problem in loaded.problems:
@@ -99,7 +99,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness import dashboard as db
+    from harness.apps import dashboard as db
 
     a, b = rp.load(args.run_a), rp.load(args.run_b)
     table = db.compare(a.rows, b.rows)
@@ -118,9 +118,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
 
-    from harness import bench, profiles
-    from harness.hardware import detect
-    from harness.provenance import provenance
+    from harness.domains.speed import bench
+    from harness.storage import profiles
+    from harness.storage.hardware import detect
+    from harness.storage.provenance import provenance
 
     fp = detect()
     device = torch.device(args.device)
@@ -146,7 +147,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 flush=True,
             )
         prof.thresholds[f"{workload}/{dtype}"] = profiles.threshold_from_calibration(speedups)
-    from harness.provenance import git_commit
+    from harness.storage.provenance import git_commit
 
     prof.provenance = {
         **provenance(fp, device=str(device), profile=profile, commit=git_commit(Path.cwd())),
@@ -159,7 +160,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
-    from harness import qualify
+    from harness.apps import qualify
 
     required = [c for c, _ in qualify.CAPABILITIES if c not in args.optional]
     return qualify.run(rest, Path(args.report_dir), required)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.baseline import atomic_write_text
-from harness.bench import DETECT_SLOWDOWN
+from harness.domains.speed.bench import DETECT_SLOWDOWN
+from harness.storage.baselines import atomic_write_text
 
 FORMAT = "amp-harness-profile"
 FORMAT_VERSION = 1

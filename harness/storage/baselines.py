@@ -31,8 +31,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from harness.compare import DataComparison, compare_data, explain
-from harness.tolerance import EXACT, Tolerance
+from harness.numerics.comparison import DataComparison, compare_data, explain
+from harness.numerics.tolerance import EXACT, Tolerance
 
 FORMAT_NAME = "amp-harness-baseline"
 FORMAT_VERSION = 1

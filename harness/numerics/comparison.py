@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from harness.formats import FloatFormat
-from harness.tolerance import EXACT, Tolerance
+from harness.numerics.formats import FloatFormat
+from harness.numerics.tolerance import EXACT, Tolerance
 
 if TYPE_CHECKING:
     import torch

@@ -1,0 +1,1 @@
+"""Claim family *memory*: bytes saved for backward and the analytic model-state accounting."""

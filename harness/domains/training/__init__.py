@@ -1,0 +1,98 @@
+"""Claim family *training*: small mixed-precision training runs and the bring-your-own-model API.
+
+``recipes`` (how a step runs, what is trained), ``models`` (the built-in problems), ``loop`` (one
+run), ``parity`` (AMP against fp32 within the seed band) and ``census`` (gradient magnitudes
+against fp16's range). The names users need are re-exported here: ``harness.domains.training.Setup``.
+"""
+
+from harness.domains.training.census import (
+    CENSUS_SCALES,
+    FP16_MIN_NORMAL,
+    FP16_TINY,
+    fp32_gradients,
+    gradient_census,
+    lm_gradients,
+)
+from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED, Run, evaluate, train
+from harness.domains.training.models import SETUPS, TinyLM
+from harness.domains.training.parity import (
+    CONTROL_FACTOR,
+    PARITY_FRACTION,
+    Band,
+    Parity,
+    ParityReport,
+    RecipeResult,
+    check_parity,
+    is_deterministic,
+    parity,
+    seed_band,
+)
+from harness.domains.training.recipes import (
+    ACCUM4,
+    BF16,
+    BF16_GRAD_ACCUM,
+    BF16_PARAMS,
+    CLIP,
+    FP16_GRAD_ACCUM,
+    FP16_NO_SCALER,
+    FP16_SCALER,
+    FP16_STATIC_FP32_ACCUM,
+    FP16_WITH_SCALER_SMALL,
+    FP32,
+    OPTIMIZERS,
+    SMALL_GRAD,
+    Batch,
+    BatchFn,
+    LossFn,
+    ModelFactory,
+    Recipe,
+    Setup,
+    make_optimizer,
+)
+
+__all__ = [
+    "ACCUM4",
+    "BF16",
+    "BF16_GRAD_ACCUM",
+    "BF16_PARAMS",
+    "CENSUS_SCALES",
+    "CLIP",
+    "CONTROL_FACTOR",
+    "DATA_SEED_OFFSET",
+    "EVAL_SEED",
+    "FP16_GRAD_ACCUM",
+    "FP16_MIN_NORMAL",
+    "FP16_NO_SCALER",
+    "FP16_SCALER",
+    "FP16_STATIC_FP32_ACCUM",
+    "FP16_TINY",
+    "FP16_WITH_SCALER_SMALL",
+    "FP32",
+    "INIT_SEED",
+    "OPTIMIZERS",
+    "PARITY_FRACTION",
+    "SETUPS",
+    "SMALL_GRAD",
+    "Band",
+    "Batch",
+    "BatchFn",
+    "LossFn",
+    "ModelFactory",
+    "Parity",
+    "ParityReport",
+    "Recipe",
+    "RecipeResult",
+    "Run",
+    "Setup",
+    "TinyLM",
+    "check_parity",
+    "evaluate",
+    "fp32_gradients",
+    "gradient_census",
+    "is_deterministic",
+    "lm_gradients",
+    "make_optimizer",
+    "parity",
+    "seed_band",
+    "train",
+]

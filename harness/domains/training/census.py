@@ -1,0 +1,72 @@
+"""Why fp16 needs loss scaling: a census of fp32 gradient magnitudes against fp16's range."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from harness.domains.training.loop import DATA_SEED_OFFSET, INIT_SEED
+from harness.domains.training.models import SETUPS
+from harness.domains.training.recipes import Setup, make_optimizer
+from harness.numerics.formats import FP16
+
+FP16_TINY = FP16.smallest_subnormal  # 2^-24: below half of it a value flushes to zero
+FP16_MIN_NORMAL = FP16.smallest_normal  # 2^-14
+
+
+#: Loss scales of the census: 2^0 .. 2^24 (2^24 lifts fp16's smallest subnormal to 1).
+CENSUS_SCALES: tuple[float, ...] = tuple(2.0**e for e in range(25))
+
+
+def gradient_census(grads: Sequence[torch.Tensor], scales: Sequence[float] = CENSUS_SCALES) -> dict[str, Any]:
+    """Shares of fp32 gradient values that fp16 would flush to zero or hold as subnormals, and per
+    loss scale S the share still flushed and the share that overflows (|g| S > fp16 max)."""
+    g = torch.cat([t.detach().float().abs().flatten() for t in grads]).double()
+    n = g.numel()
+    nonzero = g[g > 0]
+    out: dict[str, Any] = {
+        "values": n,
+        "exact_zero_share": float((g == 0).sum()) / n,
+        "underflow_share": float((nonzero < FP16_TINY / 2).sum()) / n,
+        "subnormal_share": float(((nonzero >= FP16_TINY / 2) & (nonzero < FP16_MIN_NORMAL)).sum()) / n,
+        "log2_quantiles": {q: float(torch.log2(nonzero.quantile(q))) for q in (0.01, 0.5, 0.99)}
+        if nonzero.numel()
+        else {},
+        "per_scale": [],
+    }
+    for s in scales:
+        scaled = nonzero * s
+        out["per_scale"].append(
+            {
+                "scale_log2": round(math.log2(s)),
+                "underflow_share": float((scaled < FP16_TINY / 2).sum()) / n,
+                "recovered_share": out["underflow_share"] - float((scaled < FP16_TINY / 2).sum()) / n,
+                "overflow_share": float((scaled > FP16.max).sum()) / n,
+            }
+        )
+    return out
+
+
+def fp32_gradients(
+    setup: Setup, seed: int = 0, warmup_steps: int = 5, device: torch.device | str = "cpu"
+) -> list[torch.Tensor]:
+    """fp32 parameter gradients after a few fp32 steps (the census input)."""
+    torch.manual_seed(seed)
+    model = setup.model(INIT_SEED).to(device)
+    opt = make_optimizer(setup.optimizer, list(model.parameters()), setup.lr)
+    gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
+    for step in range(warmup_steps + 1):
+        x, y = setup.batch(step, gen)
+        opt.zero_grad()
+        setup.loss(model(x.to(device)), y.to(device)).backward()  # type: ignore[no-untyped-call]
+        if step < warmup_steps:
+            opt.step()
+    return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+def lm_gradients(seed: int = 0) -> list[torch.Tensor]:
+    """The tiny language model's fp32 gradients after 5 steps."""
+    return fp32_gradients(SETUPS["tiny_lm"], seed)

@@ -1,0 +1,116 @@
+"""Parity of an AMP run with fp32: the seed band, the per-checkpoint distances, and the checks
+run as one call (:func:`check_parity`, :func:`is_deterministic`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harness.domains.training.loop import Run, train
+from harness.domains.training.recipes import FP32, Recipe, Setup
+
+
+@dataclass(frozen=True)
+class Band:
+    """Seed-to-seed spread of fp32 runs at each step: max_s |L_s(t) - L_0(t)|."""
+
+    per_step: dict[int, float]
+    seeds: int
+
+
+def seed_band(runs: Sequence[Run]) -> Band:
+    """Per checkpoint, the largest distance of another seed's evaluation loss from seed 0's."""
+    ref = runs[0].eval_losses
+    return Band({t: max(abs(r.eval_losses[t] - v) for r in runs[1:]) for t, v in ref.items()}, len(runs))
+
+
+#: An AMP recipe may move the loss curve at most this fraction of what changing the seed does:
+#: at the full seed spread it would be indistinguishable from a different seed, not the same run.
+PARITY_FRACTION = 0.5
+#: A negative control must miss parity by at least this factor of the seed spread somewhere, or the
+#: suite is not sensitive enough to tell a broken recipe from seed noise.
+CONTROL_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Parity:
+    recipe: str
+    steps: list[int]
+    diffs: list[float]
+    allowances: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [
+            d / a if a > 0 else (math.inf if d > 0 else 0.0) for d, a in zip(self.diffs, self.allowances, strict=True)
+        ]
+
+    @property
+    def worst(self) -> float:
+        return max(self.ratios)
+
+    @property
+    def passed(self) -> bool:
+        return self.worst <= 1.0
+
+
+def parity(run: Run, reference: Run, band: Band, fraction: float = PARITY_FRACTION) -> Parity:
+    """Evaluation-loss distance of ``run`` from ``reference`` (same seed) at each checkpoint,
+    against ``fraction`` of the seed band there."""
+    steps = sorted(reference.eval_losses)
+    diffs = [
+        abs(run.eval_losses[t] - reference.eval_losses[t]) if math.isfinite(run.eval_losses[t]) else math.inf
+        for t in steps
+    ]
+    return Parity(run.recipe, steps, diffs, [fraction * band.per_step[t] for t in steps])
+
+
+@dataclass
+class RecipeResult:
+    recipe: Recipe
+    run: Run
+    reference: Run
+    parity: Parity
+
+
+@dataclass
+class ParityReport:
+    setup: str
+    band: Band
+    fp32_runs: list[Run]
+    results: list[RecipeResult]
+
+
+def check_parity(
+    setup: Setup,
+    recipes: Sequence[Recipe],
+    seeds: int = 3,
+    device: torch.device | str = "cpu",
+    fp32_runs: Sequence[Run] | None = None,
+) -> ParityReport:
+    """Run fp32 over ``seeds`` seeds (the band), each recipe on seed 0, and each recipe's fp32
+    counterpart on seed 0 with the recipe's skipped steps replayed; compare at the checkpoints."""
+    if seeds < 2:
+        raise ValueError(f"a seed band needs at least 2 seeds, got {seeds}")
+    fp = list(fp32_runs) if fp32_runs is not None else [train(setup, FP32, s, device) for s in range(seeds)]
+    band = seed_band(fp)
+    results = []
+    for recipe in recipes:
+        run = train(setup, recipe, 0, device)
+        cp = recipe.fp32_counterpart()
+        plain = cp.micro_batches == 1 and cp.clip is None and cp.loss_factor == 1.0
+        ref = fp[0] if plain and not run.skipped_at else train(setup, cp, 0, device, frozenset(run.skipped_at))
+        results.append(RecipeResult(recipe, run, ref, parity(run, ref, band)))
+    return ParityReport(setup.name, band, fp, results)
+
+
+def is_deterministic(setup: Setup, recipe: Recipe, device: torch.device | str = "cpu") -> tuple[bool, int | None]:
+    """Run the recipe twice; (bitwise-identical losses?, first differing step)."""
+    a, b = train(setup, recipe, 0, device), train(setup, recipe, 0, device)
+    for t, (x, y) in enumerate(zip(a.losses, b.losses, strict=True)):
+        if x != y and not (math.isnan(x) and math.isnan(y)):
+            return False, t
+    return True, None
