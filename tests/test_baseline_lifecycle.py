@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.storage import atomic
 from harness.storage import baselines as bl
 
 TEST_FILE = """
@@ -154,16 +155,32 @@ def test_regen_and_accept_all_together_is_a_usage_error(demo):
 # -- storage unit tests -------------------------------------------------------------------------
 def test_atomic_write_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):
     path = tmp_path / "b.json"
-    bl.atomic_write_text(path, "old\n")
+    atomic.write_text(path, "old\n")
 
     def broken_replace(src: str, dst: str) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
-        bl.atomic_write_text(path, "new\n")
+        atomic.write_text(path, "new\n")
     assert path.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_atomic_writes_get_the_permissions_of_an_ordinary_file(tmp_path, umask):
+    """tempfile would leave 0600 files and 0700 directories: a shared report directory would be
+    unreadable to a dashboard job running as another user."""
+    old = os.umask(umask)
+    try:
+        atomic.write_text(tmp_path / "b.json", "x\n")
+        with atomic.directory(tmp_path / "run") as d:
+            (d / "rows.csv").write_text("x\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "run").stat().st_mode & 0o777 == 0o777 & ~umask
+    assert (tmp_path / "run" / "rows.csv").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_writes_are_queued_until_flush(tmp_path):

@@ -133,7 +133,7 @@ def test_every_known_profile_is_documented():
 
 
 def test_xdist_workers_are_pinned_to_their_own_gpu_round_robin():
-    from harness.pytest_plugin.hooks import gpu_for_worker
+    from harness.pytest_plugin.state import gpu_for_worker
 
     assert [gpu_for_worker(f"gw{i}", 4) for i in range(6)] == [0, 1, 2, 3, 0, 1]
     assert gpu_for_worker(None, 4) == 0

@@ -85,7 +85,7 @@ def test_load_names_the_problem(tmp_path):
         rp.load(tmp_path)
     run = rp.write(tmp_path, "r1", [], {"x": 1})
     (run / rp.RUN_JSON).write_text(json.dumps({"schema_version": rp.SCHEMA_VERSION + 1}))
-    with pytest.raises(rp.ReportError, match="newer than this harness reads"):
+    with pytest.raises(rp.ReportError, match="is not one this harness reads"):
         rp.load(run)
     (run / rp.ROWS_PARQUET).write_bytes(b"PAR1 garbage")
     (run / rp.RUN_JSON).write_text("{}")

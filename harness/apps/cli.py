@@ -9,18 +9,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import __version__
-from harness.storage import baselines as bl
 from harness.storage import report as rp
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
+    from harness.storage import profiles
     from harness.storage.hardware import detect
 
     fp = detect()
     if args.json:
         print(json.dumps(fp.as_dict(), indent=2, default=str))
         return 0
+    root = Path(args.baseline_dir)
     print(f"cpu profile:  {fp.cpu_profile}  ({fp.cpu.model}; flags: {' '.join(fp.cpu.flags) or 'none'})")
+    classes = [("cpu", fp.cpu_class)] + [(f"cuda:{g.index}", fp.class_for(f"cuda:{g.index}")) for g in fp.gpus]
+    for device, hc in classes:
+        state = "calibrated" if profiles.path_for(root, hc.id).exists() else "NOT calibrated"
+        print(f"{device} hardware class: {hc.id}  ({state} in {root / profiles.DIR})")
+        print(f"  derived from: {hc.describe()}")
     print(f"cuda profile: {fp.cuda_profile or 'none (no CUDA device)'}")
     for g in fp.gpus:
         print(f"  cuda:{g.index} {g.name} sm{g.capability} {g.memory_bytes / 2**30:.1f} GiB")
@@ -29,36 +35,13 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_baselines(args: argparse.Namespace) -> int:
-    root = Path(args.dir)
-    serializer = bl.Serializer()
-    bad = 0
-    from harness.storage import profiles
+    from harness.storage.inventory import validate_tree
 
-    files = sorted(p for p in root.rglob(f"*{bl.SUFFIX}") if not p.name.endswith(bl.OBTAINED_SUFFIX))
-    for path in [p for p in files if p.parent.name == profiles.DIR]:
-        try:
-            prof = profiles.load(root, path.stem)
-        except profiles.ProfileFileError as exc:
-            bad += 1
-            print(f"BAD  {exc}")
-            continue
-        judged = sum(t.expect == "judge" for t in prof.thresholds.values())
-        print(f"ok   {path}  (profile: {judged} judged thresholds, {'judges' if prof.judge else 'records only'})")
-    files = [p for p in files if p.parent.name != profiles.DIR]
-    for path in files:
-        try:
-            doc = serializer.loads(path.read_text(encoding="utf-8"), path, "Regenerate it with pytest --amp-regen")
-        except bl.BaselineError as exc:
-            bad += 1
-            print(f"BAD  {exc}")
-            continue
-        p = doc.provenance
-        print(f"ok   {path}  ({p.get('created')}, torch {p.get('torch')}, {p.get('profile')})")
-    leftovers = sorted(root.rglob(f"*{bl.OBTAINED_SUFFIX}"))
-    for path in leftovers:
-        print(f"note {path}: obtained values of a mismatch; compare with its baseline, then delete it")
-    print(f"{len(files)} baselines, {bad} unreadable")
-    return 1 if bad else 0
+    report = validate_tree(Path(args.dir))
+    for line in report.lines:
+        print(line)
+    print(f"{report.baselines} baselines, {report.profiles} hardware-class profiles, {report.bad} unreadable")
+    return 1 if report.bad else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -118,51 +101,78 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
 
-    from harness.domains.speed import bench
+    from harness.domains.speed import bench, thresholds
     from harness.storage import profiles
     from harness.storage.hardware import detect
-    from harness.storage.provenance import provenance
+    from harness.storage.provenance import git_commit, provenance
 
     fp = detect()
     device = torch.device(args.device)
-    profile = args.profile or (fp.cuda_profile if device.type == "cuda" else fp.cpu_profile) or "generic"
+    hc = fp.class_for(str(device))
+    profile_id = fp.cuda_profile if device.type == "cuda" else fp.cpu_profile
     root = Path(args.baseline_dir)
-    existing = profiles.load(root, profile)
+    cases = thresholds.DEFAULT_CASES
+    if args.cases:
+        wanted = [tuple(c.split("/", 1)) for c in args.cases]
+        unknown = [("/".join(c)) for c in wanted if c not in cases]
+        if unknown:
+            print(
+                f"amp-harness calibrate: unknown case(s) {', '.join(unknown)}; "
+                f"choose from {', '.join(w + '/' + d for w, d in cases)}",
+                file=sys.stderr,
+            )
+            return 2
+        cases = tuple((w, d) for w, d in wanted)
+    existing = profiles.load(root, hc.id, profile_id or "")
     prof = profiles.Profile(
-        profile,
-        existing.description if profiles.path_for(root, profile).exists() else f"{profile} (calibrated)",
-        judge=True,
+        hc.id,
+        f"{hc.id}: calibrated by amp-harness calibrate",
+        calibrated=True,
         peak_flops=existing.peak_flops,
         peak_origin=existing.peak_origin,
+        thresholds=dict(existing.thresholds),
+        derived_from=hc.derived_from,
     )
-    for workload, dtype in profiles.DEFAULT_CASES:
-        w = bench.WORKLOADS[workload]
-        dt = getattr(torch, dtype)
-        speedups = []
-        for run in range(args.runs):
+    print(f"calibrating hardware class {hc.id} ({hc.describe()})", flush=True)
+    # Run-major, as the suite measures: each run goes through every case once, so every case is
+    # calibrated in the conditions (caches, clocks, neighbours) the suite measures it in.
+    speedups: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
+    for run in range(args.runs):
+        for workload, dtype in cases:
+            w = bench.WORKLOADS[workload]
+            dt = getattr(torch, dtype)
             t = bench.interleaved(w.make(device, None), w.make(device, dt), device, rounds=args.rounds)
-            speedups.append(t.speedup)
+            speedups[(workload, dtype)].append(t.speedup)
             print(
-                f"  {workload}/{dtype} run {run + 1}/{args.runs}: speedup {t.speedup:.3g} (IQR {t.spread:.3g})",
+                f"  run {run + 1}/{args.runs} {workload}/{dtype}: speedup {t.speedup:.3g} (IQR {t.spread:.3g})",
                 flush=True,
             )
-        prof.thresholds[f"{workload}/{dtype}"] = profiles.threshold_from_calibration(speedups)
-    from harness.storage.provenance import git_commit
-
+    for (workload, dtype), runs in speedups.items():
+        th = thresholds.threshold_from_calibration(runs)
+        prof.thresholds[f"{workload}/{dtype}"] = th
+        print(f"  -> {thresholds.pays_off(workload, dtype, th.calibrated_median or 0.0, hc.id)}; {th.origin}")
     prof.provenance = {
-        **provenance(fp, device=str(device), profile=profile, commit=git_commit(Path.cwd())),
+        **provenance(fp, device=str(device), profile=hc.id, commit=git_commit(Path.cwd())),
         "runs": args.runs,
         "rounds": args.rounds,
     }
     path = profiles.save(root, prof)
-    print(f"profile {profile}: thresholds written to {path}")
+    print(f"hardware class {hc.id}: thresholds written to {path}; review and commit it with your baselines")
     return 0
 
 
 def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
     from harness.apps import qualify
 
-    required = [c for c, _ in qualify.CAPABILITIES if c not in args.optional]
+    unknown = [c for c in args.optional if c not in qualify.CAPABILITIES]
+    if unknown:
+        print(
+            f"amp-harness qualify: --optional {', '.join(unknown)}: not a capability; "
+            f"choose from {', '.join(qualify.CAPABILITIES)}",
+            file=sys.stderr,
+        )
+        return 2
+    required = [c for c in qualify.CAPABILITIES if c not in args.optional]
     return qualify.run(rest, Path(args.report_dir), required)
 
 
@@ -170,8 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="amp-harness", description=__doc__)
     parser.add_argument("--version", action="version", version=f"amp-harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("profile", help="detect this machine's hardware profile")
+    p = sub.add_parser("profile", help="detect this machine's hardware profile and hardware classes")
     p.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
+    p.add_argument("--baseline-dir", default="baselines", help="where calibrated classes are looked up")
     p.set_defaults(func=_cmd_profile)
     b = sub.add_parser("baselines", help="validate every baseline file (format version, JSON, no NaN)")
     b.add_argument("--dir", default="baselines", help="baseline root (default: baselines)")
@@ -189,12 +200,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("run_b")
     c.add_argument("--csv", help="also write the table as CSV")
     c.set_defaults(func=_cmd_compare)
-    k = sub.add_parser("calibrate", help="measure AMP speedups here and write this profile's thresholds")
-    k.add_argument("--profile", help="profile id (default: detected)")
-    k.add_argument("--device", default="cpu")
+    k = sub.add_parser(
+        "calibrate", help="measure AMP speedups here and write this hardware class's thresholds to the baseline dir"
+    )
+    k.add_argument("--device", default="cpu", help="cpu or cuda:N (default cpu)")
+    k.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="WORKLOAD/DTYPE",
+        help="calibrate only these cases (default: all of the default tier); others already in the file are kept",
+    )
     k.add_argument("--runs", type=int, default=5, help="independent measurements per workload (default 5)")
     k.add_argument("--rounds", type=int, default=7, help="interleaved rounds per measurement (default 7)")
-    k.add_argument("--baseline-dir", default="baselines")
+    k.add_argument("--baseline-dir", default="baselines", help="baseline root; the file goes to <dir>/profiles/")
     k.set_defaults(func=_cmd_calibrate)
     q = sub.add_parser(
         "qualify", help="run the suites (extra arguments go to pytest) and print a verdict per capability"

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.storage import atomic
 from harness.storage import report as rp
 
 #: Previous runs whose median is the reference of a point (as CI dashboards of large projects use).
@@ -297,8 +298,5 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
 def write_dashboard(paths: Iterable[str | os.PathLike[str]], output: str | os.PathLike[str], **kw: Any) -> Loaded:
     loaded = load_reports(paths)
     text = render(loaded, **kw)
-    out = Path(output)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    atomic.write_text(Path(output), text)
     return loaded

@@ -1,9 +1,13 @@
 """``amp-harness qualify``: run the suites, then one verdict per capability for CI.
 
-Each capability gets PASS, FAIL, NOISY or SKIPPED with its reason, from the JUnit XML of the run
-(test outcomes) and the run report (NOISY measurements). The exit status is 0 only when every
-capability required for the profile passed: 1 when one failed, 2 when none failed but one was
-noisy or a required one did not run.
+Which capability a test decides is declared by its suite (``pytest.mark.amp_capability``) and
+travels as a JUnit XML test property, as do the typed row outcomes that label a test NOISY or
+UNJUDGED; nothing here matches paths or searches message text. Each capability gets PASS, FAIL,
+NOISY, NOT JUDGED or SKIPPED with its reason.
+
+Exit status: 0 when every required capability passed; 1 when a required one failed; 2 when none
+failed but a required one is NOISY, NOT JUDGED (for example the speed of a hardware class that
+was never calibrated: the reason names the command that calibrates it) or did not run.
 """
 
 from __future__ import annotations
@@ -13,101 +17,109 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 
+from harness.domains.capabilities import CAPABILITIES as CAPABILITIES
+from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, NOTE_PROPERTY, OUTCOME_PROPERTY
+from harness.storage import atomic
 from harness.storage import report as rp
 
-#: (capability, path fragment of the tests that decide it)
-CAPABILITIES: tuple[tuple[str, str], ...] = (
-    ("formats", "suites/formats/"),
-    ("autocast policy", "suites/autocast/test_op_policy"),
-    ("numerics", "suites/autocast/test_op_numerics"),
-    ("loss scaling", "suites/scaler/"),
-    ("training parity", "suites/training/"),
-    ("speed", "suites/speed/"),
-    ("memory", "suites/memory/"),
-    ("distributed", "suites/distributed/"),
-)
+
+class Status(str, Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    NOISY = "NOISY"
+    NOT_JUDGED = "NOT JUDGED"
+    SKIPPED = "SKIPPED"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
 class Verdict:
     capability: str
-    status: str  # PASS | FAIL | NOISY | SKIPPED
+    status: Status
     reason: str
     tests: int
 
 
-def _cases(junit: Path) -> list[tuple[str, str, str]]:
-    """(path-like test id, outcome, message) for every testcase of a JUnit XML file."""
+@dataclass(frozen=True)
+class Case:
+    """One JUnit testcase: its outcome and message, and the harness's properties."""
+
+    name: str
+    outcome: str  # passed | failure | error | skipped
+    message: str
+    capability: str | None
+    labels: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+def cases(junit: Path) -> list[Case]:
     out = []
     for case in ET.parse(junit).getroot().iter("testcase"):
-        path = case.get("classname", "").replace(".", "/") + "::" + case.get("name", "")
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
             el = case.find(tag)
             if el is not None:
                 outcome, message = tag, (el.get("message") or "").strip()
                 break
-        out.append((path, outcome, message))
+        props = [(p.get("name", ""), p.get("value", "")) for p in case.iter("property")]
+        capability = next((v for k, v in props if k == CAPABILITY_PROPERTY), None)
+        labels = tuple(v for k, v in props if k == OUTCOME_PROPERTY)
+        notes = tuple(v for k, v in props if k == NOTE_PROPERTY)
+        out.append(Case(case.get("name", ""), outcome, message, capability, labels, notes))
     return out
 
 
+def _verdict(name: str, mine: Sequence[Case]) -> Verdict:
+    failed = [c for c in mine if c.outcome in ("failure", "error")]
+    noisy = [c for c in mine if "noisy" in c.labels]
+    unjudged = [c for c in mine if c.outcome == "passed" and "unjudged" in c.labels]
+    ran = [c for c in mine if c.outcome == "passed"]
+    if not mine:
+        return Verdict(name, Status.SKIPPED, "no tests of this capability ran", 0)
+    if failed:
+        return Verdict(
+            name, Status.FAIL, f"{len(failed)} failed; first: {failed[0].name}: {failed[0].message[:160]}", len(mine)
+        )
+    if noisy:
+        why = noisy[0].notes[0] if noisy[0].notes else noisy[0].message
+        return Verdict(
+            name, Status.NOISY, f"{len(noisy)} measurement(s) too noisy to judge, after a rerun: {why[:200]}", len(mine)
+        )
+    if unjudged:
+        why = unjudged[0].notes[0] if unjudged[0].notes else "no reason recorded"
+        return Verdict(
+            name, Status.NOT_JUDGED, f"{len(unjudged)} of {len(mine)} measured, not judged: {why[:300]}", len(mine)
+        )
+    if not ran:
+        return Verdict(name, Status.SKIPPED, f"all {len(mine)} skipped: {mine[0].message[:160]}", len(mine))
+    skipped = f", {len(mine) - len(ran)} skipped" if len(mine) > len(ran) else ""
+    return Verdict(name, Status.PASS, f"{len(ran)} passed{skipped}", len(mine))
+
+
 def verdicts(junit: Path) -> list[Verdict]:
-    cases = _cases(junit)
-    result = []
-    for name, fragment in CAPABILITIES:
-        mine = [c for c in cases if fragment.rstrip("/") in c[0]]
-        failed = [c for c in mine if c[1] in ("failure", "error")]
-        noisy = [c for c in mine if c[1] == "skipped" and "NOISY" in c[2]]
-        ran = [c for c in mine if c[1] == "passed"]
-        if not mine:
-            result.append(Verdict(name, "SKIPPED", "no tests of this capability ran", 0))
-        elif failed:
-            result.append(
-                Verdict(
-                    name,
-                    "FAIL",
-                    f"{len(failed)} failed; first: {failed[0][0].split('::')[-1]}: {failed[0][2][:160]}",
-                    len(mine),
-                )
-            )
-        elif noisy:
-            result.append(
-                Verdict(
-                    name,
-                    "NOISY",
-                    f"{len(noisy)} measurement(s) too noisy to judge, after a rerun: {noisy[0][2][:160]}",
-                    len(mine),
-                )
-            )
-        elif not ran:
-            result.append(Verdict(name, "SKIPPED", f"all {len(mine)} skipped: {mine[0][2][:160]}", len(mine)))
-        else:
-            result.append(
-                Verdict(
-                    name,
-                    "PASS",
-                    f"{len(ran)} passed" + (f", {len(mine) - len(ran)} skipped" if len(mine) > len(ran) else ""),
-                    len(mine),
-                )
-            )
-    return result
+    found = cases(junit)
+    declared = [c for c in dict.fromkeys(c.capability for c in found) if c and c not in CAPABILITIES]
+    return [_verdict(name, [c for c in found if c.capability == name]) for name in (*CAPABILITIES, *declared)]
 
 
 def exit_status(vs: Sequence[Verdict], required: Sequence[str]) -> int:
     req = [v for v in vs if v.capability in required]
-    if any(v.status == "FAIL" for v in req):
+    if any(v.status is Status.FAIL for v in req):
         return 1
-    if any(v.status != "PASS" for v in req):
+    if any(v.status is not Status.PASS for v in req):
         return 2
     return 0
 
 
 def table(vs: Sequence[Verdict]) -> str:
     width = max(len(v.capability) for v in vs)
-    return "\n".join(f"{v.capability:<{width}}  {v.status:<7}  {v.reason}" for v in vs)
+    return "\n".join(f"{v.capability:<{width}}  {v.status.value:<10}  {v.reason}" for v in vs)
 
 
 def run(pytest_args: Sequence[str], report_dir: Path, required: Sequence[str] | None = None) -> int:
@@ -131,26 +143,26 @@ def run(pytest_args: Sequence[str], report_dir: Path, required: Sequence[str] | 
         print(f"amp-harness qualify: pytest wrote no JUnit XML (exit {code}); nothing to judge", file=sys.stderr)
         return 1
     vs = verdicts(junit)
-    req = list(required) if required is not None else [c for c, _ in CAPABILITIES]
+    req = list(required) if required is not None else list(CAPABILITIES)
     print("\n" + "=" * 24 + " qualification verdict " + "=" * 24)
     print(table(vs))
     status = exit_status(vs, req)
     new_runs = sorted(set(rp.find_runs(report_dir)) - before)
     summary = {
-        "verdicts": [asdict(v) for v in vs],
+        "verdicts": [{**asdict(v), "status": v.status.value} for v in vs],
         "required": req,
         "exit_status": status,
         "junit": str(junit),
         "pytest_exit": code,
     }
     if new_runs:
-        (new_runs[-1] / "verdict.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        atomic.write_text(new_runs[-1] / "verdict.json", json.dumps(summary, indent=2) + "\n")
         print(f"run report: {new_runs[-1]}  JUnit XML: {junit}")
     print(
         {
             0: "QUALIFIED",
             1: "NOT QUALIFIED: a required capability failed",
-            2: "NOT QUALIFIED: a required capability is noisy or did not run",
+            2: "NOT QUALIFIED: a required capability is noisy, not judged, or did not run",
         }[status]
     )
     return status

@@ -1,8 +1,11 @@
-"""Comparisons as pure functions returning results, and the one place that explains them.
+"""Comparisons as pure functions returning typed results, and the one place that explains them.
 
 Modelled on ``torch.testing._comparison``: a comparison never raises or prints; it returns a
-frozen result whose ``passed`` says the verdict, and :func:`explain` turns any result into the
-message a failing test shows ("Mismatched elements: 2 / 3 (66.7%) ... (up to 1e-05 allowed)").
+frozen result of one class per kind of input (a scalar, a value against a bound, many elements,
+nested data, a claim decided by its own rule) whose ``passed`` says the verdict and whose
+``outcome`` is the :class:`~harness.numerics.verdict.Outcome`. :func:`explain` turns any result
+into the message a failing test shows; it reads typed fields only (a mismatch's
+:class:`MismatchKind`, an elementwise result's :class:`Measure`), never message text.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.numerics.formats import FloatFormat
 from harness.numerics.tolerance import EXACT, Tolerance
+from harness.numerics.verdict import Outcome
 
 if TYPE_CHECKING:
     import torch
@@ -29,8 +34,40 @@ class Comparison(Protocol):
     def passed(self) -> bool: ...
 
 
+class _Judged:
+    """The outcome of every comparison kind, from its ``passed``."""
+
+    @property
+    def passed(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.of(self.passed)
+
+
+class MismatchKind(Enum):
+    """What a mismatch compares, which decides how it is shown."""
+
+    #: a value against an expected value (within a tolerance)
+    VALUE = "value"
+    #: a bit pattern against the reference's bit pattern
+    BITS = "bits"
+    #: an error against its per-element budget
+    BUDGET = "budget"
+    #: an output that violates a predicate (no expected value)
+    PREDICATE = "predicate"
+
+
+class Measure(Enum):
+    """What an elementwise result's ``max_abs_diff`` holds."""
+
+    ABS_DIFF = "absolute difference"
+    ERROR_OVER_BUDGET = "error/budget"
+
+
 @dataclass(frozen=True)
-class ScalarComparison:
+class ScalarComparison(_Judged):
     """``actual`` against ``expected`` within a tolerance."""
 
     name: str
@@ -53,7 +90,7 @@ class ScalarComparison:
 
 
 @dataclass(frozen=True)
-class BoundComparison:
+class BoundComparison(_Judged):
     """A measured value against an upper bound (an error budget)."""
 
     name: str
@@ -74,10 +111,13 @@ class Mismatch:
     actual: Any
     input: Any = None
     detail: str = ""
+    kind: MismatchKind = MismatchKind.VALUE
+    #: the element's budget (``MismatchKind.BUDGET``)
+    budget: float | None = None
 
 
 @dataclass(frozen=True)
-class ElementwiseComparison:
+class ElementwiseComparison(_Judged):
     """Many values compared one by one (elements of a tensor, examples of a property)."""
 
     name: str
@@ -85,8 +125,10 @@ class ElementwiseComparison:
     mismatches: tuple[Mismatch, ...]
     criterion: str
     mismatch_count: int = -1
+    #: the greatest difference (or error/budget ratio, see ``measure``) over all elements
     max_abs_diff: float | None = None
     max_abs_diff_index: int | None = None
+    measure: Measure = Measure.ABS_DIFF
 
     @property
     def count(self) -> int:
@@ -106,7 +148,7 @@ class DataDifference:
 
 
 @dataclass(frozen=True)
-class DataComparison:
+class DataComparison(_Judged):
     """Nested data (a baseline) compared leaf by leaf."""
 
     name: str
@@ -119,7 +161,34 @@ class DataComparison:
         return not self.differences
 
 
-AnyComparison = ScalarComparison | BoundComparison | ElementwiseComparison | DataComparison
+@dataclass(frozen=True)
+class ClaimComparison(_Judged):
+    """A claim decided by its own rule (a ratio against a margin, an equality of counts, a set of
+    expected failures): the measured ``value``, whether the claim ``holds``, what had to hold
+    (``criterion``) and what was seen (``detail``, one line per finding)."""
+
+    name: str
+    value: float
+    holds: bool
+    criterion: str
+    detail: tuple[str, ...] = ()
+    expected: float | None = None
+    allowance: float | None = None
+    unit: str = ""
+    #: the outcome when the claim holds: PASS, or KNOWN for a recorded finding of the stack
+    #: (a known deviation whose check notices when it changes)
+    holds_as: Outcome = Outcome.PASS
+
+    @property
+    def passed(self) -> bool:
+        return self.holds
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.holds_as if self.holds else Outcome.FAIL
+
+
+AnyComparison = ScalarComparison | BoundComparison | ElementwiseComparison | DataComparison | ClaimComparison
 
 
 # -- comparisons ------------------------------------------------------------------------------
@@ -129,6 +198,25 @@ def compare_scalar(name: str, actual: float, expected: float, tolerance: Toleran
 
 def compare_bound(name: str, value: float, bound: float, origin: str, unit: str = "") -> BoundComparison:
     return BoundComparison(name, float(value), float(bound), origin, unit)
+
+
+def compare_claim(
+    name: str,
+    value: float | bool,
+    holds: bool,
+    criterion: str,
+    *,
+    detail: Sequence[str] | str = (),
+    expected: float | None = None,
+    allowance: float | None = None,
+    unit: str = "",
+    finding: bool = False,
+) -> ClaimComparison:
+    """A claim whose rule the caller decides; ``detail`` says what was seen when it does not hold.
+    ``finding=True``: the claim is that a known deviation is still there (recorded as KNOWN)."""
+    lines = (detail,) if isinstance(detail, str) else tuple(detail)
+    holds_as = Outcome.KNOWN if finding else Outcome.PASS
+    return ClaimComparison(name, float(value), bool(holds), criterion, lines, expected, allowance, unit, holds_as)
 
 
 def compare_values(
@@ -165,7 +253,7 @@ def compare_bits(
         if e is None or a == e or (fmt.is_nan_bits(a) and fmt.is_nan_bits(e)):
             continue
         detail = f"{fmt.name} bits: expected value {fmt.decode(e):.9g}, got {fmt.decode(a):.9g}"
-        bad.append(Mismatch(i, e, a, None if inputs is None else inputs[i], detail))
+        bad.append(Mismatch(i, e, a, None if inputs is None else inputs[i], detail, MismatchKind.BITS))
     return ElementwiseComparison(name, len(actual_bits), tuple(bad), f"bitwise equal to the {fmt.name} reference")
 
 
@@ -183,7 +271,7 @@ def compare_predicate(
     for i, (x, o) in enumerate(zip(inputs, outputs, strict=True)):
         if expected is None:
             if not predicate(x, o):
-                bad.append(Mismatch(i, None, o, x, "violates the criterion"))
+                bad.append(Mismatch(i, None, o, x, "violates the criterion", MismatchKind.PREDICATE))
         elif not predicate(o, expected[i]):
             bad.append(Mismatch(i, expected[i], o, x))
     return ElementwiseComparison(name, len(inputs), tuple(bad), criterion)
@@ -219,12 +307,22 @@ def compare_tensors(
     )
 
 
+#: What :func:`compare_within` compares by default: an autocast result against float64.
+AUTOCAST_VS_FP64 = "|autocast - float64 reference|"
+
+
 def compare_within(
-    name: str, actual: torch.Tensor, reference: torch.Tensor, bound: torch.Tensor, origin: str
+    name: str,
+    actual: torch.Tensor,
+    reference: torch.Tensor,
+    bound: torch.Tensor,
+    origin: str,
+    what: str = AUTOCAST_VS_FP64,
 ) -> ElementwiseComparison:
     """Elementwise ``|actual - reference| <= bound`` (an error budget per element), in float64.
 
-    ``max_abs_diff`` holds the worst ratio error/budget (1.0 is the edge of the budget).
+    ``what`` names the two sides in the criterion (``"|DDP - one process|"``); ``max_abs_diff``
+    holds the worst ratio error/budget (1.0 is the edge of the budget).
     """
     import torch
 
@@ -237,16 +335,18 @@ def compare_within(
     bad_idx = (~(err <= b)).nonzero().flatten().tolist()
     worst_i = int(ratio.argmax()) if ratio.numel() else None
     shown = tuple(
-        Mismatch(i, float(r[i]), float(a[i]), None, f"budget {float(b[i]):.3g}") for i in bad_idx[:SHOWN_MISMATCHES]
+        Mismatch(i, float(r[i]), float(a[i]), None, "", MismatchKind.BUDGET, float(b[i]))
+        for i in bad_idx[:SHOWN_MISMATCHES]
     )
     return ElementwiseComparison(
         name,
         int(a.numel()),
         shown,
-        f"|autocast - float64 reference| <= budget: {origin}",
+        f"{what} <= budget: {origin}",
         mismatch_count=len(bad_idx),
         max_abs_diff=None if worst_i is None else float(ratio[worst_i]),
         max_abs_diff_index=worst_i,
+        measure=Measure.ERROR_OVER_BUDGET,
     )
 
 
@@ -333,48 +433,83 @@ def _pct(n: int, total: int) -> str:
     return f"{100.0 * n / total:.1f}%" if total else "n/a"
 
 
+def _verdict(passed: bool) -> str:
+    return "ok" if passed else "FAILED"
+
+
+def _unit(unit: str) -> str:
+    return f" {unit}" if unit else ""
+
+
+def explain_scalar(r: ScalarComparison) -> str:
+    u = _unit(r.unit)
+    return (
+        f"{r.name}: {_verdict(r.passed)}: got {_fmt(r.actual)}{u}, expected {_fmt(r.expected)}{u}; "
+        f"|difference| {r.abs_diff:.6g} (up to {r.allowed:.6g} allowed: {r.tolerance.describe()})"
+    )
+
+
+def explain_bound(r: BoundComparison) -> str:
+    u, rel = _unit(r.unit), "<=" if r.passed else ">"
+    return f"{r.name}: {_verdict(r.passed)}: {_fmt(r.value)}{u} {rel} bound {_fmt(r.bound)}{u} ({r.origin})"
+
+
+def explain_mismatch(m: Mismatch) -> str:
+    where = f"  [{m.index}]" + (f" input {_fmt(m.input)}" if m.input is not None else "")
+    if m.kind is MismatchKind.PREDICATE:
+        return f"{where}: got {_fmt(m.actual)} ({m.detail})"
+    if m.kind is MismatchKind.BUDGET:
+        return (
+            f"{where}: reference {_fmt(m.expected)}, got {_fmt(m.actual)} "
+            f"(error {abs(m.actual - m.expected):.3g} > budget {m.budget:.3g})"
+        )
+    if m.kind is MismatchKind.BITS:
+        return f"{where}: expected {m.expected:#x}, got {m.actual:#x} ({m.detail})"
+    return f"{where}: expected {_fmt(m.expected)}, got {_fmt(m.actual)}"
+
+
+def explain_elementwise(r: ElementwiseComparison) -> str:
+    lines = [
+        f"{r.name}: {_verdict(r.passed)}: mismatched elements: {r.count} / {r.total} "
+        f"({_pct(r.count, r.total)}); criterion: {r.criterion}"
+    ]
+    if r.max_abs_diff is not None and r.max_abs_diff_index is not None:
+        lines.append(f"  greatest {r.measure.value}: {r.max_abs_diff:.6g} at index {r.max_abs_diff_index}")
+    lines += [explain_mismatch(m) for m in r.mismatches[:SHOWN_MISMATCHES]]
+    if r.count > SHOWN_MISMATCHES:
+        lines.append(f"  ... and {r.count - SHOWN_MISMATCHES} more")
+    return "\n".join(lines)
+
+
+def explain_data(r: DataComparison) -> str:
+    lines = [
+        f"{r.name}: {_verdict(r.passed)}: {len(r.differences)} of {r.total_leaves} values differ "
+        f"(allowance: {r.tolerance.describe()})"
+    ]
+    for d in r.differences[: SHOWN_MISMATCHES * 4]:
+        lines.append(f"  {d.path}: expected {_fmt(d.expected)}, got {_fmt(d.actual)} ({d.reason})")
+    if len(r.differences) > SHOWN_MISMATCHES * 4:
+        lines.append(f"  ... and {len(r.differences) - SHOWN_MISMATCHES * 4} more")
+    return "\n".join(lines)
+
+
+def explain_claim(r: ClaimComparison) -> str:
+    u = _unit(r.unit)
+    seen = f"{_fmt(r.value)}{u}"
+    if r.allowance is not None:
+        seen += f" (allowance {_fmt(r.allowance)}{u})"
+    head = f"{r.name}: {_verdict(r.passed)}: {seen}; criterion: {r.criterion}"
+    return "\n".join([head, *(f"  {line}" for line in r.detail)])
+
+
 def explain(result: AnyComparison) -> str:
     """The single place that turns a comparison result into a human-readable message."""
-    verdict = "ok" if result.passed else "FAILED"
     if isinstance(result, ScalarComparison):
-        unit = f" {result.unit}" if result.unit else ""
-        return (
-            f"{result.name}: {verdict}: got {_fmt(result.actual)}{unit}, expected {_fmt(result.expected)}{unit}; "
-            f"|difference| {result.abs_diff:.6g} (up to {result.allowed:.6g} allowed: {result.tolerance.describe()})"
-        )
+        return explain_scalar(result)
     if isinstance(result, BoundComparison):
-        unit = f" {result.unit}" if result.unit else ""
-        rel = "<=" if result.passed else ">"
-        return f"{result.name}: {verdict}: {_fmt(result.value)}{unit} {rel} bound {_fmt(result.bound)}{unit} ({result.origin})"
+        return explain_bound(result)
     if isinstance(result, ElementwiseComparison):
-        lines = [
-            f"{result.name}: {verdict}: mismatched elements: {result.count} / {result.total} "
-            f"({_pct(result.count, result.total)}); criterion: {result.criterion}"
-        ]
-        if result.max_abs_diff is not None and result.max_abs_diff_index is not None:
-            what = "error/budget" if result.criterion.startswith("|autocast") else "absolute difference"
-            lines.append(f"  greatest {what}: {result.max_abs_diff:.6g} at index {result.max_abs_diff_index}")
-        for m in result.mismatches[:SHOWN_MISMATCHES]:
-            where = f"  [{m.index}]" + (f" input {_fmt(m.input)}" if m.input is not None else "")
-            if m.expected is None:
-                lines.append(f"{where}: got {_fmt(m.actual)} ({m.detail})")
-            elif m.detail.startswith("budget"):
-                lines.append(
-                    f"{where}: reference {_fmt(m.expected)}, got {_fmt(m.actual)} (error {abs(m.actual - m.expected):.3g} > {m.detail})"
-                )
-            elif " bits" in m.detail:
-                lines.append(f"{where}: expected {m.expected:#x}, got {m.actual:#x} ({m.detail})")
-            else:
-                lines.append(f"{where}: expected {_fmt(m.expected)}, got {_fmt(m.actual)}")
-        if result.count > SHOWN_MISMATCHES:
-            lines.append(f"  ... and {result.count - SHOWN_MISMATCHES} more")
-        return "\n".join(lines)
-    lines = [
-        f"{result.name}: {verdict}: {len(result.differences)} of {result.total_leaves} values differ "
-        f"(allowance: {result.tolerance.describe()})"
-    ]
-    for d in result.differences[: SHOWN_MISMATCHES * 4]:
-        lines.append(f"  {d.path}: expected {_fmt(d.expected)}, got {_fmt(d.actual)} ({d.reason})")
-    if len(result.differences) > SHOWN_MISMATCHES * 4:
-        lines.append(f"  ... and {len(result.differences) - SHOWN_MISMATCHES * 4} more")
-    return "\n".join(lines)
+        return explain_elementwise(result)
+    if isinstance(result, ClaimComparison):
+        return explain_claim(result)
+    return explain_data(result)

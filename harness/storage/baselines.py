@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -33,6 +31,7 @@ from typing import Any
 
 from harness.numerics.comparison import DataComparison, compare_data, explain
 from harness.numerics.tolerance import EXACT, Tolerance
+from harness.storage import atomic
 
 FORMAT_NAME = "amp-harness-baseline"
 FORMAT_VERSION = 1
@@ -153,21 +152,6 @@ class Serializer:
         )
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass
 class BaselineStore:
     """Files under ``root/<suite>/<key>/<name>.json``; writes are queued until :meth:`flush`."""
@@ -213,12 +197,19 @@ class BaselineStore:
     def flush(self) -> list[Path]:
         written = sorted(self._writes)
         for path in written:
-            atomic_write_text(path, self._writes[path])
+            atomic.write_text(path, self._writes[path])
         for path in self._removals:
             path.unlink(missing_ok=True)
         self._writes.clear()
         self._removals.clear()
         return written
+
+    def unused(self) -> list[Path]:
+        """Baselines stored beside the ones this session used that no check of it used."""
+        stored: set[Path] = set()
+        for d in {p.parent for p in self.used}:
+            stored |= {p for p in d.glob(f"*{SUFFIX}") if not p.name.endswith(OBTAINED_SUFFIX)}
+        return sorted(stored - self.used)
 
     def stored(self, suite: str, key: str) -> set[Path]:
         d = self.root / suite / key
@@ -227,12 +218,33 @@ class BaselineStore:
         return {p for p in d.glob(f"*{SUFFIX}") if not p.name.endswith(OBTAINED_SUFFIX)}
 
 
+class Status(Enum):
+    """What the lifecycle did with one baseline (syrupy's created / updated / matched / failed)."""
+
+    MATCHED = "matched"
+    CREATED = "created"
+    MISSING = "missing"
+    MISMATCHED = "mismatched"
+    REWRITTEN = "rewritten"
+    UNREADABLE = "unreadable"
+    WRONG_KEY = "wrong key"
+
+
 @dataclass(frozen=True)
-class Outcome:
+class BaselineResult:
+    """The typed result of one baseline check: whether the test passes, what happened, the
+    message a failure shows (naming the file and the regenerate command), and the comparison."""
+
     passed: bool
+    status: Status
     message: str
     path: Path
     comparison: DataComparison | None = None
+
+    @property
+    def summary(self) -> str:
+        """One line for the report row's note."""
+        return self.message.splitlines()[0] if self.message else self.status.value
 
 
 def _describe_provenance(p: dict[str, Any]) -> str:
@@ -254,7 +266,7 @@ def check(
     tolerance: Tolerance = EXACT,
     display: Callable[[Path], str] = str,
     comparator: Callable[[Any, Any], DataComparison] | None = None,
-) -> Outcome:
+) -> BaselineResult:
     """Run one baseline through its lifecycle and say whether the test passes.
 
     ``display`` renders paths in messages (the pytest glue shows them relative to the cwd);
@@ -269,17 +281,21 @@ def check(
         stored = store.read(path, hint)
     except BaselineError as exc:
         if mode is Mode.CHECK:
-            return Outcome(False, f"{exc}\nThe file was left untouched.", path)
+            return BaselineResult(False, Status.UNREADABLE, f"{exc}\nThe file was left untouched.", path)
         store.queue_write(path, doc)
-        return Outcome(
-            mode is Mode.ACCEPT, f"Unreadable baseline {shown} rewritten from this run ({exc.problem}).", path
+        return BaselineResult(
+            mode is Mode.ACCEPT,
+            Status.REWRITTEN,
+            f"Unreadable baseline {shown} rewritten from this run ({exc.problem}).",
+            path,
         )
     if stored is None:
         store.queue_write(path, doc)
         if mode is Mode.ACCEPT:
-            return Outcome(True, f"Baseline {shown} created.", path)
-        return Outcome(
+            return BaselineResult(True, Status.CREATED, f"Baseline {shown} created.", path)
+        return BaselineResult(
             False,
+            Status.MISSING,
             f"Baseline missing: {shown}\nIt is written from this run ({_describe_provenance(provenance)}) at the end of "
             "the session. Review and commit it; the test fails until then so that no baseline is created silently.",
             path,
@@ -287,9 +303,11 @@ def check(
     if stored.suite != suite or stored.name != name or stored.key != key:
         problem = f"belongs to {stored.suite}/{stored.key}/{stored.name}, not {suite}/{key}/{name} (copied or moved?)"
         if mode is Mode.CHECK:
-            return Outcome(False, f"{BaselineError(path, problem, hint)}\nThe file was left untouched.", path)
+            return BaselineResult(
+                False, Status.WRONG_KEY, f"{BaselineError(path, problem, hint)}\nThe file was left untouched.", path
+            )
         store.queue_write(path, doc)
-        return Outcome(mode is Mode.ACCEPT, f"Baseline {shown} rewritten: it {problem}.", path)
+        return BaselineResult(mode is Mode.ACCEPT, Status.REWRITTEN, f"Baseline {shown} rewritten: it {problem}.", path)
     if comparator is not None:
         result = comparator(stored.data, data)
     else:
@@ -297,15 +315,18 @@ def check(
     obtained = store.obtained_path(path)
     if result.passed:
         store.queue_remove(obtained)
-        return Outcome(True, "", path, result)
+        return BaselineResult(True, Status.MATCHED, "", path, result)
     if mode is not Mode.CHECK:
         store.queue_write(path, doc)
         store.queue_remove(obtained)
         verb = "accepted" if mode is Mode.ACCEPT else "regenerated; review the diff and commit it"
-        return Outcome(mode is Mode.ACCEPT, f"Baseline {shown} {verb}.\n{explain(result)}", path, result)
+        return BaselineResult(
+            mode is Mode.ACCEPT, Status.REWRITTEN, f"Baseline {shown} {verb}.\n{explain(result)}", path, result
+        )
     store.queue_write(obtained, doc)
-    return Outcome(
+    return BaselineResult(
         False,
+        Status.MISMATCHED,
         f"Baseline mismatch: {shown}\n  stored: {_describe_provenance(stored.provenance)}\n"
         f"  this run: {_describe_provenance(provenance)}\n{explain(result)}\n"
         f"Obtained values: {display(obtained)}\n"

@@ -1,8 +1,17 @@
-"""Hardware detection and hardware-profile ids.
+"""Hardware detection: profile ids (ISA level) and hardware classes (precise enough for speed).
 
-A profile id names a class of machine whose measurements are comparable (``cpu-avx512bf16``,
-``nvidia-h200``): speed thresholds and golden curves are keyed by it. Detection reads
-``/proc/cpuinfo`` and ``torch.cuda``; torch is imported only when detection runs.
+Two names for a machine, for two purposes:
+
+* a **profile id** (``cpu-avx512bf16``, ``nvidia-h200``) says which low-precision kernels the
+  machine has. It keys baselines that follow the kernels' numerics (golden loss curves).
+* a **hardware class** (``cpu-amd-zen4-f25m17-avx512bf16-t2``, ``cuda-nvidia-h200-sm90-140g``)
+  names machines whose *speed* is comparable: vendor, family/model (microarchitecture where
+  known), the ISA features that change the low-precision kernels and the number of threads torch
+  uses; for GPUs the name, compute capability and memory. Speed thresholds belong to a class:
+  two CPUs with the same flags can differ 8x in bf16-vs-fp32 speed (AMD Zen 4: bf16 matmul ~2-4x
+  faster than fp32; Intel Emerald Rapids without AMX: ~2x slower).
+
+Detection reads ``/proc/cpuinfo`` and ``torch.cuda``; torch is imported only when detection runs.
 """
 
 from __future__ import annotations
@@ -66,6 +75,98 @@ class CpuInfo:
     arch: str
     logical_cores: int
     flags: tuple[str, ...]
+    vendor: str = ""
+    family: int | None = None
+    model_number: int | None = None
+
+
+#: (vendor, family, first model, last model) -> microarchitecture, for the CPUs these machines and
+#: common CI fleets come as; an unlisted one is named by its family/model numbers alone.
+MICROARCHITECTURES: tuple[tuple[str, int, int, int, str], ...] = (
+    ("AuthenticAMD", 23, 0x00, 0x2F, "zen1"),
+    ("AuthenticAMD", 23, 0x30, 0xFF, "zen2"),
+    ("AuthenticAMD", 25, 0x00, 0x0F, "zen3"),
+    ("AuthenticAMD", 25, 0x10, 0x1F, "zen4"),
+    ("AuthenticAMD", 25, 0x20, 0x5F, "zen3"),
+    ("AuthenticAMD", 25, 0x60, 0xAF, "zen4"),
+    ("AuthenticAMD", 26, 0x00, 0xFF, "zen5"),
+    ("GenuineIntel", 6, 85, 85, "skylakex"),
+    ("GenuineIntel", 6, 106, 106, "icelakex"),
+    ("GenuineIntel", 6, 143, 143, "sapphirerapids"),
+    ("GenuineIntel", 6, 207, 207, "emeraldrapids"),
+    ("GenuineIntel", 6, 173, 173, "graniterapids"),
+)
+_VENDORS = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}
+
+
+def microarchitecture(cpu: CpuInfo) -> str | None:
+    """The microarchitecture's name where this harness knows it, else None."""
+    for vendor, family, lo, hi, name in MICROARCHITECTURES:
+        if (
+            cpu.vendor == vendor
+            and cpu.family == family
+            and cpu.model_number is not None
+            and lo <= cpu.model_number <= hi
+        ):
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class HardwareClass:
+    """Machines whose speed is comparable; speed thresholds are calibrated per class."""
+
+    id: str
+    #: the inputs the id was derived from, shown by ``amp-harness profile`` and stored in run.json
+    derived_from: dict[str, Any]
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.derived_from.items())
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def isa_tag(cpu: CpuInfo) -> str:
+    """The ISA features that change the low-precision kernels, compactly (``avx512bf16-fp16``)."""
+    base = cpu_profile_id(cpu).removeprefix("cpu-")
+    flags = set(cpu.flags)
+    extra = [tag for flag, tag in (("avx512_fp16", "fp16"), ("amx_fp16", "amxfp16")) if flag in flags]
+    return "-".join([base, *extra])
+
+
+def cpu_class(cpu: CpuInfo, threads: int) -> HardwareClass:
+    vendor = _VENDORS.get(cpu.vendor, _slug(cpu.vendor or cpu.arch))
+    uarch = microarchitecture(cpu)
+    fm = f"f{cpu.family}m{cpu.model_number}" if cpu.family is not None and cpu.model_number is not None else None
+    parts = ["cpu", vendor, *(p for p in (uarch, fm) if p), isa_tag(cpu), f"t{threads}"]
+    return HardwareClass(
+        "-".join(parts),
+        {
+            "vendor": cpu.vendor or "unknown",
+            "family": cpu.family,
+            "model": cpu.model_number,
+            "microarchitecture": uarch or "not in the harness's table",
+            "isa": isa_tag(cpu),
+            "torch_threads": threads,
+            "model_name": cpu.model,
+        },
+    )
+
+
+def gpu_class(gpu: GpuInfo) -> HardwareClass:
+    gib = round(gpu.memory_bytes / 2**30)
+    cc = gpu.capability.replace(".", "")
+    return HardwareClass(
+        f"cuda-{_slug(gpu.name)}-sm{cc}-{gib}g",
+        {
+            "name": gpu.name,
+            "compute_capability": gpu.capability,
+            "memory_gib": gib,
+            "multiprocessors": gpu.multiprocessors,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +192,8 @@ class Fingerprint:
     platform: str
     hostname: str
     extra: dict[str, Any] = field(default_factory=dict)
+    #: intra-op threads torch uses (``torch.get_num_threads()``): part of a CPU's hardware class
+    torch_threads: int = 1
 
     @property
     def cpu_profile(self) -> str:
@@ -106,10 +209,28 @@ class Fingerprint:
         m = re.match(r"(\d+)\.(\d+)", self.torch_version)
         return f"torch-{m.group(1)}.{m.group(2)}" if m else f"torch-{self.torch_version}"
 
+    @property
+    def cpu_class(self) -> HardwareClass:
+        return cpu_class(self.cpu, self.torch_threads)
+
+    @property
+    def cuda_class(self) -> HardwareClass | None:
+        return gpu_class(self.gpus[0]) if self.gpus else None
+
+    def class_for(self, device: str) -> HardwareClass:
+        """The hardware class of ``cpu`` or ``cuda:N``."""
+        if device.startswith("cuda") and self.gpus:
+            index = int(device.partition(":")[2] or 0)
+            return gpu_class(self.gpus[min(index, len(self.gpus) - 1)])
+        return self.cpu_class
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["cpu_profile"] = self.cpu_profile
         d["cuda_profile"] = self.cuda_profile
+        d["cpu_class"] = {"id": self.cpu_class.id, "derived_from": self.cpu_class.derived_from}
+        cc = self.cuda_class
+        d["cuda_class"] = None if cc is None else {"id": cc.id, "derived_from": cc.derived_from}
         return d
 
 
@@ -150,25 +271,40 @@ def validate_profile(profile_id: str, extra_known: tuple[str, ...] = ()) -> str:
     )
 
 
-def _read_cpuinfo() -> tuple[str, tuple[str, ...]]:
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name":
-                    model = value.strip()
-                elif key in ("flags", "Features"):
-                    flags.update(value.split())
-    except OSError:
-        pass
-    return model, tuple(f for f in RELEVANT_CPU_FLAGS if f in flags)
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """The first processor's model name, vendor, family, model number and flags."""
+    out: dict[str, Any] = {"flags": set()}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "model name" and "model" not in out:
+            out["model"] = value
+        elif key == "vendor_id" and "vendor" not in out:
+            out["vendor"] = value
+        elif key == "cpu family" and "family" not in out and value.isdigit():
+            out["family"] = int(value)
+        elif key == "model" and "model_number" not in out and value.isdigit():
+            out["model_number"] = int(value)
+        elif key in ("flags", "Features"):
+            out["flags"].update(value.split())
+    return out
 
 
 def detect_cpu() -> CpuInfo:
-    model, flags = _read_cpuinfo()
-    return CpuInfo(model=model, arch=platform.machine(), logical_cores=os.cpu_count() or 1, flags=flags)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            info = parse_cpuinfo(fh.read())
+    except OSError:
+        info = {"flags": set()}
+    return CpuInfo(
+        model=info.get("model") or platform.processor() or platform.machine(),
+        arch=platform.machine(),
+        logical_cores=os.cpu_count() or 1,
+        flags=tuple(f for f in RELEVANT_CPU_FLAGS if f in info["flags"]),
+        vendor=info.get("vendor", ""),
+        family=info.get("family"),
+        model_number=info.get("model_number"),
+    )
 
 
 def _nvidia_driver() -> str | None:
@@ -208,4 +344,5 @@ def detect() -> Fingerprint:
         python_version=sys.version.split()[0],
         platform=platform.platform(),
         hostname=socket.gethostname(),
+        torch_threads=torch.get_num_threads(),
     )

@@ -13,24 +13,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+# Outcome and OUTCOMES are re-exported: the report's outcome column holds their values.
+from harness.numerics.verdict import OUTCOMES as OUTCOMES
+from harness.numerics.verdict import Outcome as Outcome
+from harness.storage import atomic
 
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 1
+#: 2: the ``unjudged`` outcome (measured, nothing to judge it against yet). Version 1 reports
+#: load unchanged (their rows use a subset of the outcomes).
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 ROWS_PARQUET = "rows.parquet"
 ROWS_CSV = "rows.csv"
 RUN_JSON = "run.json"
-
-Outcome = Literal["pass", "fail", "info", "noisy", "skip", "known"]
-OUTCOMES: tuple[str, ...] = ("pass", "fail", "info", "noisy", "skip", "known")
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Row:
     unit: str = ""
     expected: float | None = None
     allowance: float | None = None
-    outcome: str = "info"
+    outcome: Outcome = Outcome.INFO
     dtype: str = ""
     device: str = ""
     profile: str = ""
@@ -55,11 +58,13 @@ class Row:
     recorded_at: str = ""
 
     def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"row outcome {self.outcome!r} is not one of {', '.join(OUTCOMES)}")
+        object.__setattr__(self, "outcome", Outcome.parse(self.outcome))
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain values (the outcome as its string), as stored in the report."""
+        d = asdict(self)
+        d["outcome"] = self.outcome.value
+        return d
 
 
 COLUMNS: tuple[str, ...] = tuple(Row.__dataclass_fields__)
@@ -76,7 +81,7 @@ def make_row(
     unit: str = "",
     expected: float | None = None,
     allowance: float | None = None,
-    outcome: str = "info",
+    outcome: Outcome | str = Outcome.INFO,
     dtype: object = "",
     device: object = "",
     profile: str = "",
@@ -94,7 +99,7 @@ def make_row(
         unit=unit,
         expected=None if expected is None else float(expected),
         allowance=None if allowance is None else float(allowance),
-        outcome=outcome,
+        outcome=Outcome.parse(outcome),
         dtype=str(dtype).removeprefix("torch."),
         device=str(device),
         profile=profile,
@@ -129,12 +134,8 @@ def write(report_dir: Path, run_id: str, rows: Sequence[dict[str, Any]], meta: d
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    report_dir.mkdir(parents=True, exist_ok=True)
     final = report_dir / run_id
-    if final.exists():
-        raise FileExistsError(f"report {final} already exists; run ids are unique per run")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{run_id}.", dir=report_dir))
-    try:
+    with atomic.directory(final) as tmp:
         df = _frame(rows)
         full_meta = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "rows": len(df), **meta}
         table = pa.Table.from_pandas(df, preserve_index=False)
@@ -149,10 +150,6 @@ def write(report_dir: Path, run_id: str, rows: Sequence[dict[str, Any]], meta: d
         (tmp / RUN_JSON).write_text(
             json.dumps(full_meta, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
         )
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 
@@ -189,9 +186,9 @@ def load(path: str | os.PathLike[str]) -> LoadedReport:
     except ValueError as exc:
         raise ReportError(f"{meta_file}: corrupt run metadata ({exc})") from None
     version = meta.get("schema_version", SCHEMA_VERSION)
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if version not in READABLE_SCHEMAS:
         raise ReportError(
-            f"{meta_file}: report schema version {version!r} is newer than this harness reads ({SCHEMA_VERSION})"
+            f"{meta_file}: report schema version {version!r} is not one this harness reads ({', '.join(map(str, READABLE_SCHEMAS))})"
         )
     try:
         rows = pd.read_parquet(parquet)

@@ -21,8 +21,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.numerics import budgets as bd
-from harness.numerics.comparison import compare_within, explain
+from harness.numerics.comparison import compare_claim, compare_within, explain
 from harness.numerics.formats import FP32, format_of
+
+pytestmark = pytest.mark.amp_capability("numerics")
 
 SCALES = {"unit": 1.0, "tiny": 1e-4, "huge": 1e3, "mixed": None}
 
@@ -319,19 +321,21 @@ def test_fp32_list_ops_forced_into_low_precision_exceed_the_fp32_budget(pitfall,
     safe = compare_within(f"{pitfall.name} (autocast)", autocast_out, ref, budget.bound, budget.origin)
     danger = compare_within(f"{pitfall.name} (forced {amp_dtype})", forced, ref, budget.bound, budget.origin)
     forced_ratio = danger.max_abs_diff or 0.0
-    amp_record(
-        f"pitfall.{pitfall.name}.forced_error_over_budget",
-        forced_ratio,
-        expected=None,
-        allowance=1.0,
-        outcome="pass" if not danger.passed else "fail",
+    amp_record.require(safe, dtype=amp_dtype, device=amp_device)
+    amp_record.require(
+        compare_claim(
+            f"pitfall.{pitfall.name}.forced_error_over_budget",
+            forced_ratio,
+            not danger.passed,
+            f"forced into {amp_dtype} the op breaks the fp32 budget (error/budget > 1): {budget.origin}",
+            detail=[
+                f"{pitfall.name}: forced into {amp_dtype} the op stayed within the fp32 budget (worst error/budget "
+                f"{forced_ratio:.3g} <= 1), so this input shows no danger and the pitfall check is not sensitive:",
+                *explain(danger).splitlines(),
+            ],
+            allowance=1.0,
+        ),
         dtype=amp_dtype,
         device=amp_device,
         tags={"autocast_error_over_budget": safe.max_abs_diff},
-        note=budget.origin,
-    )
-    amp_record.require(safe, dtype=amp_dtype, device=amp_device)
-    assert not danger.passed, (
-        f"{pitfall.name}: forced into {amp_dtype} the op stayed within the fp32 budget (worst error/budget "
-        f"{forced_ratio:.3g} <= 1), so this input shows no danger and the pitfall check is not sensitive:\n{explain(danger)}"
     )

@@ -23,8 +23,10 @@ from harness.domains.autocast.catalogue import (
     policy_table,
     registered_autocast_ops,
 )
-from harness.numerics.comparison import compare_predicate
+from harness.numerics.comparison import compare_claim, compare_predicate
 from harness.storage.baselines import KeyKind
+
+pytestmark = pytest.mark.amp_capability("autocast policy")
 
 #: Categories whose ops autocast casts itself: there the result must equal the hand-cast op.
 CASTING_CATEGORIES = ("lower_precision", "fp32")
@@ -46,20 +48,20 @@ def test_every_registered_autocast_op_is_exercised_through_a_public_api(amp_devi
     registered = {aten_base(o) for o in registered_autocast_ops(amp_device.type)}
     covered = {a for c in CATALOGUE for a in c.aten if amp_device.type in c.devices} | set(INTERNAL_OPS)
     missing = sorted(registered - covered)
-    amp_record(
-        f"catalogue_coverage.{amp_device.type}",
-        len(registered) - len(missing),
-        expected=len(registered),
-        allowance=0,
-        unit="ops",
-        outcome="fail" if missing else "pass",
+    amp_record.require(
+        compare_claim(
+            f"catalogue_coverage.{amp_device.type}",
+            len(registered) - len(missing),
+            not missing,
+            "every registered autocast op is reached by the catalogue (harness.domains.autocast.catalogue.CATALOGUE)",
+            detail=f"{len(missing)} op(s) registered for Autocast{amp_device.type.upper()} in torch {torch.__version__} are "
+            f"not in the catalogue: {', '.join(missing)}. Add a row calling each through its public API to "
+            "harness/domains/autocast/catalogue.py (or to INTERNAL_OPS, naming the public API that reaches it).",
+            expected=len(registered),
+            allowance=0,
+            unit="ops",
+        ),
         device=amp_device,
-        note="registered autocast ops reached by the catalogue (harness.domains.autocast.catalogue.CATALOGUE)",
-    )
-    assert not missing, (
-        f"{len(missing)} op(s) registered for Autocast{amp_device.type.upper()} in torch {torch.__version__} are not in the "
-        f"catalogue: {', '.join(missing)}. Add an OpCase calling each through its public API to harness/autocast.py "
-        "(or to INTERNAL_OPS, naming the public API that reaches it)."
     )
 
 
@@ -127,7 +129,9 @@ def test_binary_cross_entropy_is_banned_under_cuda_autocast(amp_record):
     p, t = torch.rand(4, device="cuda"), torch.rand(4, device="cuda")
     with torch.autocast("cuda", dtype=torch.float16), pytest.raises(RuntimeError, match="unsafe to autocast"):
         F.binary_cross_entropy(p, t)
-    amp_record("binary_cross_entropy.raises", True, outcome="pass", device="cuda")
+    amp_record.require(
+        compare_claim("binary_cross_entropy.raises", True, True, "banned under CUDA autocast: raises"), device="cuda"
+    )
 
 
 def test_nested_autocast_disabled_region_runs_in_fp32(amp_device, amp_dtype, amp_record):
@@ -177,16 +181,16 @@ def test_an_fp32_weight_is_cast_once_per_autocast_region(amp_device, amp_dtype, 
             with torch.autocast(amp_device.type, dtype=amp_dtype):
                 for _call in range(3):
                     layer(torch.randn(4, 16, device=amp_device))
-    amp_record(
-        "weight_casts.two_regions_three_calls_each",
-        counter.casts,
-        expected=2,
-        allowance=0,
-        outcome="pass" if counter.casts == 2 else "fail",
+    amp_record.require(
+        compare_claim(
+            "weight_casts.two_regions_three_calls_each",
+            counter.casts,
+            counter.casts == 2,
+            "one cast per region: autocast's cast cache holds fp32 leaf weights until the region exits",
+            detail=f"the fp32 weight was cast {counter.casts} times in 2 autocast regions of 3 calls each (expected 2)",
+            expected=2,
+            allowance=0,
+        ),
         dtype=amp_dtype,
         device=amp_device,
-        note="one cast per region: autocast's cast cache holds fp32 leaf weights until the region exits",
-    )
-    assert counter.casts == 2, (
-        f"the fp32 weight was cast {counter.casts} times in 2 autocast regions of 3 calls each (expected 2)"
     )

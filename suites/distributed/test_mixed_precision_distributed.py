@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from harness.domains.distributed import ranks as dist_h
-from harness.numerics.comparison import compare_within
+from harness.numerics.comparison import compare_claim, compare_within
 from harness.numerics.formats import BF16, FP16, FP32
 from harness.numerics.tolerance import gamma
+
+pytestmark = pytest.mark.amp_capability("distributed")
 
 WORLD = 2
 
@@ -101,16 +103,18 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(amp_re
             if rd == "float32":
                 amp_record.require(result, dtype="bfloat16", tags={"reduce_dtype": rd})
         worst[rd] = max(ratios)
-        amp_record(
-            f"fsdp2.reduce_{rd}.worst_error_over_fp32_budget",
-            worst[rd],
+        amp_record(f"fsdp2.reduce_{rd}.worst_error_over_fp32_budget", worst[rd], allowance=1.0, dtype="bfloat16")
+    amp_record.require(
+        compare_claim(
+            "fsdp2.bf16_reduce_exceeds_the_fp32_budget",
+            worst["bfloat16"],
+            worst["bfloat16"] > 1.0 >= worst["float32"],
+            "the bf16 reduce misses the fp32 budget (error/budget > 1) while the fp32 reduce meets it",
+            detail=f"FSDP2 bf16 reduce error/fp32-budget {worst['bfloat16']:.3g} should exceed 1 while fp32 reduce "
+            f"{worst['float32']:.3g} stays within it: the fp32 reduce must be measurably closer",
             allowance=1.0,
-            dtype="bfloat16",
-            outcome="pass" if (worst[rd] <= 1.0) == (rd == "float32") else "fail",
-        )
-    assert worst["bfloat16"] > 1.0 >= worst["float32"], (
-        f"FSDP2 bf16 reduce error/fp32-budget {worst['bfloat16']:.3g} should exceed 1 while fp32 reduce {worst['float32']:.3g} "
-        "stays within it: the fp32 reduce must be measurably closer"
+        ),
+        dtype="bfloat16",
     )
 
 
@@ -121,15 +125,27 @@ def test_an_inf_on_one_rank_makes_every_rank_skip_with_the_same_scale(inf_rank, 
     )
     stepped = [r["stepped"] for r in results]
     scales = [r["scale"] for r in results]
-    amp_record(
-        "sharded_scaler.any_rank_stepped",
-        any(stepped),
-        expected=0,
-        allowance=0,
-        outcome="fail" if any(stepped) else "pass",
+    amp_record.require(
+        compare_claim(
+            "sharded_scaler.any_rank_stepped",
+            any(stepped),
+            not any(stepped),
+            "an inf on one rank makes every rank skip the step",
+            detail=f"inf only on rank {inf_rank}: ranks {[r for r, s in enumerate(stepped) if s]} stepped anyway",
+            expected=0,
+            allowance=0,
+        ),
         tags={"inf_rank": inf_rank, "scales": scales},
     )
-    assert not any(stepped), (
-        f"inf only on rank {inf_rank}: ranks {[r for r, s in enumerate(stepped) if s]} stepped anyway"
+    amp_record.require(
+        compare_claim(
+            "sharded_scaler.distinct_scales",
+            len(set(scales)),
+            len(set(scales)) == 1,
+            "every rank holds the same scale after the skip",
+            detail=f"scales differ across ranks after the skip: {scales}",
+            expected=1,
+            allowance=0,
+        ),
+        tags={"inf_rank": inf_rank},
     )
-    assert len(set(scales)) == 1, f"scales differ across ranks after the skip: {scales}"

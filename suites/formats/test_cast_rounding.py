@@ -19,6 +19,8 @@ from harness.numerics.comparison import compare_bits, compare_bound, compare_pre
 from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP16, FP32, Encoding, FloatFormat
 from harness.numerics.strategies import fp32_lists, hard_cases
 
+pytestmark = pytest.mark.amp_capability("formats")
+
 TARGETS = [FP16, BF16, FP8_E4M3FN, FP8_E5M2]
 IEEE_TARGETS = [f for f in TARGETS if f.encoding is Encoding.IEEE]
 
@@ -130,7 +132,7 @@ def test_overflow_threshold_is_exact(fmt, amp_device, cast_under_test, amp_recor
         expected=fmt.overflow_threshold,
         dtype=fmt.name,
         device=amp_device,
-        outcome="pass" if result.passed else "fail",
+        outcome=result.outcome,
         note="max + ulp(max)/2, derived from the bit layout",
     )
     amp_record.require(result, dtype=fmt.name, device=amp_device)

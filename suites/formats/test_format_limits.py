@@ -15,6 +15,8 @@ from harness.numerics.formats import FORMATS, FloatFormat, torch_dtype
 from harness.numerics.tolerance import EXACT
 from harness.storage.baselines import KeyKind
 
+pytestmark = pytest.mark.amp_capability("formats")
+
 FINFO_NAMES = {
     "max": "max",
     "smallest_normal": "smallest_normal",

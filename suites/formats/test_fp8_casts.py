@@ -12,8 +12,11 @@ import math
 
 import pytest
 
+from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat
 from harness.storage.baselines import KeyKind
+
+pytestmark = pytest.mark.amp_capability("formats")
 
 FP8 = [FP8_E4M3FN, FP8_E5M2]
 
@@ -84,13 +87,17 @@ def test_fp8_overflow_inf_and_nan_behaviour_matches_this_releases_baseline(
 def test_fp8_nan_input_gives_nan(fmt, amp_device, cast_under_test, amp_record):
     """The one fp8 behaviour every implementation must share: NaN in, NaN out."""
     got = [fmt.decode(b) for b in cast_under_test([math.nan, -math.nan], fmt, amp_device)]
-    amp_record(
-        f"{fmt.short}.nan_preserved",
-        all(math.isnan(g) for g in got),
-        expected=1.0,
-        allowance=0.0,
-        outcome="pass" if all(math.isnan(g) for g in got) else "fail",
+    preserved = all(math.isnan(g) for g in got)
+    amp_record.require(
+        compare_claim(
+            f"{fmt.short}.nan_preserved",
+            preserved,
+            preserved,
+            "NaN in, NaN out",
+            detail=f"{fmt.name}: NaN cast to {got}",
+            expected=1.0,
+            allowance=0.0,
+        ),
         dtype=fmt.name,
         device=amp_device,
     )
-    assert all(math.isnan(g) for g in got), f"{fmt.name}: NaN cast to {got}"

@@ -18,6 +18,8 @@ from harness.numerics.comparison import AnyComparison, compare_bound, compare_sc
 from harness.numerics.formats import BF16, FP16, FP32, tensor_bits
 from harness.numerics.tolerance import EXACT, QUOTED_TO_ONE_DECIMAL, Tolerance
 
+pytestmark = pytest.mark.amp_capability("formats")
+
 
 def quoted(sig_figs: int, value: float) -> Tolerance:
     """A figure quoted to ``sig_figs`` significant digits is exact to half a unit in its last digit."""

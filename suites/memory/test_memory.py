@@ -15,6 +15,9 @@ import torch
 
 from harness.domains import training as T
 from harness.domains.memory import accounting as mem
+from harness.numerics.comparison import compare_claim
+
+pytestmark = pytest.mark.amp_capability("memory")
 
 SEVEN_B = 7_000_000_000
 
@@ -38,15 +41,18 @@ def test_autocast_saves_fewer_activation_bytes_for_backward(amp_device, amp_dtyp
     ratio = amp / fp32
     amp_record("lm.saved_activation_bytes.fp32", fp32, unit="B", device=amp_device)
     amp_record("lm.saved_activation_bytes.amp", amp, unit="B", dtype=amp_dtype, device=amp_device)
-    amp_record(
-        "lm.saved_activation_bytes.ratio",
-        ratio,
-        allowance=1.0,
-        unit="amp/fp32",
+    amp_record.require(
+        compare_claim(
+            "lm.saved_activation_bytes.ratio",
+            ratio,
+            ratio < 1,
+            "autocast saves fewer bytes for backward than fp32 (autograd saved-tensor hooks, storages counted once)",
+            detail=f"autocast saved {amp} B for backward, fp32 {fp32} B: no activation saving",
+            allowance=1.0,
+            unit="amp/fp32",
+        ),
         dtype=amp_dtype,
         device=amp_device,
-        outcome="pass" if ratio < 1 else "fail",
-        note="autograd saved-tensor hooks, storages counted once",
     )
     if amp_device.type == "cuda":
         for label, dt in (("fp32", None), ("amp", amp_dtype)):
@@ -55,7 +61,6 @@ def test_autocast_saves_fewer_activation_bytes_for_backward(amp_device, amp_dtyp
             amp_record(
                 f"lm.peak_allocated.{label}", torch.cuda.max_memory_allocated(amp_device), unit="B", device=amp_device
             )
-    assert ratio < 1, f"autocast saved {amp} B for backward, fp32 {fp32} B: no activation saving"
 
 
 @pytest.mark.parametrize("recipe", ["fp32", "autocast", "master_weights"])
@@ -84,18 +89,18 @@ def test_model_state_bytes_match_the_analytic_model(recipe, amp_device, amp_reco
     n = sum(p.numel() for p in params)
     model_of = {"fp32": mem.FP32_ADAM, "autocast": mem.AUTOCAST_ADAM, "master_weights": mem.MASTER_WEIGHTS_ADAM}[recipe]
     measured = mem.measured_state_bytes(params, opt, master)
-    amp_record(
-        f"model_state_bytes.{recipe}",
-        measured,
-        expected=model_of.total(n),
-        allowance=0,
-        unit="B",
+    amp_record.require(
+        compare_claim(
+            f"model_state_bytes.{recipe}",
+            measured,
+            measured == model_of.total(n),
+            f"{model_of.name}: {model_of.per_param} B/param x {n}",
+            detail=f"{recipe}: measured {measured} B, model {model_of.name} predicts {model_of.total(n)} B",
+            expected=model_of.total(n),
+            allowance=0,
+            unit="B",
+        ),
         device=amp_device,
-        outcome="pass" if measured == model_of.total(n) else "fail",
-        note=f"{model_of.name}: {model_of.per_param} B/param x {n}",
-    )
-    assert measured == model_of.total(n), (
-        f"{recipe}: measured {measured} B, model {model_of.name} predicts {model_of.total(n)} B"
     )
 
 

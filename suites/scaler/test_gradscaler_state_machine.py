@@ -16,6 +16,7 @@ import copy
 import math
 from collections import Counter
 
+import pytest
 import torch
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -29,6 +30,10 @@ from hypothesis.stateful import (
 )
 
 from harness.domains.scaling import reference as scaling
+from harness.numerics.comparison import compare_claim
+from harness.numerics.verdict import Outcome
+
+pytestmark = pytest.mark.amp_capability("loss scaling")
 
 #: Rules per example. The ci profile's 40 examples x 20 steps keep this suite within its budget.
 STEPS = 20
@@ -255,10 +260,10 @@ def build_machine(
 def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_factory, amp_record):
     counts: Counter[str] = Counter()
     machine = build_machine(amp_device, scaler_factory, counts)
-    outcome = "fail"
+    outcome = Outcome.FAIL
     try:
         run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS))
-        outcome = "pass"
+        outcome = Outcome.PASS
     finally:
         amp_record(
             "rules_run",
@@ -285,13 +290,15 @@ def test_growth_is_capped_at_the_largest_float32(amp_device, scaler_factory, amp
         scaler.update()
         ref = scaling.update("torch", cfg, ref, False)
     got = scaler.get_scale()
-    amp_record(
-        "scale_after_capped_growth",
-        got,
-        expected=ref.scale,
-        allowance=0,
+    amp_record.require(
+        compare_claim(
+            "scale_after_capped_growth",
+            got,
+            got == ref.scale == 2.0**126 and math.isfinite(got),
+            "2^126 x 4 overflows float32: growth is skipped",
+            detail=f"scale {got}, expected {ref.scale}",
+            expected=ref.scale,
+            allowance=0,
+        ),
         device=amp_device,
-        outcome="pass" if got == ref.scale else "fail",
-        note="2^126 x 4 overflows float32: growth is skipped",
     )
-    assert got == ref.scale == 2.0**126 and math.isfinite(got), f"scale {got}, expected {ref.scale}"

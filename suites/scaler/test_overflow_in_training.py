@@ -19,8 +19,11 @@ import pytest
 import torch
 
 from harness.domains.scaling import reference as scaling
+from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP16
 from harness.storage.baselines import KeyKind
+
+pytestmark = pytest.mark.amp_capability("loss scaling")
 
 GROWTH_INTERVAL = 2
 INJECT_AT = 3
@@ -101,19 +104,21 @@ def test_an_injected_overflow_is_skipped_backs_off_and_training_recovers(
         )
     got = [{k: r[k] for k in ("step", "scale", "skipped")} for r in trace]
     recovered = next((r["step"] - INJECT_AT for r in trace if r["step"] > INJECT_AT and not r["skipped"]), None)
-    amp_record(
-        f"recovery_steps.{where}",
-        recovered,
-        expected=1,
-        allowance=0,
+    amp_record.require(
+        compare_claim(
+            f"recovery_steps.{where}",
+            recovered if recovered is not None else math.inf,
+            got == expected,
+            "steps after the overflow until a step is taken again; the whole trace equals the reference",
+            detail=[
+                f"step {g['step']}: got scale {g['scale']} skipped={g['skipped']}, expected scale {e['scale']} skipped={e['skipped']}"
+                for g, e in zip(got, expected, strict=True)
+                if g != e
+            ],
+            expected=1,
+            allowance=0,
+        ),
         device=amp_device,
-        outcome="pass" if got == expected else "fail",
-        note="steps after the overflow until a step is taken again",
-    )
-    assert got == expected, "\n".join(
-        f"step {g['step']}: got scale {g['scale']} skipped={g['skipped']}, expected scale {e['scale']} skipped={e['skipped']}"
-        for g, e in zip(got, expected, strict=True)
-        if g != e
     )
 
 
@@ -157,24 +162,29 @@ def test_finding_the_scale_has_no_floor_and_a_zero_scale_corrupts_parameters(amp
     at_zero = scaler.get_scale()
     _clean_update(scaler, opt, p)
     corrupted = bool(p.detach().isnan().any())
-    amp_record(
-        "overflows_to_zero_scale",
-        n,
-        expected=n,
-        allowance=0,
-        outcome="pass" if at_zero == 0.0 else "fail",
+    amp_record.require(
+        compare_claim(
+            "overflows_to_zero_scale",
+            n,
+            at_zero == 0.0,
+            "consecutive overflows from 2^16 at backoff 0.5 until the float32 scale is 0",
+            detail=f"after {n} overflows the scale is {at_zero}, the reference says 0.0",
+            expected=n,
+            allowance=0,
+        ),
         device=amp_device,
-        note="consecutive overflows from 2^16 at backoff 0.5 until the float32 scale is 0",
     )
-    amp_record(
-        "zero_scale_nan_undetected",
-        corrupted,
-        outcome="known" if corrupted else "fail",
+    amp_record.require(
+        compare_claim(
+            "zero_scale_nan_undetected",
+            corrupted,
+            corrupted,
+            "scale 0: unscaling makes NaN after the inf check; the step writes NaN into the parameters",
+            detail="with a zero scale the step left the parameters finite: the zero-scale finding changed, update it",
+            finding=True,
+        ),
         device=amp_device,
-        note="scale 0: unscaling makes NaN after the inf check; the step writes NaN into the parameters",
     )
-    assert at_zero == 0.0, f"after {n} overflows the scale is {at_zero}, the reference says 0.0"
-    assert corrupted, "with a zero scale the step left the parameters finite: the zero-scale finding changed, update it"
 
 
 def test_finding_unscaling_overflows_undetected_below_a_scale_of_2_to_the_minus_128(
@@ -191,15 +201,18 @@ def test_finding_unscaling_overflows_undetected_below_a_scale_of_2_to_the_minus_
     opt.zero_grad()
     _clean_update(scaler, opt, p)
     corrupted = not bool(p.detach().isfinite().all())
-    amp_record(
-        "tiny_scale_inf_undetected",
-        corrupted,
-        outcome="known" if corrupted else "fail",
+    amp_record.require(
+        compare_claim(
+            "tiny_scale_inf_undetected",
+            corrupted,
+            corrupted,
+            "inv_scale = 1/scale is inf in float32 below 2^-128",
+            detail="after update(2^-130) a clean step left the parameters finite: the finding changed, update it",
+            finding=True,
+        ),
         device=amp_device,
         tags={"scale": scaler.get_scale()},
-        note="inv_scale = 1/scale is inf in float32 below 2^-128",
     )
-    assert corrupted, "after update(2^-130) a clean step left the parameters finite: the finding changed, update it"
 
 
 def test_finding_a_nan_loss_with_finite_gradients_is_not_skipped(amp_device, scaler_factory, amp_record):
@@ -214,15 +227,16 @@ def test_finding_a_nan_loss_with_finite_gradients_is_not_skipped(amp_device, sca
     scaler.step(opt)
     scaler.update()
     taken = not torch.equal(before, p.detach())
-    amp_record(
-        "nan_loss_finite_grads_step_taken",
-        taken,
-        outcome="known" if taken else "fail",
+    amp_record.require(
+        compare_claim(
+            "nan_loss_finite_grads_step_taken",
+            taken,
+            math.isnan(loss.detach().item()) and taken,
+            "the loss was NaN, the gradients finite: the step was taken and the scale kept",
+            detail="a NaN loss with finite gradients was skipped: the finding changed, update it",
+            finding=True,
+        ),
         device=amp_device,
-        note="the loss was NaN, the gradients finite: the step was taken and the scale kept",
-    )
-    assert math.isnan(loss.detach().item()) and taken, (
-        "a NaN loss with finite gradients was skipped: the finding changed, update it"
     )
 
 
@@ -261,22 +275,27 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
     issue = scaling.KNOWN_ISSUES[issue_id]
     present = _observe(issue_id, amp_device, scaler_factory)
     listed = _torch_minor() in issue.affected
-    outcome = "known" if present and listed else "pass" if not present and not listed else "fail"
-    amp_record(
-        f"known_issue.{issue_id}",
-        present,
-        outcome=outcome,
+    where = "KNOWN_ISSUES in harness/domains/scaling/reference.py"
+    if present and not listed:
+        detail = (
+            f"known issue {issue_id} ({issue.summary}) occurs in torch {torch.__version__}, which the registry "
+            f"does not list: add {_torch_minor()!r} to KNOWN_ISSUES[{issue_id!r}].affected ({where})"
+        )
+    else:
+        detail = (
+            f"known issue {issue_id} appears fixed in torch {torch.__version__}: remove {_torch_minor()!r} from "
+            f"KNOWN_ISSUES[{issue_id!r}].affected ({where})"
+        )
+    amp_record.require(
+        compare_claim(
+            f"known_issue.{issue_id}",
+            present,
+            present == listed,
+            "the issue occurs exactly in the torch releases the registry lists",
+            detail=detail,
+            finding=present,
+        ),
         device=amp_device,
         tags={"torch": torch.__version__, "listed_as_affected": listed},
         note=issue.summary,
     )
-    if present and not listed:
-        pytest.fail(
-            f"known issue {issue_id} ({issue.summary}) occurs in torch {torch.__version__}, which the registry "
-            f"does not list: add {_torch_minor()!r} to KNOWN_ISSUES[{issue_id!r}].affected in harness/scaling.py"
-        )
-    if listed and not present:
-        pytest.fail(
-            f"known issue {issue_id} appears fixed in torch {torch.__version__}: remove {_torch_minor()!r} from "
-            f"KNOWN_ISSUES[{issue_id!r}].affected in harness/scaling.py"
-        )

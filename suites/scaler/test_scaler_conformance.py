@@ -16,6 +16,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.conformance import conformance_machine
+from harness.numerics.comparison import compare_claim
+
+pytestmark = pytest.mark.amp_capability("loss scaling")
 
 #: Rules per example of the conformance machine.
 STEPS = 30
@@ -28,11 +31,13 @@ REFERENCE_SEMANTICS = ["megatron", "deepspeed", "apex"]
 def test_reference_scaler_conforms_to_its_semantics(semantics, amp_record):
     machine = conformance_machine(lambda cfg: scaling.reference_adapter(semantics, cfg), semantics)
     run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS))
-    amp_record(
-        f"conformance.{semantics}",
-        1,
-        outcome="pass",
-        note=f"{semantics}-style scaler matches the {semantics} specification",
+    amp_record.require(
+        compare_claim(
+            f"conformance.{semantics}",
+            1,
+            True,  # reaching this line is the verdict: the machine raised on any divergence
+            f"{semantics}-style scaler matches the {semantics} specification",
+        )
     )
 
 
@@ -56,10 +61,8 @@ def test_the_machine_tells_scaler_semantics_apart(impl, claimed, amp_record):
                 ],  # finding one counterexample is the point; no shrinking
             ),
         )
-    amp_record(
-        f"conformance.{impl}_as_{claimed}",
-        0,
-        outcome="pass",
+    amp_record.require(
+        compare_claim(f"conformance.{impl}_as_{claimed}", 0, True, f"a {impl}-style scaler fails {claimed} semantics"),
         note=str(caught.value).splitlines()[0][:200],
         tags={"implementation": impl, "claimed": claimed},
     )

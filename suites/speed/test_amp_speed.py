@@ -1,10 +1,12 @@
-"""Claim family: mixed precision is as fast on this machine as this kind of machine should be.
+"""Claim family: mixed precision is as fast on this machine as this class of machine was.
 
 The source text claims 2-3x speedups and warns that on CPUs or old GPUs mixed precision can be
-slower: each workload's AMP-over-fp32 speedup is measured in one run, interleaved (fp32, AMP,
-fp32, AMP ...), and judged against the hardware profile's threshold (``baselines/profiles/``).
-A run whose own spread straddles the threshold is NOISY (rerun once, then reported as such);
-a dtype the profile does not accelerate is recorded as an expected slowdown, not failed.
+slower. Each workload's AMP-over-fp32 speedup is measured in one run, interleaved (fp32, AMP,
+fp32, AMP ...), and judged against the threshold calibrated on this machine's *hardware class*
+(``<baseline-dir>/profiles/<class>.json``, written by ``amp-harness calibrate``): relative to the
+class's own speed, so a 1.3x slower AMP path fails whether AMP is 4x faster or 2x slower there.
+A failure counts only when a second measurement confirms it. A class with no calibration is
+measured and recorded, NOT JUDGED, with the command that calibrates it. Whether AMP pays off on the class is reported as a finding of its own.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.speed import bench
-from harness.storage import profiles
+from harness.domains.speed import bench, thresholds
+from harness.domains.speed import verdict as speed
+from harness.numerics.verdict import Outcome
+
+pytestmark = pytest.mark.amp_capability("speed")
 
 #: Interleaved rounds per measurement: 7 gives a median and quartiles.
 ROUNDS = 7
-THOROUGH = [(w, d) for w in bench.WORKLOADS for d in ("bfloat16", "float16") if (w, d) not in profiles.DEFAULT_CASES]
+THOROUGH = [(w, d) for w in bench.WORKLOADS for d in ("bfloat16", "float16") if (w, d) not in thresholds.DEFAULT_CASES]
 
 
 def _measure(workload: bench.Workload, device: torch.device, dtype: torch.dtype, slowdown: float) -> bench.Timing:
@@ -28,28 +33,32 @@ def _measure(workload: bench.Workload, device: torch.device, dtype: torch.dtype,
     return bench.interleaved(fp32, amp, device, rounds=ROUNDS)
 
 
-def _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, request):
+def _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, amp_calibrate_command, request):
     if hasattr(request.config, "workerinput"):
         pytest.skip("speed is measured one test at a time: run the speed suite without -n (xdist shares the cores)")
     name, dtype_name = case
     workload, dtype = bench.WORKLOADS[name], getattr(torch, dtype_name)
     prof = amp_hardware_profile
     th = prof.threshold(name, dtype_name)
-    judged = (
-        prof.judge and th is not None and th.expect == "judge" and not th.provisional and th.min_speedup is not None
-    )
-    limit = th.min_speedup if judged and th is not None else None
-    timing = _measure(workload, amp_device, dtype, amp_slowdown)
-    if bench.is_noisy(timing, limit):
-        timing = _measure(workload, amp_device, dtype, amp_slowdown)  # rerun once
-    noisy = bench.is_noisy(timing, limit)
+    decide = lambda t: speed.judge(name, dtype_name, prof.hardware_class, t, th, amp_calibrate_command)  # noqa: E731
+    first = decide(_measure(workload, amp_device, dtype, amp_slowdown))
+    v = first
+    if first.outcome in (Outcome.NOISY, Outcome.FAIL):
+        # A failure must be confirmed by a second measurement, and a noisy one is measured once
+        # more (the PyTorch HUD's rule: a regression only after 2 consecutive violations). On a
+        # shared 2-core VM one clean case in about 60 falls below its threshold once; twice in a
+        # row, none was seen; a 1.3x slower path still fails both (tests/test_speed_and_qualify.py).
+        v = decide(_measure(workload, amp_device, dtype, amp_slowdown))
+    timing = v.timing
     tags = {
         "workload": name,
         "rounds": ROUNDS,
         "iqr": timing.spread,
         "fp32_s": timing.fp32_median_s,
         "amp_s": timing.amp_median_s,
-        "profile_origin": th.origin if th else "no threshold for this profile",
+        "hardware_class": prof.hardware_class,
+        "calibrated_median": th.calibrated_median if th else None,
+        "first_measurement": {"outcome": first.outcome.value, "speedup": first.timing.speedup},
     }
     if workload.flops:
         for label, secs, dt in (("fp32", timing.fp32_median_s, "float32"), ("amp", timing.amp_median_s, dtype_name)):
@@ -62,65 +71,47 @@ def _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, req
                 dtype=dt,
                 device=amp_device,
                 expected=peak,
-                note=f"fraction of peak {rate / peak:.3g} ({prof.peak_origin})"
-                if peak
-                else "no published peak for this profile",
+                note=f"fraction of peak {rate / peak:.3g} ({prof.peak_origin})" if peak else "no published peak",
             )
-    if noisy:
-        amp_record(
-            f"{name}.speedup",
-            timing.speedup,
-            allowance=limit,
-            unit="x",
-            outcome="noisy",
-            dtype=dtype,
-            device=amp_device,
-            tags=tags,
-            note="the run's spread straddles the threshold, twice",
-        )
+    amp_record(
+        f"{name}.amp_pays_off",
+        timing.speedup >= 1.0,
+        dtype=dtype,
+        device=amp_device,
+        tags={"speedup": timing.speedup},
+        note=thresholds.pays_off(name, dtype_name, timing.speedup, prof.hardware_class),
+    )
+    if v.outcome in (Outcome.PASS, Outcome.FAIL):
+        amp_record.require(v.claim(), dtype=dtype, device=amp_device, tags=tags)
+        return
+    amp_record(
+        f"{name}.speedup",
+        timing.speedup,
+        allowance=v.limit,
+        unit="x",
+        outcome=v.outcome,
+        dtype=dtype,
+        device=amp_device,
+        tags=tags,
+        note=v.reason,
+    )
+    if v.outcome is Outcome.NOISY:
         pytest.skip(
-            f"NOISY: {name}/{dtype_name} speedup {timing.speedup:.3g}x with IQR {timing.spread:.3g} straddles the threshold {limit}"
-        )
-    if judged:
-        ok = timing.speedup >= limit  # type: ignore[operator]
-        amp_record(
-            f"{name}.speedup",
-            timing.speedup,
-            allowance=limit,
-            unit="x",
-            outcome="pass" if ok else "fail",
-            dtype=dtype,
-            device=amp_device,
-            tags=tags,
-            note=th.origin if th else "",
-        )
-        assert ok, (
-            f"{name}/{dtype_name}: AMP speedup {timing.speedup:.3g}x is below the {prof.profile} threshold {limit}x "
-            f"(fp32 {timing.fp32_median_s * 1e3:.3g} ms, AMP {timing.amp_median_s * 1e3:.3g} ms per iteration, IQR {timing.spread:.3g}); "
-            f"threshold origin: {th.origin if th else ''}"
-        )
-    else:
-        outcome = "known" if th is not None and th.expect == "slower" else "info"
-        amp_record(
-            f"{name}.speedup",
-            timing.speedup,
-            unit="x",
-            outcome=outcome,
-            dtype=dtype,
-            device=amp_device,
-            tags=tags,
-            note=th.origin if th else f"profile {prof.profile} has no threshold: recorded, not judged",
+            f"NOISY: {name}/{dtype_name} speedup {timing.speedup:.3g}x with IQR {timing.spread:.3g} "
+            f"straddles the threshold {v.limit}"
         )
 
 
-@pytest.mark.parametrize("case", profiles.DEFAULT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
-def test_amp_speedup_meets_the_profile_threshold(
-    case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, request
+@pytest.mark.parametrize("case", thresholds.DEFAULT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_amp_speedup_meets_the_class_threshold(
+    case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, amp_calibrate_command, request
 ):
-    _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, request)
+    _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, amp_calibrate_command, request)
 
 
 @pytest.mark.thorough
 @pytest.mark.parametrize("case", THOROUGH, ids=lambda c: f"{c[0]}-{c[1]}")
-def test_amp_speedup_of_the_wider_sweep(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, request):
-    _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, request)
+def test_amp_speedup_of_the_wider_sweep(
+    case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, amp_calibrate_command, request
+):
+    _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, amp_calibrate_command, request)

@@ -8,10 +8,13 @@ determinism and a gradient census, records report rows, and fails with every mis
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from harness.domains import training as T
+
+pytestmark = pytest.mark.amp_capability("training parity")
 
 
 class ResidualMLP(nn.Module):

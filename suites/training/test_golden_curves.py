@@ -10,6 +10,8 @@ from harness.domains import training as T
 from harness.numerics.comparison import compare_curves
 from harness.storage.baselines import KeyKind
 
+pytestmark = pytest.mark.amp_capability("training parity")
+
 #: Isolated steps allowed outside the allowance: a single data-order coincidence can make the
 #: seed spread at one step near zero, so one or two steps may exceed it without a regression.
 MAX_OUTLIER_STEPS = 2

@@ -24,6 +24,8 @@ from harness.domains.training.parity import (
     RecipeResult,
     check_parity,
     is_deterministic,
+    judge,
+    judge_determinism,
     parity,
     seed_band,
 )
@@ -90,6 +92,8 @@ __all__ = [
     "fp32_gradients",
     "gradient_census",
     "is_deterministic",
+    "judge",
+    "judge_determinism",
     "lm_gradients",
     "make_optimizer",
     "parity",

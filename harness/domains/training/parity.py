@@ -11,6 +11,7 @@ import torch
 
 from harness.domains.training.loop import Run, train
 from harness.domains.training.recipes import FP32, Recipe, Setup
+from harness.numerics.comparison import ClaimComparison, compare_claim
 
 
 @dataclass(frozen=True)
@@ -114,3 +115,53 @@ def is_deterministic(setup: Setup, recipe: Recipe, device: torch.device | str = 
         if x != y and not (math.isnan(x) and math.isnan(y)):
             return False, t
     return True, None
+
+
+# -- verdicts -----------------------------------------------------------------------------------
+def judge(setup: str, r: RecipeResult) -> ClaimComparison:
+    """The parity verdict of one recipe, decided once: an AMP recipe must stay within the
+    allowance (worst |diff|/allowance <= 1); a negative control must miss it by CONTROL_FACTOR."""
+    p = r.parity
+    name = f"{setup}.{r.recipe.name}.worst_diff_over_allowance"
+    if r.recipe.control:
+        return compare_claim(
+            name,
+            p.worst,
+            p.worst >= CONTROL_FACTOR,
+            f"negative control: worst |L_amp - L_fp32| / allowance >= {CONTROL_FACTOR} somewhere",
+            detail=(
+                f"negative control {r.recipe.name!r} stayed within {p.worst:.3g} x the parity allowance (needs >= "
+                f"{CONTROL_FACTOR}): the suite is not sensitive enough to tell this broken recipe from seed noise",
+            ),
+            allowance=CONTROL_FACTOR,
+        )
+    return compare_claim(
+        name,
+        p.worst,
+        p.passed,
+        f"|L_amp - L_fp32| at every evaluation checkpoint <= {PARITY_FRACTION} x the fp32 seed band",
+        detail=(
+            f"{setup} / {r.recipe.name}: eval loss moved more than {PARITY_FRACTION} x the fp32 seed spread "
+            f"(skipped steps replayed on the reference: {r.run.skipped_at}):",
+            *(
+                f"step {t}: |diff| {d:.4g} > allowance {a:.4g}"
+                for t, d, a in zip(p.steps, p.diffs, p.allowances, strict=True)
+                if not d <= a
+            ),
+        ),
+        allowance=1.0,
+    )
+
+
+def judge_determinism(setup: str, recipe: Recipe, same: bool, first: int | None) -> ClaimComparison:
+    """Bitwise-identical losses on a rerun ("nondeterministic" is its own failure, not a regression)."""
+    return compare_claim(
+        f"{setup}.{recipe.name}.deterministic",
+        same,
+        same,
+        "a rerun gives bitwise-identical losses",
+        detail=(
+            f"nondeterministic: {setup} / {recipe.name} gave different losses from step {first} on a rerun "
+            "(not a regression: fix determinism first)",
+        ),
+    )

@@ -1,0 +1,76 @@
+"""The speed verdict of one (workload, dtype) measurement, decided once.
+
+PASS or FAIL against the class's calibrated threshold; NOISY when the measurement's own spread
+straddles it (after one rerun); UNJUDGED when the class has no calibration (the reason says which
+command calibrates it). The suite records the verdict's row and asserts from the same object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.domains.speed.bench import Timing, is_noisy
+from harness.domains.speed.thresholds import Threshold
+from harness.numerics.comparison import ClaimComparison, compare_claim
+from harness.numerics.verdict import Outcome
+
+
+@dataclass(frozen=True)
+class SpeedVerdict:
+    workload: str
+    dtype: str
+    hardware_class: str
+    timing: Timing
+    threshold: Threshold | None
+    outcome: Outcome
+    #: why it was not judged (UNJUDGED), or what the threshold is (PASS/FAIL/NOISY)
+    reason: str
+
+    @property
+    def limit(self) -> float | None:
+        return self.threshold.min_speedup if self.threshold is not None and self.threshold.judged else None
+
+    def claim(self) -> ClaimComparison:
+        """The judged claim (PASS/FAIL only): speedup >= the class's threshold."""
+        t, limit = self.timing, self.limit
+        assert limit is not None and self.outcome in (Outcome.PASS, Outcome.FAIL)
+        return compare_claim(
+            f"{self.workload}.speedup",
+            t.speedup,
+            self.outcome is Outcome.PASS,
+            f"AMP-over-fp32 speedup >= the {self.hardware_class} threshold {limit}x ({self.reason})",
+            detail=(
+                f"{self.workload}/{self.dtype}: AMP speedup {t.speedup:.3g}x is below the {self.hardware_class} threshold "
+                f"{limit}x (fp32 {t.fp32_median_s * 1e3:.3g} ms, AMP {t.amp_median_s * 1e3:.3g} ms per iteration, "
+                f"IQR {t.spread:.3g}); threshold origin: {self.reason}",
+            ),
+            allowance=limit,
+            unit="x",
+        )
+
+
+def judge(
+    workload: str,
+    dtype: str,
+    hardware_class: str,
+    timing: Timing,
+    threshold: Threshold | None,
+    calibrate_command: str,
+) -> SpeedVerdict:
+    """Decide one measurement. ``calibrate_command`` is what the UNJUDGED reason tells the user to run."""
+    if threshold is None:
+        reason = (
+            f"NOT JUDGED: hardware class {hardware_class} has no calibrated speed thresholds "
+            f"(thresholds of other classes never judge it); calibrate it: {calibrate_command}"
+        )
+        return SpeedVerdict(workload, dtype, hardware_class, timing, None, Outcome.UNJUDGED, reason)
+    if not threshold.judged:
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.UNJUDGED, threshold.origin)
+    limit = threshold.min_speedup
+    if is_noisy(timing, limit):
+        reason = f"the run's spread (IQR {timing.spread:.3g}) straddles the threshold {limit}, twice"
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
+    assert limit is not None
+    return SpeedVerdict(
+        workload, dtype, hardware_class, timing, threshold, Outcome.of(timing.speedup >= limit), threshold.origin
+    )

@@ -1,0 +1,210 @@
+"""The fixtures suites use. Registered through the ``pytest11`` entry point ``amp_harness_fixtures``.
+
+Each fixture builds a narrow collaborator from the session (a recorder with a row sink, a
+baseline context, a profile) and imports torch lazily, so an installed plugin costs nothing in
+runs that use none of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from harness.pytest_plugin.collaborators import BaselineContext, Baselines, TrainingChecks
+from harness.pytest_plugin.options import DTYPE_NAMES
+from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, NOTE_PROPERTY, OUTCOME_PROPERTY, Recorder, TestIdentity
+from harness.pytest_plugin.state import State, state_of, suite_of
+from harness.storage import baselines as bl
+from harness.storage.hardware import Fingerprint
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.storage.profiles import Profile
+
+__all__ = [
+    "CAPABILITY_PROPERTY",
+    "amp_baseline",
+    "amp_calibrate_command",
+    "amp_device",
+    "amp_dtype",
+    "amp_fingerprint",
+    "amp_hardware_profile",
+    "amp_profile",
+    "amp_record",
+    "amp_training",
+]
+
+
+def _active(request: pytest.FixtureRequest) -> State:
+    st = state_of(request.config)
+    st.activated = True
+    return st
+
+
+@pytest.fixture
+def amp_device(request: pytest.FixtureRequest) -> torch.device:
+    """The device under test, parametrized by ``--amp-device`` (CPU, plus ``cuda:N`` when present).
+
+    Example::
+
+        def test_matmul(amp_device):
+            a = torch.randn(4, 4, device=amp_device)
+    """
+    import torch
+
+    _active(request)
+    return torch.device(str(request.param))
+
+
+@pytest.fixture
+def amp_dtype(request: pytest.FixtureRequest) -> torch.dtype:
+    """The autocast dtype under test, parametrized by ``--amp-dtypes``; bf16 on a GPU without it
+    is skipped with the reason.
+
+    Example::
+
+        def test_linear(amp_device, amp_dtype):
+            with torch.autocast(amp_device.type, dtype=amp_dtype): ...
+    """
+    import torch
+
+    _active(request)
+    dtype = getattr(torch, DTYPE_NAMES[str(request.param)])
+    assert isinstance(dtype, torch.dtype)
+    if dtype is torch.bfloat16 and "amp_device" in request.fixturenames:
+        device = request.getfixturevalue("amp_device")
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+            name = torch.cuda.get_device_name(device)
+            pytest.skip(f"bf16 is missing: {name} has no native bfloat16 support (compute capability < 8.0)")
+    return dtype
+
+
+@pytest.fixture
+def amp_fingerprint(request: pytest.FixtureRequest) -> Fingerprint:
+    """What hardware detection saw (CPU, GPUs, torch/CUDA versions).
+
+    Example::
+
+        def test_stack(amp_fingerprint):
+            print(amp_fingerprint.torch_minor, amp_fingerprint.cpu_profile)
+    """
+    return _active(request).fingerprint
+
+
+@pytest.fixture
+def amp_profile(request: pytest.FixtureRequest) -> str:
+    """The hardware profile id of the run's primary device (keys per-profile baselines).
+
+    Example::
+
+        def test_curves(amp_profile):
+            assert amp_profile.startswith(("cpu-", "nvidia-", "generic"))
+    """
+    st = _active(request)
+    return st.profile_for(st.primary_device)
+
+
+@pytest.fixture
+def amp_record(request: pytest.FixtureRequest) -> Recorder:
+    """Record measurements as rows of the run report, and decide verdicts once.
+
+    Example::
+
+        def test_bound(amp_record):
+            amp_record("worst_error", 1e-4, unit="relative")                       # information
+            amp_record.require(compare_bound("err", 1e-4, 2**-8, "u of bf16"))       # row + assertion
+    """
+    st = _active(request)
+    item = request.node
+
+    def label(outcome: str, note: str) -> None:
+        item.user_properties.append((OUTCOME_PROPERTY, outcome))
+        if note:
+            item.user_properties.append((NOTE_PROPERTY, note))
+
+    who = TestIdentity(item.nodeid, suite_of(item), getattr(item, "originalname", item.name))
+    return Recorder(who, st.run_id, st.add_row, st.profile_for, label)
+
+
+@pytest.fixture
+def amp_hardware_profile(request: pytest.FixtureRequest) -> Profile:
+    """The :class:`harness.storage.profiles.Profile` (calibrated thresholds, published peaks) of
+    the device under test's hardware class.
+
+    Example::
+
+        def test_speed(amp_hardware_profile):
+            th = amp_hardware_profile.threshold("matmul_1024", "bfloat16")
+    """
+    from harness.storage import profiles
+
+    st = _active(request)
+    device = str(request.getfixturevalue("amp_device")) if "amp_device" in request.fixturenames else st.primary_device
+    try:
+        return profiles.load(st.options.baseline_dir, st.fingerprint.class_for(device).id, st.profile_for(device))
+    except profiles.ProfileFileError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def amp_calibrate_command(request: pytest.FixtureRequest) -> str:
+    """The command that calibrates the speed thresholds of the device under test's hardware class,
+    writing them where this run reads its baselines.
+
+    Example::
+
+        def test_speed(amp_calibrate_command):
+            print(f"not judged: run {amp_calibrate_command}")
+    """
+    import shlex
+
+    st = _active(request)
+    device = str(request.getfixturevalue("amp_device")) if "amp_device" in request.fixturenames else st.primary_device
+    return f"amp-harness calibrate --device {device} --baseline-dir {shlex.quote(str(st.options.baseline_dir))}"
+
+
+@pytest.fixture
+def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> TrainingChecks:
+    """Parity, determinism and census checks for a model of yours.
+
+    Example::
+
+        def test_my_model(amp_training):
+            amp_training.check(Setup("mine", model, batch, loss, steps=20, lr=1e-3), [BF16, FP16_SCALER])
+    """
+    import torch
+
+    device = request.getfixturevalue("amp_device") if "amp_device" in request.fixturenames else torch.device("cpu")
+    return TrainingChecks(amp_record, device)
+
+
+@pytest.fixture
+def amp_baseline(request: pytest.FixtureRequest, amp_record: Recorder) -> Baselines:
+    """Golden baselines with the pytest-regressions lifecycle (see ``--amp-regen``, ``--amp-accept-all``).
+
+    Example::
+
+        def test_table(amp_baseline):
+            amp_baseline.check("limits", table, key=KeyKind.UNIVERSAL)
+    """
+    from harness.storage.provenance import provenance
+
+    st = _active(request)
+    regen: list[str] = []
+    if st.options.profile:
+        regen.append(f"--amp-profile={st.options.profile}")
+    if st.options.baseline_dir != st.rootdir / "baselines":
+        import shlex
+
+        regen.append(f"--amp-baseline-dir={shlex.quote(str(st.options.baseline_dir))}")
+
+    def key_for(kind: bl.KeyKind, device: str) -> str:
+        return bl.key_for(kind, st.profile_for(device), st.fingerprint.torch_minor)
+
+    def provenance_for(device: str) -> dict[str, object]:
+        return provenance(st.fingerprint, device=device, profile=st.profile_for(device), commit=st.commit)
+
+    ctx = BaselineContext(st.store, st.options.mode, key_for, provenance_for, st.primary_device, tuple(regen))
+    return Baselines(ctx, request.node.nodeid, amp_record)

@@ -1,0 +1,167 @@
+"""Command-line options of the plugin, parsed once into a frozen :class:`Options`.
+
+Bad values are usage errors that say what is accepted; nothing is silently replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.storage import baselines as bl
+from harness.storage.hardware import ProfileError, validate_profile
+
+TIERS = ("quick", "default", "thorough")
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+#: hypothesis settings profiles: (max_examples, derandomize). ``ci`` is reproducible run to run.
+HYPOTHESIS_PROFILES: dict[str, dict[str, Any]] = {
+    "ci": {"max_examples": 40, "derandomize": True, "database": None},
+    "dev": {"max_examples": 100},
+    "thorough": {"max_examples": 1000},
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    devices: str
+    dtypes: tuple[str, ...]
+    profile: str | None
+    tier: str
+    baseline_dir: Path
+    mode: bl.Mode
+    report_dir: Path | None
+
+    @property
+    def hypothesis_profile(self) -> str:
+        """The profile the run loads unless ``--hypothesis-profile`` names another."""
+        return "thorough" if self.tier == "thorough" else "ci" if os.environ.get("CI") else "dev"
+
+
+def add_options(parser: pytest.Parser) -> None:
+    g = parser.getgroup("amp-harness", "amp-harness: mixed-precision regression checks")
+    g.addoption(
+        "--amp-device",
+        default="auto",
+        help="devices the device-parametrized checks run on: auto (CPU, plus cuda:0 when CUDA is present), "
+        "cpu, cuda or cuda:N. Naming CUDA on a machine without it is an error. Default: auto.",
+    )
+    g.addoption(
+        "--amp-dtypes",
+        default="bf16,fp16",
+        help="comma-separated autocast dtypes the dtype-parametrized checks cover (bf16, fp16). Default: bf16,fp16.",
+    )
+    g.addoption(
+        "--amp-profile",
+        default=None,
+        help="hardware profile id that keys per-profile baselines (e.g. cpu-avx512bf16, nvidia-h200). "
+        "Default: detected from the machine; an unknown id is an error listing the known ones.",
+    )
+    g.addoption(
+        "--amp-tier",
+        default="default",
+        choices=TIERS,
+        help="quick: only tests marked quick; default: all but those marked thorough; thorough: everything, "
+        "with the thorough hypothesis profile. Tests outside the tier are skipped with the option that runs them.",
+    )
+    g.addoption(
+        "--amp-baseline-dir",
+        default=None,
+        help="root of the golden baselines and hardware-class profiles (default: <rootdir>/baselines).",
+    )
+    g.addoption(
+        "--amp-regen",
+        action="store_true",
+        help="rewrite missing, mismatching or unreadable baselines from this run; those tests still FAIL so the "
+        "diff gets reviewed.",
+    )
+    g.addoption(
+        "--amp-accept-all",
+        action="store_true",
+        help="rewrite missing, mismatching or unreadable baselines from this run and let those tests PASS.",
+    )
+    g.addoption(
+        "--amp-report-dir",
+        default=None,
+        help="where the run report (parquet + CSV + run.json) goes, one sub-directory per run "
+        "(default: <rootdir>/amp-reports).",
+    )
+    g.addoption("--amp-no-report", action="store_true", help="do not write a run report.")
+
+
+def parse(config: pytest.Config) -> Options:
+    """The options of this run; a usage error names the option, the value and what is accepted."""
+    rootdir = Path(config.rootpath)
+    devices = str(config.getoption("--amp-device")).strip()
+    if not _DEVICE_RE.match(devices):
+        raise pytest.UsageError(f"--amp-device={devices!r}: expected auto, cpu, cuda or cuda:N (N a GPU index)")
+    raw = [d.strip() for d in str(config.getoption("--amp-dtypes")).split(",") if d.strip()]
+    unknown = [d for d in raw if d not in DTYPE_NAMES]
+    if not raw or unknown:
+        raise pytest.UsageError(
+            f"--amp-dtypes={config.getoption('--amp-dtypes')!r}: unknown {', '.join(unknown) or '(empty)'}; "
+            f"choose from {', '.join(DTYPE_NAMES)}"
+        )
+    profile = config.getoption("--amp-profile")
+    bdir_opt = config.getoption("--amp-baseline-dir")
+    baseline_dir = Path(bdir_opt) if bdir_opt else rootdir / "baselines"
+    if profile is not None:
+        try:
+            profile = validate_profile(str(profile))
+        except ProfileError as exc:
+            raise pytest.UsageError(f"--amp-profile: {exc}") from None
+    regen, accept = bool(config.getoption("--amp-regen")), bool(config.getoption("--amp-accept-all"))
+    if regen and accept:
+        raise pytest.UsageError(
+            "--amp-regen (rewrite and fail) and --amp-accept-all (rewrite and pass) exclude each other"
+        )
+    mode = bl.Mode.ACCEPT if accept else bl.Mode.REGEN if regen else bl.Mode.CHECK
+    rdir = config.getoption("--amp-report-dir")
+    report_dir = None if config.getoption("--amp-no-report") else Path(rdir) if rdir else rootdir / "amp-reports"
+    return Options(
+        devices=devices,
+        dtypes=tuple(dict.fromkeys(raw)),
+        profile=profile,
+        tier=str(config.getoption("--amp-tier")),
+        baseline_dir=baseline_dir,
+        mode=mode,
+        report_dir=report_dir,
+    )
+
+
+def cuda_missing_reason() -> str:
+    """Why CUDA checks cannot run here (the skip reason of every CUDA-only check)."""
+    import torch
+
+    if torch.version.cuda is None:
+        return f"CUDA is missing: torch {torch.__version__} is a CPU-only build (torch.version.cuda is None)"
+    return (
+        f"CUDA is missing: torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU "
+        "(no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them)"
+    )
+
+
+def check_cuda_request(devices: str) -> None:
+    """Naming CUDA where there is none is a usage error, not a run of skips."""
+    if not devices.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise pytest.UsageError(f"--amp-device={devices}: {cuda_missing_reason()}")
+    index = int(devices.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise pytest.UsageError(f"--amp-device={devices}: only {torch.cuda.device_count()} CUDA device(s) visible")
+
+
+def register_hypothesis_profiles() -> None:
+    from hypothesis import settings
+
+    for name, kw in HYPOTHESIS_PROFILES.items():
+        settings.register_profile(name, deadline=None, print_blob=True, **kw)

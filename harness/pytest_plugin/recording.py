@@ -1,0 +1,240 @@
+"""Where a verdict becomes both the report row and the assertion, so the two cannot disagree.
+
+A :class:`Recorder` belongs to one test. It receives narrow collaborators (a row sink, the
+profile of a device, a way to label the test for the qualification verdict), never the session.
+``require(comparison)`` records the comparison's row with the comparison's own outcome and, if
+it did not pass, fails the test with :func:`~harness.numerics.comparison.explain` of it; the
+traceback is hidden so that a failure points at the suite's line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from harness.numerics.comparison import (
+    AnyComparison,
+    BoundComparison,
+    ClaimComparison,
+    DataComparison,
+    ElementwiseComparison,
+    ScalarComparison,
+    explain,
+)
+from harness.numerics.verdict import Outcome
+from harness.storage import report as rp
+
+#: The JUnit XML properties the qualification verdict reads (``amp-harness qualify``).
+CAPABILITY_PROPERTY = "amp_capability"
+OUTCOME_PROPERTY = "amp_outcome"
+NOTE_PROPERTY = "amp_note"
+
+#: Row outcomes that label the whole test for the qualification verdict (once per test each).
+_LABELS = (Outcome.NOISY, Outcome.UNJUDGED)
+
+
+@dataclass(frozen=True)
+class TestIdentity:
+    """Who records: the test's node id, suite and check name."""
+
+    nodeid: str
+    suite: str
+    check: str
+
+
+class Recorder:
+    """Records measurements of one test as report rows; ``require`` also fails the test.
+
+    Example::
+
+        def test_fp16_max(amp_record):
+            amp_record("fp16.max", 65504.0, unit="", note="largest finite fp16")   # information
+            amp_record.require(compare_scalar("fp16.max", got, 65504.0, EXACT))     # row + verdict
+    """
+
+    def __init__(
+        self,
+        who: TestIdentity,
+        run_id: str,
+        sink: Callable[[rp.Row], None],
+        profile_for: Callable[[str], str],
+        label: Callable[[str, str], None],
+    ) -> None:
+        self._who, self._run_id, self._sink, self._profile_for, self._label = who, run_id, sink, profile_for, label
+        self._labelled: set[Outcome] = set()
+
+    @property
+    def suite(self) -> str:
+        return self._who.suite
+
+    @property
+    def check(self) -> str:
+        return self._who.check
+
+    def __call__(
+        self,
+        metric: str,
+        value: float | int | bool | None,
+        *,
+        check: str | None = None,
+        unit: str = "",
+        expected: float | None = None,
+        allowance: float | None = None,
+        outcome: Outcome | str = Outcome.INFO,
+        dtype: object = "",
+        device: object = "",
+        tags: dict[str, Any] | None = None,
+        note: str = "",
+    ) -> None:
+        """Record one row. Judged rows (pass/fail) should come from :meth:`require`, which
+        decides the outcome and the assertion from the same comparison."""
+        outcome = Outcome.parse(outcome)
+        dev = str(device)
+        self._sink(
+            rp.make_row(
+                run_id=self._run_id,
+                nodeid=self._who.nodeid,
+                suite=self._who.suite,
+                check=check or self._who.check,
+                metric=metric,
+                value=value,
+                unit=unit,
+                expected=expected,
+                allowance=allowance,
+                outcome=outcome,
+                dtype=dtype,
+                device=dev,
+                profile=self._profile_for(dev or "cpu"),
+                tags=tags,
+                note=note,
+            )
+        )
+        if outcome in _LABELS and outcome not in self._labelled:
+            self._labelled.add(outcome)
+            self._label(outcome.value, note)
+
+    def result(self, result: AnyComparison, **kw: Any) -> bool:
+        """Record a comparison result as a row with its own outcome; returns whether it passed."""
+        outcome = result.outcome
+        if isinstance(result, ScalarComparison):
+            self(
+                result.name,
+                result.actual,
+                expected=result.expected,
+                allowance=result.allowed,
+                unit=result.unit,
+                outcome=outcome,
+                note=result.tolerance.origin,
+                **kw,
+            )
+        elif isinstance(result, BoundComparison):
+            self(
+                result.name,
+                result.value,
+                allowance=result.bound,
+                unit=result.unit,
+                outcome=outcome,
+                note=result.origin,
+                **kw,
+            )
+        elif isinstance(result, ElementwiseComparison):
+            tags = {"total": result.total, **kw.pop("tags", {})}
+            self(
+                f"{result.name}.mismatched",
+                result.count,
+                expected=0,
+                allowance=0,
+                unit="elements",
+                outcome=outcome,
+                tags=tags,
+                note=result.criterion,
+                **kw,
+            )
+        elif isinstance(result, ClaimComparison):
+            self(
+                result.name,
+                result.value,
+                expected=result.expected,
+                allowance=result.allowance,
+                unit=result.unit,
+                outcome=outcome,
+                note=kw.pop("note", result.criterion),
+                **kw,
+            )
+        else:
+            assert isinstance(result, DataComparison)
+            self(
+                f"{result.name}.differences",
+                len(result.differences),
+                expected=0,
+                allowance=0,
+                unit="values",
+                outcome=outcome,
+                note=result.tolerance.origin,
+                **kw,
+            )
+        return result.passed
+
+    def require(self, result: AnyComparison, **kw: Any) -> None:
+        """Record ``result`` and fail the test with its explanation if it did not pass."""
+        __tracebackhide__ = True
+        if not self.result(result, **kw):
+            raise AssertionError(explain(result))
+
+    def property_run(self, metric: str, criterion: str, **kw: Any) -> AbstractContextManager[Tally]:
+        """Wrap a hypothesis run: one row with the examples seen and the worst value, pass or fail.
+
+        Example::
+
+            with amp_record.property_run("fp16.rel_error", "|cast(x) - x| <= u |x|") as tally:
+                run_property(tally)          # tally.add(elements, worst, detail) per example
+                tally.bound, tally.unit = u, "relative"
+        """
+        return _tallied(self, metric, criterion, kw)
+
+
+@dataclass
+class Tally:
+    """What a property run saw: examples, elements, and the worst measured value against its bound."""
+
+    examples: int = 0
+    elements: int = 0
+    worst: float | None = None
+    bound: float | None = None
+    unit: str = ""
+    #: how the bound of the worst example was derived (recorded in the row's tags)
+    detail: str = ""
+
+    def add(self, elements: int, worst: float | None = None, detail: str = "") -> None:
+        self.examples += 1
+        self.elements += elements
+        if worst is not None and (self.worst is None or worst > self.worst):
+            self.worst, self.detail = worst, detail or self.detail
+
+
+@contextmanager
+def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]) -> Iterator[Tally]:
+    tally = Tally()
+    outcome = Outcome.FAIL
+    try:
+        yield tally
+        outcome = Outcome.PASS
+    finally:
+        tags = {"examples": tally.examples, "elements": tally.elements, **kw.pop("tags", {})}
+        if tally.detail:
+            tags["derivation"] = tally.detail
+        if tally.worst is not None:
+            recorder(
+                metric,
+                tally.worst,
+                allowance=tally.bound,
+                unit=tally.unit,
+                outcome=outcome,
+                tags=tags,
+                note=criterion,
+                **kw,
+            )
+        else:
+            recorder(metric, tally.elements, unit="elements checked", outcome=outcome, tags=tags, note=criterion, **kw)

@@ -1,0 +1,142 @@
+"""The session's state, on ``config.stash``: options, the rows recorded, the baseline store,
+test-outcome counts, and what xdist workers send back to the controller.
+
+Fixtures never receive this object; they get narrow collaborators made from it
+(:meth:`State.row_sink`, :meth:`State.profile_for`, the baseline session).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.pytest_plugin.options import Options
+from harness.storage import baselines as bl
+from harness.storage import report as rp
+from harness.storage.hardware import Fingerprint, detect
+from harness.storage.provenance import git_commit
+
+_WORKER_KEY = "amp_harness"
+
+
+def gpu_for_worker(worker_id: str | None, gpus: int) -> int:
+    """Under pytest-xdist each worker (gw0, gw1, ...) gets its own GPU, round robin."""
+    if not worker_id or gpus <= 0:
+        return 0
+    digits = "".join(ch for ch in worker_id if ch.isdigit())
+    return int(digits or 0) % gpus
+
+
+def selected_devices(devices: str, worker_id: str | None = None) -> list[str]:
+    """The devices the device-parametrized checks run on, for ``--amp-device`` and this worker."""
+    if devices == "auto" or devices == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return ["cpu"]
+        gpu = f"cuda:{gpu_for_worker(worker_id, torch.cuda.device_count())}"
+        return ["cpu", gpu] if devices == "auto" else [gpu]
+    return [devices]
+
+
+@dataclass
+class State:
+    """Per-session plugin state (on ``config.stash``)."""
+
+    options: Options
+    rootdir: Path
+    run_id: str
+    started: str
+    store: bl.BaselineStore
+    worker_id: str | None = None
+    is_worker: bool = False
+    #: an amp-harness fixture was used (a run that used none writes no report)
+    activated: bool = False
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    deselected: int = 0
+    test_outcomes: dict[str, int] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+    report_path: Path | None = None
+    _fingerprint: Fingerprint | None = None
+    _commit: tuple[str | None] | None = None
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        if self._fingerprint is None:
+            self._fingerprint = detect()
+        return self._fingerprint
+
+    @property
+    def commit(self) -> str | None:
+        if self._commit is None:
+            self._commit = (git_commit(self.rootdir),)
+        return self._commit[0]
+
+    def profile_for(self, device: str) -> str:
+        """The hardware profile of a device; ``--amp-profile`` overrides the run's primary device."""
+        fp = self.fingerprint
+        is_cuda = device.startswith("cuda")
+        detected = (fp.cuda_profile or "generic") if is_cuda else fp.cpu_profile
+        primary_is_cuda = bool(fp.gpus) and self.options.devices != "cpu"
+        if self.options.profile and is_cuda == primary_is_cuda:
+            return self.options.profile
+        return detected
+
+    @property
+    def primary_device(self) -> str:
+        d = self.options.devices
+        if d in ("auto", "cuda") and self.fingerprint.gpus:
+            return f"cuda:{gpu_for_worker(self.worker_id, len(self.fingerprint.gpus))}"
+        return "cpu" if d == "auto" else d
+
+    def add_row(self, row: rp.Row) -> None:
+        """The row sink handed to recorders."""
+        self.activated = True
+        self.rows.append(row.as_dict())
+
+    def count_test(self, outcome: str) -> None:
+        self.test_outcomes[outcome] = self.test_outcomes.get(outcome, 0) + 1
+
+    # -- xdist --------------------------------------------------------------------------------
+    def worker_output(self) -> dict[str, Any]:
+        """What a worker sends to the controller at the end of its session."""
+        return {
+            "rows": self.rows,
+            "activated": self.activated,
+            "written": self.written,
+            "used": sorted(str(p) for p in self.store.used),
+            "outcomes": self.test_outcomes,
+        }
+
+    def merge_worker(self, out: dict[str, Any]) -> None:
+        """The controller takes in one worker's rows, writes, used baselines and test counts."""
+        self.rows.extend(out["rows"])
+        self.activated |= bool(out["activated"])
+        self.written.extend(out["written"])
+        self.store.used.update(Path(p) for p in out["used"])
+        for k, v in out["outcomes"].items():
+            self.test_outcomes[k] = self.test_outcomes.get(k, 0) + v
+
+
+STATE = pytest.StashKey[State]()
+WORKER_KEY = _WORKER_KEY
+
+
+def state_of(config: pytest.Config) -> State:
+    return config.stash[STATE]
+
+
+def suite_of(item: pytest.Item) -> str:
+    """Suite name: the ``amp_suite`` marker, else the directory under ``suites/``, else the module name."""
+    marker = item.get_closest_marker("amp_suite")
+    if marker is not None and marker.args:
+        return str(marker.args[0])
+    parts = Path(str(item.path)).parts
+    if "suites" in parts:
+        i = len(parts) - 1 - parts[::-1].index("suites")
+        if i + 2 < len(parts):
+            return parts[i + 1]
+    return Path(str(item.path)).stem.removeprefix("test_")

@@ -1,0 +1,65 @@
+"""What the session hands on at its end: the run report's metadata and the terminal section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import __version__
+from harness.pytest_plugin.collaborators import display
+from harness.pytest_plugin.state import State
+from harness.storage import report as rp
+
+
+def hypothesis_profile_name() -> str:
+    from hypothesis import settings
+
+    return settings.get_current_profile_name()
+
+
+def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
+    """``run.json``: environment, options, commit, times, test and row outcome counts."""
+    fp = st.fingerprint
+    cfg = session.config
+    return {
+        "harness_version": __version__,
+        "started": st.started,
+        "finished": rp.now_iso(),
+        "fingerprint": fp.as_dict(),
+        "profile": st.profile_for(st.primary_device),
+        "primary_device": st.primary_device,
+        "git_commit": st.commit,
+        "options": {
+            "devices": st.options.devices,
+            "dtypes": list(st.options.dtypes),
+            "profile_override": st.options.profile,
+            "tier": st.options.tier,
+            "baseline_mode": st.options.mode.value,
+            "hypothesis_profile": hypothesis_profile_name(),
+            "hypothesis_seed": cfg.getoption("--hypothesis-seed", default=None),
+        },
+        "invocation": list(cfg.invocation_params.args),
+        "tests": dict(st.test_outcomes),
+        "exitstatus": int(session.exitstatus),
+        "row_outcomes": rp.summarize(st.rows),
+    }
+
+
+def terminal_lines(st: State) -> list[str]:
+    """The ``amp-harness`` section: baselines written, baselines unused, where the report went."""
+    lines: list[str] = []
+    if st.written:
+        lines.append(f"baselines written: {len(st.written)}")
+        lines += [f"  {display(Path(p))}" for p in sorted(st.written)]
+    unused = st.store.unused()
+    if unused:
+        why = f" ({st.deselected} deselected tests may use them)" if st.deselected else ""
+        lines.append(f"baselines not used by any collected check in their directories{why}:")
+        lines += [f"  {display(p)}" for p in unused]
+    if st.report_path is not None:
+        counts = rp.summarize(st.rows)
+        detail = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+        lines.append(f"run report: {len(st.rows)} rows ({detail or 'none'}) -> {display(st.report_path)}")
+    return lines
