@@ -85,7 +85,7 @@ def test_load_names_the_problem(tmp_path):
         rp.load(tmp_path)
     run = rp.write(tmp_path, "r1", [], {"x": 1})
     (run / rp.RUN_JSON).write_text(json.dumps({"schema_version": rp.SCHEMA_VERSION + 1}))
-    with pytest.raises(rp.ReportError, match="is not one this harness reads"):
+    with pytest.raises(rp.ReportError, match="newer than this harness reads"):
         rp.load(run)
     (run / rp.ROWS_PARQUET).write_bytes(b"PAR1 garbage")
     (run / rp.RUN_JSON).write_text("{}")
@@ -101,3 +101,13 @@ def test_an_empty_run_still_has_the_schema(tmp_path):
 def test_rows_reject_unknown_outcomes():
     with pytest.raises(ValueError, match="is not one of"):
         rp.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1, outcome="great")
+
+
+def test_a_version_1_report_still_loads(tmp_path):
+    """Schema 2 added the ``unjudged`` outcome; version-1 reports load unchanged."""
+    row = rp.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1.0, outcome="pass")
+    run = rp.write(tmp_path, "r", [row.as_dict()], {})
+    meta = json.loads((run / rp.RUN_JSON).read_text())
+    (run / rp.RUN_JSON).write_text(json.dumps({**meta, "schema_version": 1}))
+    loaded = rp.load(run)
+    assert loaded.meta["schema_version"] == 1 and loaded.rows["outcome"].tolist() == ["pass"]

@@ -186,9 +186,14 @@ def load(path: str | os.PathLike[str]) -> LoadedReport:
     except ValueError as exc:
         raise ReportError(f"{meta_file}: corrupt run metadata ({exc})") from None
     version = meta.get("schema_version", SCHEMA_VERSION)
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise ReportError(
+            f"{meta_file}: report schema version {version} is newer than this harness reads ({SCHEMA_VERSION})"
+        )
     if version not in READABLE_SCHEMAS:
         raise ReportError(
-            f"{meta_file}: report schema version {version!r} is not one this harness reads ({', '.join(map(str, READABLE_SCHEMAS))})"
+            f"{meta_file}: report schema version {version!r} is not one this harness reads "
+            f"({', '.join(map(str, READABLE_SCHEMAS))})"
         )
     try:
         rows = pd.read_parquet(parquet)

@@ -15,21 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.domains.autocast.catalogue import (
-    CATALOGUE,
-    INTERNAL_OPS,
-    aten_base,
-    category,
-    policy_table,
-    registered_autocast_ops,
-)
+from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS
+from harness.domains.autocast.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
 from harness.numerics.comparison import compare_claim, compare_predicate
 from harness.storage.baselines import KeyKind
 
 pytestmark = pytest.mark.amp_capability("autocast policy")
 
 #: Categories whose ops autocast casts itself: there the result must equal the hand-cast op.
-CASTING_CATEGORIES = ("lower_precision", "fp32")
+CASTING_CATEGORIES = (Category.LOWER_PRECISION, Category.FP32)
 
 
 def _short(dtype: torch.dtype) -> str:
@@ -67,16 +61,13 @@ def test_every_registered_autocast_op_is_exercised_through_a_public_api(amp_devi
 
 def test_op_policy_matches_the_golden_table(amp_device, amp_dtype, amp_record, amp_baseline):
     table = policy_table(amp_device, amp_dtype)
-    for op, row in table.items():
-        amp_record(
-            f"policy.{op}",
-            None,
-            dtype=amp_dtype,
-            device=amp_device,
-            tags={**{k: str(v) for k, v in row.items()}, "category": category(row, amp_dtype)},
-        )
+    for op, probe in table.items():
+        tags = {**probe.as_baseline(), "category": probe.category(amp_dtype).value}
+        if probe.hand_cast is not None:
+            tags["hand_cast"] = probe.hand_cast.value
+        amp_record(f"policy.{op}", None, dtype=amp_dtype, device=amp_device, tags=tags)
     # the golden table is the policy (output dtypes); bitwise equality is the next test's claim
-    golden = {op: {k: v for k, v in row.items() if k != "manual_cast_equal"} for op, row in table.items()}
+    golden = {op: probe.as_baseline() for op, probe in table.items()}
     amp_baseline.check(
         f"policy_{amp_device.type}_{_short(amp_dtype)}", golden, key=KeyKind.STACK, device=str(amp_device)
     )
@@ -85,12 +76,12 @@ def test_op_policy_matches_the_golden_table(amp_device, amp_dtype, amp_record, a
 def test_autocast_equals_the_op_run_by_hand_on_inputs_cast_to_its_choice(amp_device, amp_dtype, amp_record):
     """As PyTorch's own autocast tests check: for ops on autocast's lists, bitwise equality."""
     table = policy_table(amp_device, amp_dtype)
-    casting = {op: row for op, row in table.items() if category(row, amp_dtype) in CASTING_CATEGORIES}
+    casting = {op: p for op, p in table.items() if p.category(amp_dtype) in CASTING_CATEGORIES}
     result = compare_predicate(
         f"autocast {amp_device.type}/{_short(amp_dtype)} vs hand-cast",
         list(casting),
-        [row.get("manual_cast_equal") for row in casting.values()],
-        lambda _op, equal: equal in (True, "nondeterministic"),
+        [p.hand_cast.value if p.hand_cast else None for p in casting.values()],
+        lambda _op, seen: seen in (HandCast.EQUAL.value, HandCast.NONDETERMINISTIC.value),
         "bitwise equal to the op with autocast disabled on inputs cast to autocast's output dtype",
     )
     amp_record.require(result, dtype=amp_dtype, device=amp_device)

@@ -1,0 +1,188 @@
+"""The probe: what autocast does with each op of the catalogue, as typed observations.
+
+For each case the probe runs the op under ``torch.autocast`` with fp32 inputs, with inputs
+already in the low-precision dtype, and (for ops with several tensor inputs) with mixed inputs,
+and records the output dtype or the error. It then checks, as PyTorch's own autocast tests do,
+that the autocast result is bitwise equal to running the op with autocast disabled on inputs cast
+by hand to the dtype autocast chose. Pure: no pytest, no files.
+
+The golden tables store :meth:`Probe.as_baseline` (the same JSON the earlier, stringly probe
+wrote); everything in the harness reads the typed fields.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.domains.autocast.catalogue import CATALOGUE, NOT_BITWISE_REPRODUCIBLE, OpCase
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The op raised (a banned op, or one that autocast breaks) with this first line of its error."""
+
+    message: str
+
+    def __str__(self) -> str:
+        return f"raises: {self.message}"
+
+
+#: What one call gave: the output dtype's name, or the error.
+Observation = str | Raised
+
+
+class HandCast(Enum):
+    """Autocast's result against the op run by hand on inputs cast to autocast's choice."""
+
+    EQUAL = "equal"
+    DIFFERENT = "different"
+    #: the op alone differs run to run, so bitwise comparison means nothing
+    NONDETERMINISTIC = "nondeterministic"
+
+
+class Category(Enum):
+    """The autocast list an op behaves as on a device, from its observations."""
+
+    LOWER_PRECISION = "lower_precision"
+    FP32 = "fp32"
+    #: the promote list, or plain type promotion: the same result
+    WIDEST_INPUT = "widest_input"
+    FOLLOWS_INPUT = "follows_input"
+    #: the banned list, or an op autocast breaks
+    RAISES = "raises"
+
+
+@dataclass(frozen=True)
+class Probe:
+    fp32_in: Observation
+    lowp_in: Observation | None = None
+    mixed_in: Observation | None = None
+    #: None when the output is not floating point (nothing to cast by hand) or the op raised
+    hand_cast: HandCast | None = None
+
+    def category(self, dtype: torch.dtype) -> Category:
+        if isinstance(self.fp32_in, Raised):
+            return Category.RAISES
+        if self.fp32_in == dtype_name(dtype):
+            return Category.LOWER_PRECISION
+        if self.lowp_in == "float32":
+            return Category.FP32
+        if self.mixed_in == "float32":
+            return Category.WIDEST_INPUT
+        return Category.FOLLOWS_INPUT
+
+    def as_baseline(self) -> dict[str, Any]:
+        """The golden-table row: observations as strings (dtype names or ``"raises: ..."``)."""
+        row: dict[str, Any] = {"fp32_in": str(self.fp32_in)}
+        for key, value in (("lowp_in", self.lowp_in), ("mixed_in", self.mixed_in)):
+            if value is not None:
+                row[key] = str(value)
+        return row
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _first_tensor(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return _first_tensor(out[0])
+    raise TypeError(f"op returned {type(out).__name__}, not a tensor")
+
+
+def _cast(arg: Any, dtype: torch.dtype) -> Any:
+    if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+        return arg.to(dtype)
+    if isinstance(arg, nn.Module):
+        return copy.deepcopy(arg).to(dtype)
+    return arg
+
+
+def _float_tensor_count(args: Sequence[Any]) -> int:
+    return sum(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
+
+
+def _mixed(args: Sequence[Any], dtype: torch.dtype) -> tuple[Any, ...]:
+    """First floating tensor fp32, the other floating tensors in ``dtype``."""
+    out, seen = [], False
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            out.append(a if not seen else a.to(dtype))
+            seen = True
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def _run(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.dtype, enabled: bool) -> torch.Tensor:
+    torch.manual_seed(0)  # dropout and other random ops draw the same numbers in both runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecation chatter is not policy; results are what count
+        with torch.autocast(device_type, dtype=dtype, enabled=enabled):
+            return _first_tensor(case.fn(*args))
+
+
+def _observe(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.dtype, width: int) -> Observation:
+    try:
+        return dtype_name(_run(case, args, device_type, dtype, True).dtype)
+    except RuntimeError as exc:
+        return Raised(str(exc).strip().splitlines()[0][:width])
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_floating_point():
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return bool(torch.equal(a, b))
+
+
+def probe(case: OpCase, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Probe:
+    """What autocast does with one op: output dtypes for fp32 / low-precision / mixed inputs, and
+    whether the fp32-input result equals the op run by hand on inputs cast to autocast's choice."""
+    g = torch.Generator().manual_seed(seed)
+    args = case.make(g, device)
+    try:
+        out = _run(case, args, device.type, dtype, True)
+    except RuntimeError as exc:
+        return Probe(Raised(str(exc).strip().splitlines()[0][:120]))
+    hand_cast: HandCast | None = None
+    if out.is_floating_point():
+        cast_args = [_cast(a, out.dtype) for a in args]
+        manual = _run(case, cast_args, device.type, dtype, False)
+        if case.name in NOT_BITWISE_REPRODUCIBLE or not bitwise_equal(
+            manual, _run(case, cast_args, device.type, dtype, False)
+        ):
+            hand_cast = HandCast.NONDETERMINISTIC
+        else:
+            hand_cast = HandCast.EQUAL if bitwise_equal(out, manual) else HandCast.DIFFERENT
+    lowp = _observe(case, [_cast(a, dtype) for a in args], device.type, dtype, 80)
+    mixed = _observe(case, _mixed(args, dtype), device.type, dtype, 80) if _float_tensor_count(args) >= 2 else None
+    return Probe(dtype_name(out.dtype), lowp, mixed, hand_cast)
+
+
+def policy_table(device: torch.device, dtype: torch.dtype, cases: Sequence[OpCase] = CATALOGUE) -> dict[str, Probe]:
+    return {c.name: probe(c, device, dtype) for c in cases if device.type in c.devices}
+
+
+def registered_autocast_ops(device_type: str) -> list[str]:
+    """aten ops with a kernel registered for the Autocast dispatch key of ``device_type``."""
+    key = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}[device_type]
+    return sorted(
+        n for n in torch._C._dispatch_get_all_op_names() if torch._C._dispatch_has_kernel_for_dispatch_key(n, key)
+    )
+
+
+def aten_base(op: str) -> str:
+    """``aten::conv2d.padding`` -> ``conv2d``."""
+    return op.removeprefix("aten::").split(".")[0]
