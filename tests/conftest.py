@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import fault_injection  # noqa: F401
 import pandas  # noqa: F401
 import pyarrow.parquet  # noqa: F401
 import pytest
@@ -14,6 +13,7 @@ import pytest
 # they import when they finish) never unload and re-import torch's C extension.
 import torch
 import torch._dynamo
+from faults import register_negative_control_profile
 from helpers import SUITES
 
 import harness.numerics.formats  # noqa: F401
@@ -39,10 +39,20 @@ def _warm_torch_imports() -> None:
         policy_table(torch.device("cpu"), dtype)
 
 
+register_negative_control_profile()
 _warm_report_imports()
 _warm_torch_imports()
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The harness's own tests are amp-harness tests: its hypothesis profile applies to them."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.amp_harness)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ SUITES = REPO / "suites"
 TESTS = Path(__file__).resolve().parent
 
 #: Options of every in-process run of a copied suite: no cache, no report, CPU, the
-#: first-counterexample hypothesis profile of fault_injection.py, failures listed; harness
+#: first-counterexample hypothesis profile of faults/__init__.py, failures listed; harness
 #: modules are imported by the outer run already, so the inner run cannot rewrite them, and the
 #: real suite modules are imported under their basenames already (hence importlib mode).
 INNER_ARGS = (
@@ -27,21 +28,43 @@ INNER_ARGS = (
 )
 
 
-def inject(pytester: pytest.Pytester, family: str, body: str) -> None:
-    """Write ``suites/<family>/conftest.py`` in the scratch directory with a fault injected
+def conftest_source(*, fixtures: Mapping[str, str] | None = None, patches: Mapping[str, str] | None = None) -> str:
+    """The text of an injected conftest, built in this one place.
+
+    ``fixtures``: fixture name -> the Python expression it returns (``faults`` is importable), e.g.
+    ``{"scaler_factory": "faults.scalers.BROKEN_SCALERS['NeverBacksOff']"}``.
+    ``patches``: dotted attribute -> dotted name of a fault factory; around every test the attribute
+    is replaced by ``factory(original)``, e.g. ``{"torch.mm": "faults.autocast.float64_cast"}``.
+    """
+    lines = [
+        "import sys",
+        f"sys.path.insert(0, {str(TESTS)!r})",
+        "import pytest",
+        "import torch",
+        "import torch.nn.functional",
+        "import faults.autocast, faults.casts, faults.distributed, faults.scalers, faults.training",
+        "",
+    ]
+    for name, expression in (fixtures or {}).items():
+        lines += ["@pytest.fixture", f"def {name}():", f"    return {expression}", ""]
+    if patches:
+        lines += ["@pytest.fixture(autouse=True)", "def injected_faults(monkeypatch):"]
+        for target, factory in patches.items():
+            owner, _, attr = target.rpartition(".")
+            lines.append(f"    monkeypatch.setattr({owner}, {attr!r}, {factory}({target}))")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def inject(
+    pytester: pytest.Pytester,
+    family: str,
+    *,
+    fixtures: Mapping[str, str] | None = None,
+    patches: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``suites/<family>/conftest.py`` in the scratch directory with faults injected
     (``family=""`` writes ``suites/conftest.py``, above a suite's own conftest, which then stays)."""
     d = pytester.path / "suites" / family
     d.mkdir(parents=True, exist_ok=True)
-    (d / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n{body}", encoding="utf-8")
-
-
-def patch_conftest(target: str, factory: str) -> str:
-    """conftest source that, around every test, replaces ``target`` (a dotted attribute such as
-    ``torch.nn.functional.linear``) by ``fault_injection.<factory>(original)``."""
-    module, _, attr = target.rpartition(".")
-    return (
-        "import pytest, torch, torch.nn.functional\nimport fault_injection as fi\n\n"
-        "@pytest.fixture(autouse=True)\n"
-        "def regression(monkeypatch):\n"
-        f"    monkeypatch.setattr({module}, {attr!r}, fi.{factory}({target}))\n"
-    )
+    (d / "conftest.py").write_text(conftest_source(fixtures=fixtures, patches=patches), encoding="utf-8")

@@ -7,7 +7,7 @@ conftest patches torch (only inside autocast regions) the way a regression would
 from __future__ import annotations
 
 import pytest
-from helpers import INNER_ARGS, inject, patch_conftest
+from helpers import INNER_ARGS, inject
 
 ARGS = INNER_ARGS
 POLICY = "autocast/test_op_policy.py"
@@ -27,7 +27,7 @@ def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_di
     inject(
         policy_with_baselines,
         "autocast",
-        patch_conftest("torch.nn.functional.layer_norm", "layer_norm_in_low_precision"),
+        patches={"torch.nn.functional.layer_norm": "faults.autocast.layer_norm_in_low_precision"},
     )
     result = policy_with_baselines.runpytest(*ARGS)
     result.stdout.fnmatch_lines(
@@ -41,7 +41,7 @@ def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_di
     assert result.parseoutcomes()["failed"] >= 2  # bf16 and fp16 tables
 
 
-#: regression -> (patched torch attribute, fault_injection factory, checks selected, line the failure shows)
+#: regression -> (patched torch attribute, faults.autocast factory, checks selected, line the failure shows)
 POLICY_REGRESSIONS = {
     "low-precision op left in fp32": (
         "torch.nn.functional.linear",
@@ -67,19 +67,14 @@ POLICY_REGRESSIONS = {
 @pytest.mark.parametrize("regression", sorted(POLICY_REGRESSIONS))
 def test_a_policy_regression_fails_the_check_that_guards_against_it(policy_with_baselines, regression):
     target, factory, selection, line = POLICY_REGRESSIONS[regression]
-    inject(policy_with_baselines, "autocast", patch_conftest(target, factory))
+    inject(policy_with_baselines, "autocast", patches={target: f"faults.autocast.{factory}"})
     result = policy_with_baselines.runpytest(*ARGS, "-k", selection)
     result.assert_outcomes(failed=2)  # bf16 and fp16
     result.stdout.fnmatch_lines([line], consecutive=False)
 
 
 def test_an_autocast_that_ignores_enabled_false_fails_the_nested_region_check(policy_with_baselines):
-    inject(
-        policy_with_baselines,
-        "autocast",
-        "import pytest, torch\nimport fault_injection as fi\n\n@pytest.fixture(autouse=True)\n"
-        "def regression(monkeypatch):\n    monkeypatch.setattr(torch, 'autocast', fi.AutocastIgnoringDisable)\n",
-    )
+    inject(policy_with_baselines, "autocast", patches={"torch.autocast": "faults.autocast.autocast_ignoring_disable"})
     result = policy_with_baselines.runpytest(*ARGS, "-k", "nested")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*input 'inner': expected torch.float32, got torch.*16*"], consecutive=False)
@@ -94,7 +89,7 @@ def test_an_autocast_that_ignores_enabled_false_fails_the_nested_region_check(po
 )
 def test_a_numerics_regression_exceeds_the_derived_budget(pytester, suite_copy, target, factory, case):
     suite_copy(NUMERICS, conftest=False)
-    inject(pytester, "autocast", patch_conftest(target, factory))
+    inject(pytester, "autocast", patches={target: f"faults.autocast.{factory}"})
     result = pytester.runpytest(*ARGS, "-k", f"derived_budget and -{case}]")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(

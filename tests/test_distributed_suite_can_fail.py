@@ -12,8 +12,8 @@ from harness.domains.distributed import ranks as dist_h
 SUITE = "distributed/test_mixed_precision_distributed.py"
 
 
-def _override(pytester, fixture: str, value: str) -> None:
-    inject(pytester, "distributed", f"import pytest\n\n@pytest.fixture\ndef {fixture}():\n    return {value}\n")
+def _override(pytester, fixture: str, value: object) -> None:
+    inject(pytester, "distributed", fixtures={fixture: repr(value)})
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,7 @@ def _override(pytester, fixture: str, value: str) -> None:
 )
 def test_a_broken_compression_hook_fails(pytester, suite_copy, hook, message):
     suite_copy(SUITE, conftest=False)
-    _override(pytester, "ddp_hook", f"{{'fp16': 'fault_injection:{hook}', 'bf16': 'fault_injection:{hook}'}}")
+    _override(pytester, "ddp_hook", {"fp16": f"faults.distributed:{hook}", "bf16": f"faults.distributed:{hook}"})
     result = pytester.runpytest(*INNER_ARGS, "-k", "compressed and fp16")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-2000:]
     result.stdout.fnmatch_lines([message], consecutive=False)
@@ -33,7 +33,7 @@ def test_a_broken_compression_hook_fails(pytester, suite_copy, hook, message):
 
 def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite_copy):
     suite_copy(SUITE, conftest=False)
-    _override(pytester, "sharded_scaler", "'fault_injection:LocalInfScaler'")
+    _override(pytester, "sharded_scaler", "faults.distributed:LocalInfScaler")
     result = pytester.runpytest(*INNER_ARGS, "-k", "every_rank_skip")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*inf only on rank *: ranks [[]*[]] stepped anyway*"], consecutive=False)
@@ -41,11 +41,11 @@ def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite
 
 def test_a_crashing_rank_surfaces_its_traceback():
     with pytest.raises(dist_h.RankError, match=r"(?s)rank 1 failed:\n.*ValueError: rank 1 broke on purpose"):
-        dist_h.launch("fault_injection:rank_crashes", world=2, timeout_s=60)
+        dist_h.launch("faults.distributed:rank_crashes", world=2, timeout_s=60)
 
 
 def test_a_hung_rank_is_killed_at_the_timeout():
     start = time.monotonic()
     with pytest.raises(dist_h.RankError, match=r"rank\(s\) \[1\] did not finish within 8 s"):
-        dist_h.launch("fault_injection:rank_hangs", world=2, timeout_s=8)
+        dist_h.launch("faults.distributed:rank_hangs", world=2, timeout_s=8)
     assert time.monotonic() - start < 30

@@ -1,7 +1,7 @@
 """Negative controls: the format suite, run on deliberately wrong implementations, must fail.
 
 The real suite file is copied into a scratch directory whose conftest swaps ``cast_under_test``
-for a broken cast (``fault_injection.py``); the test asserts which checks catch it.
+for a broken cast (``faults/casts.py``); the test asserts which checks catch it.
 """
 
 from __future__ import annotations
@@ -41,12 +41,8 @@ MUST_CATCH = {
 
 def _run_with_cast(pytester: pytest.Pytester, suite_copy, cast: str) -> pytest.RunResult:
     suite_copy(ROUNDING, conftest=False)
-    inject(
-        pytester,
-        "formats",
-        f"import pytest\nfrom fault_injection import BROKEN_CASTS, correct\n\n"
-        f"@pytest.fixture\ndef cast_under_test():\n    return {'correct' if cast == 'correct' else f'BROKEN_CASTS[{cast!r}]'}\n",
-    )
+    chosen = "faults.casts.correct" if cast == "correct" else f"faults.casts.BROKEN_CASTS[{cast!r}]"
+    inject(pytester, "formats", fixtures={"cast_under_test": chosen})
     return pytester.runpytest(*ARGS)
 
 
@@ -98,23 +94,7 @@ def test_a_changed_fp8_overflow_behaviour_fails_against_the_release_baseline(pyt
 
 def test_limits_disagreeing_with_torch_finfo_fail(pytester, suite_copy):
     suite_copy("formats/test_format_limits.py")
-    inject(
-        pytester,
-        "formats",
-        "import pytest, torch\n\n"
-        "class FakeFinfo:\n"
-        "    def __init__(self, real):\n"
-        "        self.__dict__.update({k: getattr(real, k) for k in ('max', 'smallest_normal', 'eps', 'bits')})\n\n"
-        "@pytest.fixture(autouse=True)\n"
-        "def wrong_fp16_max(monkeypatch):\n"
-        "    real = torch.finfo\n"
-        "    def finfo(dtype):\n"
-        "        f = FakeFinfo(real(dtype))\n"
-        "        if dtype == torch.float16:\n"
-        "            f.max = 65536.0\n"
-        "        return f\n"
-        "    monkeypatch.setattr(torch, 'finfo', finfo)\n",
-    )
+    inject(pytester, "formats", patches={"torch.finfo": "faults.casts.finfo_with_wrong_fp16_max"})
     result = pytester.runpytest(*ARGS, "-k", "finfo")
     result.assert_outcomes(failed=1, passed=4)
     result.stdout.fnmatch_lines(["*float16.max: torch 65536.0 != reference 65504.0*"])
@@ -122,18 +102,7 @@ def test_limits_disagreeing_with_torch_finfo_fail(pytester, suite_copy):
 
 def test_source_claims_fail_when_torch_flushes_fp16_subnormals(pytester, suite_copy):
     suite_copy("formats/test_source_claims.py")
-    inject(
-        pytester,
-        "formats",
-        "import pytest, torch\n\n"
-        "@pytest.fixture(autouse=True)\n"
-        "def ftz_half(monkeypatch):\n"
-        "    real = torch.Tensor.half\n"
-        "    def half(self, *a, **k):\n"
-        "        out = real(self, *a, **k)\n"
-        "        return torch.where(out.abs() < 2.0**-14, torch.zeros_like(out), out)\n"
-        "    monkeypatch.setattr(torch.Tensor, 'half', half)\n",
-    )
+    inject(pytester, "formats", patches={"torch.Tensor.half": "faults.casts.half_flushing_subnormals"})
     result = pytester.runpytest(*ARGS)
     outcomes = result.parseoutcomes()
     assert outcomes["failed"] == 2, result.stdout.str()

@@ -44,21 +44,23 @@ def test_asking_for_cuda_without_it_is_an_error_naming_what_is_missing(pytester)
 TIERED = """
 import pytest
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 def test_quick():
     pass
 
+@pytest.mark.amp_harness
 def test_default():
     pass
 
-@pytest.mark.thorough
+@pytest.mark.amp_thorough
 def test_thorough():
     pass
 
-@pytest.mark.cuda
+@pytest.mark.amp_cuda
 def test_needs_cuda():
     pass
 
+@pytest.mark.amp_harness
 def test_hypothesis_profile(request):
     from hypothesis import settings
     print("PROFILE=" + settings.get_current_profile_name())
@@ -138,3 +140,43 @@ def test_xdist_workers_are_pinned_to_their_own_gpu_round_robin():
     assert [gpu_for_worker(f"gw{i}", 4) for i in range(6)] == [0, 1, 2, 3, 0, 1]
     assert gpu_for_worker(None, 4) == 0
     assert gpu_for_worker("gw3", 0) == 0
+
+
+UNRELATED = """
+import pytest
+from hypothesis import given, settings, strategies as st
+
+SEEN = {}
+
+@given(st.integers())
+def test_hypothesis_keeps_its_own_defaults(x):
+    SEEN["profile"] = settings.get_current_profile_name()
+    SEEN["deadline"] = settings().deadline
+
+def test_report_profile():
+    print("UNRELATED_PROFILE=" + SEEN["profile"] + " DEADLINE=" + str(SEEN["deadline"]))
+
+@pytest.mark.thorough
+def test_their_thorough_marker_runs():
+    pass
+
+@pytest.mark.cuda
+def test_their_cuda_marker_runs():
+    pass
+
+@pytest.mark.quick
+def test_their_quick_marker_runs():
+    pass
+"""
+
+
+def test_an_unrelated_project_is_untouched_by_the_installed_plugin(pytester):
+    """A pytest11 plugin must be inert where it is not used: no hypothesis profile, no tier or CUDA
+    skips of the project's own markers, no report directory."""
+    pytester.makeini("[pytest]\nmarkers =\n    thorough: theirs\n    cuda: theirs\n    quick: theirs\n")
+    pytester.makepyfile(test_unrelated=UNRELATED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "--amp-tier=quick")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["*UNRELATED_PROFILE=default DEADLINE=*"])
+    assert "DEADLINE=None" not in result.stdout.str()
+    assert not (pytester.path / "amp-reports").exists()

@@ -42,12 +42,7 @@ MUST_CATCH = {
 @pytest.mark.parametrize("bug", sorted(MUST_CATCH))
 def test_a_scaler_bug_fails_the_check_that_guards_against_it(pytester, suite_copy, bug):
     suite_copy(*FILES, conftest=False)
-    inject(
-        pytester,
-        "scaler",
-        f"import pytest\nfrom fault_injection import BROKEN_SCALERS\n\n"
-        f"@pytest.fixture\ndef scaler_factory():\n    return BROKEN_SCALERS[{bug!r}]\n",
-    )
+    inject(pytester, "scaler", fixtures={"scaler_factory": f"faults.scalers.BROKEN_SCALERS[{bug!r}]"})
     test, text = MUST_CATCH[bug]
     result = pytester.runpytest(*ARGS, "-k", test)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
@@ -58,10 +53,6 @@ def test_a_scaler_bug_fails_the_check_that_guards_against_it(pytester, suite_cop
 def test_the_scaler_suite_passes_on_torch_gradscaler_and_on_the_python_reimplementation(pytester, suite_copy):
     """Control of the controls: the un-broken Python re-implementation passes everything."""
     suite_copy(*FILES, conftest=False)
-    inject(
-        pytester,
-        "scaler",
-        "import pytest\nfrom fault_injection import PyGradScaler\n\n@pytest.fixture\ndef scaler_factory():\n    return PyGradScaler\n",
-    )
+    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scalers.PyGradScaler"})
     result = pytester.runpytest(*ARGS, "--amp-accept-all")
     assert result.ret == 0, result.stdout.str()

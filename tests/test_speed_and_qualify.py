@@ -37,7 +37,7 @@ def calibrated(tmp_path_factory) -> Path:
 
 def _speed_suite(pytester: pytest.Pytester, suite_copy, slowdown: float, baseline_dir: Path | None) -> list[str]:
     suite_copy("speed/test_amp_speed.py", conftest=False)
-    inject(pytester, "speed", f"import pytest\n\n@pytest.fixture\ndef amp_slowdown():\n    return {slowdown}\n")
+    inject(pytester, "speed", fixtures={"amp_slowdown": repr(slowdown)})
     root = pytester.path / "baselines"
     if baseline_dir is not None:
         shutil.copytree(baseline_dir, root, dirs_exist_ok=True)

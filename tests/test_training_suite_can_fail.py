@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import INNER_ARGS, inject, patch_conftest
+from helpers import INNER_ARGS, inject
 
 PARITY = "training/test_loss_parity.py"
 CURVES = "training/test_golden_curves.py"
@@ -25,7 +25,7 @@ def _setup(pytester, suite_copy, *files):
 )
 def test_a_training_regression_fails_parity(pytester, suite_copy, target, factory, case):
     _setup(pytester, suite_copy, PARITY)
-    inject(pytester, "", patch_conftest(target, factory))  # above the suite's conftest, which stays
+    inject(pytester, "", patches={target: f"faults.training.{factory}"})  # above the suite's conftest, which stays
     result = pytester.runpytest(*INNER_ARGS, "-k", f"well_inside and {case}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(

@@ -22,15 +22,22 @@ from harness.pytest_plugin.summary import run_metadata, terminal_lines
 from harness.storage import baselines as bl
 from harness.storage import report as rp
 
-_PREVIOUS_HYPOTHESIS_PROFILE = pytest.StashKey[str]()
-
 MARKERS = (
-    "quick: part of the quick tier (runs in every tier)",
-    "thorough: heavy check, runs only with --amp-tier=thorough",
-    "cuda: needs a CUDA device; skipped with the reason when none is present",
+    "amp_quick: part of the quick tier (runs in every tier)",
+    "amp_thorough: heavy check, runs only with --amp-tier=thorough",
+    "amp_cuda: needs a CUDA device; skipped with the reason when none is present",
     "amp_suite(name): the suite name used for baselines and report rows (default: the directory under suites/)",
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
+    "amp_harness: an amp-harness test that uses no amp_ fixture or marker otherwise (its hypothesis profile applies)",
 )
+
+
+def is_ours(item: pytest.Item) -> bool:
+    """An amp-harness test: it carries an ``amp_*`` marker or uses an ``amp_*`` fixture. Nothing
+    of this plugin (tiers, CUDA skips, hypothesis profiles) touches any other test."""
+    if any(m.name.startswith("amp_") for m in item.iter_markers()):
+        return True
+    return any(name.startswith("amp_") for name in getattr(item, "fixturenames", ()))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,13 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     options = opts.parse(config)
     opts.check_cuda_request(options.devices)
-    from hypothesis import settings
-
-    config.stash[_PREVIOUS_HYPOTHESIS_PROFILE] = settings.get_current_profile_name()
     opts.register_hypothesis_profiles()
-    # An explicit --hypothesis-profile is loaded afterwards by hypothesis' own plugin and wins.
-    if not config.getoption("--hypothesis-profile", default=None):
-        settings.load_profile(options.hypothesis_profile)
     workerinput = getattr(config, "workerinput", None)
     run_id = workerinput.get("amp_run_id") if workerinput else None
     config.stash[STATE] = State(
@@ -63,13 +64,39 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Hypothesis profiles are process-global: give back the one that was active (in-process runs)."""
-    previous = config.stash.get(_PREVIOUS_HYPOTHESIS_PROFILE, None)
-    if previous is not None:
-        from hypothesis import settings
+def _our_hypothesis_profile(config: pytest.Config) -> str | None:
+    """The profile amp-harness tests run under; None when ``--hypothesis-profile`` names one (it wins)."""
+    if config.getoption("--hypothesis-profile", default=None):
+        return None
+    return state_of(config).options.hypothesis_profile
 
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    """Only amp-harness tests run under its hypothesis profile; the one active before comes back."""
+    profile = _our_hypothesis_profile(item.config) if is_ours(item) else None
+    if profile is None:
+        return (yield)
+    from hypothesis import settings
+
+    previous = settings.get_current_profile_name()
+    settings.load_profile(profile)
+    try:
+        return (yield)
+    finally:
         settings.load_profile(previous)
+
+
+def _apply_profile_to_given(item: pytest.Item, profile: str) -> None:
+    """A ``@given`` test took hypothesis' default settings when its module was imported; an
+    amp-harness test without settings of its own gets the harness profile instead."""
+    from hypothesis import settings
+
+    fn = getattr(item, "obj", None)
+    inner = getattr(fn, "hypothesis", None)
+    if fn is None or inner is None or getattr(fn, "_hypothesis_internal_settings_applied", False):
+        return
+    settings(settings.get_profile(profile))(fn)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -92,7 +119,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     st = state_of(config)
     rank = opts.TIERS.index(st.options.tier)
     cuda_reason: str | None = None
+    profile = _our_hypothesis_profile(config)
     for item in items:
+        if not is_ours(item):
+            continue
+        if profile is not None:
+            _apply_profile_to_given(item, profile)
         marker = item.get_closest_marker("amp_capability")
         if marker is not None:
             capability = str(marker.args[0]) if marker.args else ""
@@ -104,14 +136,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.user_properties.append((CAPABILITY_PROPERTY, capability))
         tier = (
             "thorough"
-            if item.get_closest_marker("thorough")
+            if item.get_closest_marker("amp_thorough")
             else "quick"
-            if item.get_closest_marker("quick")
+            if item.get_closest_marker("amp_quick")
             else "default"
         )
         if opts.TIERS.index(tier) > rank:
             item.add_marker(pytest.mark.skip(reason=f"{tier} tier: run with --amp-tier={tier}"))
-        if item.get_closest_marker("cuda"):
+        if item.get_closest_marker("amp_cuda"):
             if cuda_reason is None:
                 import torch
 

@@ -30,14 +30,14 @@ def _short(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 def test_registered_autocast_ops_match_this_releases_baseline(amp_device, amp_record, amp_baseline):
     ops = registered_autocast_ops(amp_device.type)
     amp_record(f"registered_ops.{amp_device.type}", len(ops), unit="ops", device=amp_device)
     amp_baseline.check(f"registered_ops_{amp_device.type}", ops, key=KeyKind.STACK, device=str(amp_device))
 
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 def test_every_registered_autocast_op_is_exercised_through_a_public_api(amp_device, amp_record):
     registered = {aten_base(o) for o in registered_autocast_ops(amp_device.type)}
     covered = {a for c in CATALOGUE for a in c.aten if amp_device.type in c.devices} | set(INTERNAL_OPS)
@@ -115,7 +115,7 @@ def test_float64_and_integer_inputs_are_never_cast(amp_device, amp_dtype, amp_re
     )
 
 
-@pytest.mark.cuda
+@pytest.mark.amp_cuda
 def test_binary_cross_entropy_is_banned_under_cuda_autocast(amp_record):
     p, t = torch.rand(4, device="cuda"), torch.rand(4, device="cuda")
     with torch.autocast("cuda", dtype=torch.float16), pytest.raises(RuntimeError, match="unsafe to autocast"):

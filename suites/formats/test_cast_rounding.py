@@ -34,7 +34,7 @@ def _defined(fmt: FloatFormat, x: float) -> bool:
     return fmt.round_bits(x).bits is not None
 
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 @pytest.mark.parametrize("fmt", TARGETS, ids=_ids)
 def test_fp32_cast_rounds_to_nearest_even_everywhere(fmt, amp_device, cast_under_test, amp_record):
     with amp_record.property_run(
@@ -102,7 +102,7 @@ def test_cast_is_monotonic(fmt, amp_device, cast_under_test, amp_record):
         prop()
 
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 @pytest.mark.parametrize("fmt", IEEE_TARGETS, ids=_ids)
 def test_overflow_threshold_is_exact(fmt, amp_device, cast_under_test, amp_record):
     """Below max + ulp(max)/2 a value rounds to a finite number; at and above it, to inf

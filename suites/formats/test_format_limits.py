@@ -26,7 +26,7 @@ FINFO_NAMES = {
 }
 
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 @pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=lambda f: f.short)
 def test_limits_from_the_bit_layout_match_torch_finfo(fmt: FloatFormat, amp_record):
     finfo = torch.finfo(torch_dtype(fmt))

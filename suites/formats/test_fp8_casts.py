@@ -51,7 +51,7 @@ def _behaviour(outcomes: dict[str, str]) -> str:
     return {"max": "saturate", "nan": "nan", "inf": "inf"}.get(o, f"other ({o})")
 
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 def test_fp8_overflow_inf_and_nan_behaviour_matches_this_releases_baseline(
     amp_device, cast_under_test, amp_record, amp_baseline
 ):

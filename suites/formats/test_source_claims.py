@@ -145,7 +145,7 @@ CLAIMS = [
 ]
 
 
-@pytest.mark.quick
+@pytest.mark.amp_quick
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
 def test_source_text_claim_holds(claim: Claim, amp_record):
     results = claim.check()

@@ -109,7 +109,7 @@ def test_amp_speedup_meets_the_class_threshold(
     _judge(case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, amp_calibrate_command, request)
 
 
-@pytest.mark.thorough
+@pytest.mark.amp_thorough
 @pytest.mark.parametrize("case", THOROUGH, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_amp_speedup_of_the_wider_sweep(
     case, amp_device, amp_hardware_profile, amp_record, amp_slowdown, amp_calibrate_command, request

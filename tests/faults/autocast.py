@@ -1,0 +1,106 @@
+"""Autocast regressions: each patch acts only inside an autocast region, on whatever device the
+tensors it gets live on (the device type is read from the inputs, never assumed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+Fn = Callable[..., torch.Tensor]
+
+
+def _lowp(device_type: str) -> torch.dtype:
+    return torch.get_autocast_dtype(device_type)
+
+
+def layer_norm_in_low_precision(real: Fn) -> Fn:
+    """An fp32-list op that runs in low precision under autocast (a policy regression)."""
+
+    def layer_norm(
+        x: torch.Tensor,
+        shape: Any,
+        weight: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        eps: float = 1e-5,
+    ) -> torch.Tensor:
+        dev = x.device.type
+        if torch.is_autocast_enabled(dev):
+            lp = _lowp(dev)
+            with torch.autocast(dev, enabled=False):
+                w, b = (None if t is None else t.to(lp) for t in (weight, bias))
+                return real(x.to(lp), shape, w, b, eps)
+        return real(x, shape, weight, bias, eps)
+
+    return layer_norm
+
+
+def linear_skips_autocast(real: Fn) -> Fn:
+    """A lower-precision-list op that silently stays in fp32 (a speed regression)."""
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return real(x.float(), w.float(), None if b is None else b.float())
+
+    return linear
+
+
+def mm_accumulates_in_low_precision(real: Fn) -> Fn:
+    """A GEMM that accumulates in the low format instead of fp32 (a numerics regression)."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        dev = a.device.type
+        if not torch.is_autocast_enabled(dev):
+            return real(a, b)
+        lp = _lowp(dev)
+        with torch.autocast(dev, enabled=False):
+            a, b = a.to(lp), b.to(lp)
+            acc = torch.zeros(a.shape[0], b.shape[1], dtype=lp, device=a.device)
+            for i in range(a.shape[1]):
+                acc = acc + torch.outer(a[:, i], b[i, :])
+            return acc
+
+    return mm
+
+
+def cast_cache_cleared(real: Fn) -> Fn:
+    """Autocast's weight cast cache dropped on every call: the weight is re-cast each time."""
+
+    def linear(*args: Any, **kwargs: Any) -> torch.Tensor:
+        torch.clear_autocast_cache()
+        return real(*args, **kwargs)
+
+    return linear
+
+
+def float64_cast(real: Fn) -> Fn:
+    """float64 inputs cast down under autocast (they must be left alone)."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        dev = a.device.type
+        if torch.is_autocast_enabled(dev) and a.dtype == torch.float64:
+            return real(a.to(_lowp(dev)), b.to(_lowp(dev)))
+        return real(a, b)
+
+    return mm
+
+
+class AutocastIgnoringDisable(torch.autocast):
+    """``autocast(enabled=False)`` that does not disable: nested fp32 regions stay low precision."""
+
+    def __init__(
+        self,
+        device_type: str,
+        dtype: torch.dtype | None = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ) -> None:
+        super().__init__(
+            device_type, dtype=dtype or torch.get_autocast_dtype(device_type), enabled=True, cache_enabled=cache_enabled
+        )
+
+
+def autocast_ignoring_disable(real: type[torch.autocast]) -> type[torch.autocast]:
+    """The patch form of :class:`AutocastIgnoringDisable` (replaces ``torch.autocast``)."""
+    return AutocastIgnoringDisable

@@ -1,0 +1,194 @@
+"""GradScaler bugs, each wrong in one way. They reach the scaler suite through its public seam,
+the ``scaler_factory`` fixture; the bugs themselves live inside GradScaler, so the subclasses
+override the methods where such a bug would be (its update, unscale and step internals).
+
+:class:`PyGradScaler` re-implements ``update()`` in Python with torch's semantics (and passes the
+suite: the control of the controls), so that single transitions of it can be broken.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch.amp.grad_scaler import GradScaler, OptState, _refresh_per_optimizer_state
+
+
+def _scale(s: GradScaler) -> torch.Tensor:
+    assert s._scale is not None, "scale() was never called"
+    return s._scale
+
+
+def _tracker(s: GradScaler) -> torch.Tensor:
+    assert s._growth_tracker is not None, "scale() was never called"
+    return s._growth_tracker
+
+
+class PyGradScaler(GradScaler):
+    """GradScaler with update() in Python (torch semantics), so single steps of it can be broken."""
+
+    def _found_inf(self) -> bool:
+        return bool(
+            sum(
+                float(v.item())
+                for st in self._per_optimizer_states.values()
+                for v in st["found_inf_per_device"].values()
+            )
+        )
+
+    def _on_inf(self) -> None:
+        _scale(self).mul_(self._backoff_factor)
+        _tracker(self).fill_(0)
+
+    def _on_clean(self) -> None:
+        tracker = int(_tracker(self).item()) + 1
+        if tracker == self._growth_interval:
+            grown = _scale(self) * self._growth_factor
+            if torch.isfinite(grown):
+                _scale(self).copy_(grown)
+            tracker = 0
+        _tracker(self).fill_(tracker)
+
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+        if new_scale is not None:
+            return super().update(new_scale)
+        self._check_scale_growth_tracker("update")
+        if self._found_inf():
+            self._on_inf()
+        else:
+            self._on_clean()
+        self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)  # as GradScaler.update does
+        return None
+
+
+class NeverBacksOff(PyGradScaler):
+    def _on_inf(self) -> None:
+        _tracker(self).fill_(0)
+
+
+class TrackerNotResetOnInf(PyGradScaler):
+    def _on_inf(self) -> None:
+        _scale(self).mul_(self._backoff_factor)
+
+
+class GrowsOneStepLate(PyGradScaler):
+    def _on_clean(self) -> None:
+        tracker = int(_tracker(self).item()) + 1
+        if tracker == self._growth_interval + 1:
+            _scale(self).mul_(self._growth_factor)
+            tracker = 0
+        _tracker(self).fill_(tracker)
+
+
+class GrowthNotCapped(PyGradScaler):
+    def _on_clean(self) -> None:
+        tracker = int(_tracker(self).item()) + 1
+        if tracker == self._growth_interval:
+            _scale(self).mul_(self._growth_factor)
+            tracker = 0
+        _tracker(self).fill_(tracker)
+
+
+class NewScaleResetsTracker(GradScaler):
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+        super().update(new_scale)
+        if new_scale is not None:
+            _tracker(self).fill_(0)
+
+
+class OnlyFirstOptimizerCounts(PyGradScaler):
+    def _found_inf(self) -> bool:
+        states = list(self._per_optimizer_states.values())
+        return bool(sum(float(v.item()) for v in states[0]["found_inf_per_device"].values())) if states else False
+
+
+class MissesNaN(GradScaler):
+    """The inf check ignores NaN (it tests isinf only)."""
+
+    def _unscale_grads_(
+        self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor, found_inf: torch.Tensor, allow_fp16: bool
+    ) -> dict[torch.device, torch.Tensor]:
+        has_inf = any(
+            bool(p.grad.isinf().any()) for g in optimizer.param_groups for p in g["params"] if p.grad is not None
+        )
+        out = super()._unscale_grads_(optimizer, inv_scale, found_inf, allow_fp16)
+        for t in out.values():
+            t.fill_(1.0 if has_inf else 0.0)
+        return out
+
+
+class StepsDespiteInf(GradScaler):
+    def _maybe_opt_step(
+        self, optimizer: torch.optim.Optimizer, optimizer_state: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> float | None:
+        out: float | None = optimizer.step(*args, **kwargs)
+        return out
+
+
+class SkipBumpsOptimizerStep(GradScaler):
+    """A skipped step still advances the optimizer's step counters (bias correction drifts)."""
+
+    def _maybe_opt_step(
+        self, optimizer: torch.optim.Optimizer, optimizer_state: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> float | None:
+        if sum(v.item() for v in optimizer_state["found_inf_per_device"].values()):
+            for state in optimizer.state.values():
+                if "step" in state:
+                    state["step"] += 1
+                if "momentum_buffer" in state and state["momentum_buffer"] is not None:
+                    state["momentum_buffer"].mul_(0.9)
+            return None
+        out: float | None = optimizer.step(*args, **kwargs)
+        return out
+
+
+class UnscalesTwice(GradScaler):
+    """Divides the gradients by the scale twice."""
+
+    def _unscale_grads_(
+        self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor, found_inf: torch.Tensor, allow_fp16: bool
+    ) -> dict[torch.device, torch.Tensor]:
+        return super()._unscale_grads_(optimizer, inv_scale * inv_scale, found_inf, allow_fp16)
+
+
+class AllowsDoubleUnscale(GradScaler):
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._per_optimizer_states[id(optimizer)]["stage"] is OptState.UNSCALED:
+            return None
+        return super().unscale_(optimizer)
+
+
+class StateDictDropsTracker(GradScaler):
+    def state_dict(self) -> dict[str, Any]:
+        sd = super().state_dict()
+        sd["_growth_tracker"] = 0
+        return sd
+
+
+class BackoffFloorAtOne(PyGradScaler):
+    """A 'safety' floor that is not torch's semantics: the scale never goes below 1."""
+
+    def _on_inf(self) -> None:
+        super()._on_inf()
+        _scale(self).clamp_(min=1.0)
+
+
+BROKEN_SCALERS: dict[str, type[GradScaler]] = {
+    c.__name__: c
+    for c in (
+        NeverBacksOff,
+        TrackerNotResetOnInf,
+        GrowsOneStepLate,
+        GrowthNotCapped,
+        NewScaleResetsTracker,
+        OnlyFirstOptimizerCounts,
+        MissesNaN,
+        StepsDespiteInf,
+        SkipBumpsOptimizerStep,
+        UnscalesTwice,
+        AllowsDoubleUnscale,
+        StateDictDropsTracker,
+        BackoffFloorAtOne,
+    )
+}
