@@ -215,3 +215,45 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, low: FloatForma
     return Budget(
         bound, f"attention (d={d}, n={n}): logits {s_b.origin}; softmax perturbation P(exp(2 delta)-1); P v as matmul"
     )
+
+
+# -- data-parallel reductions ---------------------------------------------------------------------
+def ddp_compression(locals_: torch.Tensor, fmt: FloatFormat, world: int) -> Budget:
+    """fp16/bf16 gradient compression against plain fp32 all-reduce. ``locals_`` is (ranks, n).
+
+    Each rank's gradient rounds to ``fmt`` and is divided by the world size there
+    ((2u+u^2)|g_r|/W + 2 eta per rank), the all-reduce sums W terms in ``fmt`` (gamma_{W-1}), the
+    result casts back exactly; plus the fp32 reference's own gamma_W(2^-24).
+    """
+    g = locals_.to(torch.float64).abs()
+    u, eta = _u(fmt), _eta(fmt)
+    per_rank = ((2 * u + u * u) * g / world + 2 * eta).sum(0)
+    summed = gamma(world - 1, u) * (1 + 2 * u) * (g / world).sum(0)
+    reference = gamma(world, _u(FP32)) * (g / world).sum(0)
+    return Budget(
+        per_rank + summed + reference,
+        f"{fmt.name} rounding and /W per rank, gamma_{world - 1} all-reduce sum in {fmt.name}, "
+        f"gamma_{world}(2^-24) of the fp32 reference",
+    )
+
+
+def reordered_batch_losses(losses: torch.Tensor, batch: int, fmt: FloatFormat) -> Budget:
+    """Losses of the same training with the batch mean reduced in another order (per rank, then
+    across ranks): one rounding in ``fmt`` of each of the ``batch`` per-sample gradient
+    contributions per step, compounding over the steps taken: gamma_(B x (s+1))(u) |L_s|."""
+    steps = torch.arange(1, losses.numel() + 1, dtype=torch.float64)
+    bound = torch.tensor([gamma(int(batch * s), _u(fmt)) for s in steps.tolist()], dtype=torch.float64)
+    return Budget(
+        bound * losses.to(torch.float64).abs(),
+        f"gamma_(B x steps)({fmt.name} u) x |loss|, B={batch}: the batch reduced in another order",
+    )
+
+
+def fp32_reduce(locals_: torch.Tensor, world: int) -> Budget:
+    """An fp32 reduce(-scatter) of W gradients against their exact mean: gamma_W(2^-24) mean|g|
+    (plus fp32's smallest subnormal for zeros)."""
+    g = locals_.to(torch.float64)
+    return Budget(
+        gamma(world, _u(FP32)) * g.abs().mean(0) + FP32.smallest_subnormal,
+        f"fp32 reduce of W={world} gradients: gamma_W(2^-24) mean|g|",
+    )

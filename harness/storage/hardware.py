@@ -40,29 +40,52 @@ RELEVANT_CPU_FLAGS = (
     "amx_fp16",
 )
 
-#: Known profile ids and what they mean. Unknown GPUs are detected as ``nvidia-smXY``.
-KNOWN_PROFILES: dict[str, str] = {
-    "cpu-generic": "CPU without AVX2 (or not x86): no fast low-precision path expected",
-    "cpu-avx2": "x86 CPU with AVX2/FMA/F16C: fp16 and bf16 converted to fp32 for compute",
-    "cpu-avx512": "x86 CPU with AVX-512F but no native bf16 dot product",
-    "cpu-avx512bf16": "x86 CPU with AVX512_BF16 (vdpbf16ps): bf16 matmul faster than fp32",
-    "cpu-amxbf16": "x86 CPU with AMX-BF16 tiles (Sapphire Rapids and later)",
-    "nvidia-v100": "NVIDIA V100 (sm70): fp16 tensor cores, no bf16",
-    "nvidia-a100": "NVIDIA A100 (sm80): fp16/bf16 tensor cores",
-    "nvidia-l4": "NVIDIA L4 (sm89): fp16/bf16/fp8 tensor cores",
-    "nvidia-h100": "NVIDIA H100 (sm90): fp16/bf16/fp8 tensor cores",
-    "nvidia-h200": "NVIDIA H200 (sm90): H100 compute with 141 GB HBM3e",
-    "generic": "any machine: measurements are recorded, never judged against thresholds",
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    """One ISA-level profile id: what it means, how a GPU name maps to it, its published peaks."""
+
+    description: str
+    #: a word of the GPU's name that identifies it (``H200``); None for CPU profiles
+    gpu_token: str | None = None
+    #: dense peak rates from the vendor's datasheet (FLOP/s), for the fraction-of-peak rows
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    peak_origin: str = ""
+
+
+#: Every known profile id, in one place. Unknown GPUs are detected as ``nvidia-smXY``. GPU rows are
+#: in matching order (H200 before H100: a name is matched on its first listed token).
+PROFILES: dict[str, ProfileInfo] = {
+    "cpu-generic": ProfileInfo("CPU without AVX2 (or not x86): no fast low-precision path expected"),
+    "cpu-avx2": ProfileInfo("x86 CPU with AVX2/FMA/F16C: fp16 and bf16 converted to fp32 for compute"),
+    "cpu-avx512": ProfileInfo("x86 CPU with AVX-512F but no native bf16 dot product"),
+    "cpu-avx512bf16": ProfileInfo("x86 CPU with AVX512_BF16 (vdpbf16ps); bf16 speed differs by vendor and model"),
+    "cpu-amxbf16": ProfileInfo("x86 CPU with AMX-BF16 tiles (Sapphire Rapids and later)"),
+    "nvidia-h200": ProfileInfo(
+        "NVIDIA H200 (sm90): H100 compute with 141 GB HBM3e",
+        "H200",
+        {"float32": 67e12, "bfloat16": 989.4e12, "float16": 989.4e12},
+        "NVIDIA H200 Tensor Core GPU datasheet (SXM): FP32 67 TFLOPS, BF16/FP16 Tensor Core 989 TFLOPS (dense)",
+    ),
+    "nvidia-h100": ProfileInfo(
+        "NVIDIA H100 (sm90): fp16/bf16/fp8 tensor cores",
+        "H100",
+        {"float32": 67e12, "bfloat16": 989.4e12, "float16": 989.4e12},
+        "NVIDIA H100 Tensor Core GPU datasheet (SXM): FP32 67 TFLOPS, BF16/FP16 Tensor Core 989.4 TFLOPS (dense)",
+    ),
+    "nvidia-a100": ProfileInfo(
+        "NVIDIA A100 (sm80): fp16/bf16 tensor cores",
+        "A100",
+        {"float32": 19.5e12, "bfloat16": 312e12, "float16": 312e12},
+        "NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5 TFLOPS, BF16/FP16 Tensor Core 312 TFLOPS (dense)",
+    ),
+    "nvidia-v100": ProfileInfo("NVIDIA V100 (sm70): fp16 tensor cores, no bf16", "V100"),
+    "nvidia-l4": ProfileInfo("NVIDIA L4 (sm89): fp16/bf16/fp8 tensor cores", "L4"),
+    "generic": ProfileInfo("any machine: measurements are recorded, never judged against thresholds"),
 }
+KNOWN_PROFILES: dict[str, str] = {pid: info.description for pid, info in PROFILES.items()}
 _GENERIC_GPU = re.compile(r"^nvidia-sm\d{2,3}$")
 _WELL_FORMED = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_GPU_NAMES = (
-    ("H200", "nvidia-h200"),
-    ("H100", "nvidia-h100"),
-    ("A100", "nvidia-a100"),
-    ("V100", "nvidia-v100"),
-    ("L4", "nvidia-l4"),
-)
 
 
 class ProfileError(ValueError):
@@ -249,8 +272,8 @@ def cpu_profile_id(cpu: CpuInfo) -> str:
 
 def gpu_profile_id(gpu: GpuInfo) -> str:
     upper = gpu.name.upper()
-    for token, pid in _GPU_NAMES:
-        if re.search(rf"\b{token}\b", upper):
+    for pid, info in PROFILES.items():
+        if info.gpu_token is not None and re.search(rf"\b{info.gpu_token}\b", upper):
             return pid
     return "nvidia-sm" + gpu.capability.replace(".", "")
 

@@ -16,27 +16,12 @@ from typing import Any
 
 from harness.domains.speed.thresholds import Threshold
 from harness.storage import atomic
+from harness.storage.hardware import PROFILES
 
 FORMAT = "amp-harness-profile"
 #: 2: keyed by hardware class (version 1 files were keyed by ISA-level profile id and are not read)
 FORMAT_VERSION = 2
 DIR = "profiles"
-
-#: Dense peak rates from the vendors' datasheets (FLOP/s), for the fraction-of-peak rows.
-PUBLISHED: dict[str, dict[str, Any]] = {
-    "nvidia-a100": {
-        "peak_flops": {"float32": 19.5e12, "bfloat16": 312e12, "float16": 312e12},
-        "peak_origin": "NVIDIA A100 Tensor Core GPU datasheet: FP32 19.5 TFLOPS, BF16/FP16 Tensor Core 312 TFLOPS (dense)",
-    },
-    "nvidia-h100": {
-        "peak_flops": {"float32": 67e12, "bfloat16": 989.4e12, "float16": 989.4e12},
-        "peak_origin": "NVIDIA H100 Tensor Core GPU datasheet (SXM): FP32 67 TFLOPS, BF16/FP16 Tensor Core 989.4 TFLOPS (dense)",
-    },
-    "nvidia-h200": {
-        "peak_flops": {"float32": 67e12, "bfloat16": 989.4e12, "float16": 989.4e12},
-        "peak_origin": "NVIDIA H200 Tensor Core GPU datasheet (SXM): FP32 67 TFLOPS, BF16/FP16 Tensor Core 989 TFLOPS (dense)",
-    },
-}
 
 
 class ProfileFileError(ValueError):
@@ -84,8 +69,8 @@ def calibrated_classes(baseline_dir: Path) -> tuple[str, ...]:
 
 
 def _published(profile_id: str) -> tuple[dict[str, float | None], str]:
-    info = PUBLISHED.get(profile_id, {})
-    return dict(info.get("peak_flops", {})), str(info.get("peak_origin", ""))
+    info = PROFILES.get(profile_id)
+    return (dict(info.peak_flops), info.peak_origin) if info is not None else ({}, "")
 
 
 def load(baseline_dir: Path, hardware_class: str, profile_id: str = "") -> Profile:

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from harness.domains.distributed import ranks as dist_h
+from harness.numerics import budgets
 from harness.numerics.comparison import compare_claim, compare_within
-from harness.numerics.formats import BF16, FP16, FP32
-from harness.numerics.tolerance import gamma
+from harness.numerics.formats import BF16, FP16
 
 pytestmark = pytest.mark.amp_capability("distributed")
 
@@ -25,18 +25,6 @@ WORLD = 2
 
 def _nccl() -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() >= WORLD
-
-
-def _budget_compressed(locals_: list[list[float]], fmt, world: int) -> torch.Tensor:
-    """fp16/bf16 compression: each rank's gradient rounds to ``fmt`` and is divided by the world
-    size there ((2u+u^2)|g_r|/W + 2 eta per rank), the all-reduce sums W terms in ``fmt``
-    (gamma_{W-1}), the result casts back exactly; plus the fp32 reference's own gamma_W(2^-24)."""
-    g = torch.tensor(locals_, dtype=torch.float64).abs()  # (ranks, n)
-    u, eta = fmt.unit_roundoff, fmt.smallest_subnormal / 2
-    per_rank = ((2 * u + u * u) * g / world + 2 * eta).sum(0)
-    summed = gamma(world - 1, u) * (1 + 2 * u) * (g / world).sum(0)
-    reference = gamma(world, FP32.unit_roundoff) * (g / world).sum(0)
-    return per_rank + summed + reference
 
 
 @pytest.mark.parametrize("fmt_name", ["fp16", "bf16"])
@@ -48,15 +36,15 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
     results = dist_h.launch("harness.domains.distributed.ranks:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
     fmt = FP16 if fmt_name == "fp16" else BF16
     for tensor_i in range(len(results[0]["plain"])):
-        locals_ = [r["local"][tensor_i] for r in results]
-        budget = _budget_compressed(locals_, fmt, WORLD)
+        budget = budgets.ddp_compression(torch.tensor([r["local"][tensor_i] for r in results]), fmt, WORLD)
         for rank, r in enumerate(results):
             result = compare_within(
                 f"DDP {fmt_name} compression, tensor {tensor_i}, rank {rank}",
                 torch.tensor(r["hooked"][tensor_i]),
                 torch.tensor(r["plain"][tensor_i]),
-                budget,
-                f"{fmt.name} rounding and /W per rank, gamma_{WORLD - 1} all-reduce sum in {fmt.name}",
+                budget.bound,
+                budget.origin,
+                what="|compressed - plain all-reduce|",
             )
             amp_record.require(result, dtype=fmt.name, tags={"world": WORLD, "rank": rank})
 
@@ -66,16 +54,16 @@ def test_ddp_autocast_gradscaler_training_matches_one_process(amp_record):
     ranks = dist_h.launch("harness.domains.distributed.ranks:ddp_amp_training", world=WORLD, steps=steps)
     single = dist_h.single_process_amp_training(steps)
     # The ranks see the same samples as the single process; what differs is where the batch mean
-    # is reduced (per half-batch, then averaged across ranks): one fp16 rounding of each of the B
-    # per-sample gradient contributions per step, compounding over the steps taken.
-    budget = [gamma(16 * (s + 1), FP16.unit_roundoff) * abs(v) for s, v in enumerate(single)]
+    # is reduced (per half-batch, then averaged across ranks).
+    budget = budgets.reordered_batch_losses(torch.tensor(single), dist_h.GLOBAL_BATCH, FP16)
     for rank, losses in enumerate(ranks):
         result = compare_within(
             f"DDP(world={WORLD}) vs one process, rank {rank}",
             torch.tensor(losses),
             torch.tensor(single),
-            torch.tensor(budget),
-            "gamma_(B x steps)(2^-11) x |loss|: the batch reduced in another order",
+            budget.bound,
+            budget.origin,
+            what="|DDP - one process|",
         )
         amp_record.require(result, dtype="float16", tags={"world": WORLD, "rank": rank})
 
@@ -91,13 +79,14 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(amp_re
         for tensor_i in range(len(results[0]["averaged"])):
             locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
             reference = locals_.mean(0)  # the single-process bf16 computation, averaged exactly
-            budget = gamma(WORLD, FP32.unit_roundoff) * locals_.abs().mean(0) + FP32.smallest_subnormal
+            budget = budgets.fp32_reduce(locals_, WORLD)
             result = compare_within(
                 f"FSDP2 reduce {rd}, tensor {tensor_i}",
                 torch.tensor(results[0]["averaged"][tensor_i]),
                 reference,
-                budget,
-                f"fp32 reduce-scatter of W={WORLD} bf16 gradients: gamma_W(2^-24) mean|g|",
+                budget.bound,
+                budget.origin,
+                what="|FSDP2 reduce - exact mean|",
             )
             ratios.append(result.max_abs_diff or 0.0)
             if rd == "float32":

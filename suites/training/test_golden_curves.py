@@ -26,7 +26,7 @@ def test_loss_curves_match_the_golden_curves_of_this_profile(
     fp = fp32_runs(setup)
     runs = {"fp32": fp[0], **{r.name: train_cached(setup, r, 0, amp_device) for r in CURVES[setup_name]}}
     curves = {name: run.losses for name, run in runs.items()}
-    band = [max(abs(s.losses[t] - fp[0].losses[t]) for s in fp[1:]) for t in range(setup.steps)]
+    band = T.per_step_spread(fp)
     amp_record(
         f"{setup_name}.seed_band.mean",
         sum(band) / len(band),

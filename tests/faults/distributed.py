@@ -1,16 +1,19 @@
-"""Distributed regressions, resolved by ``module:function`` name inside the spawned ranks."""
+"""Distributed regressions, resolved by ``module:function`` name inside the spawned ranks.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: DDP inspects a communication hook's annotations
+(the bucket must be a ``dist.GradBucket``, the result a ``Future[Tensor]``) as objects.
+"""
 
 import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import GradBucket
 from torch.amp.grad_scaler import GradScaler
 
 
-def _allreduce_into_bucket(bucket: Any, compressed: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+def _allreduce_into_bucket(bucket: GradBucket, compressed: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     """All-reduce a compressed copy of the bucket and copy the sum back into the bucket."""
     work = dist.all_reduce(compressed, async_op=True)
     assert work is not None
@@ -25,12 +28,12 @@ def _allreduce_into_bucket(bucket: Any, compressed: torch.Tensor) -> torch.futur
     return out
 
 
-def compress_hook_without_division(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+def compress_hook_without_division(state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """fp16 compression that forgets to divide by the world size: gradients W times too large."""
     return _allreduce_into_bucket(bucket, bucket.buffer().to(torch.float16))
 
 
-def compress_hook_losing_mantissa(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+def compress_hook_losing_mantissa(state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """fp16 compression that rounds through bf16 first (3 mantissa bits lost before the all-reduce)."""
     return _allreduce_into_bucket(
         bucket, bucket.buffer().to(torch.bfloat16).to(torch.float16).div_(dist.get_world_size())

@@ -155,8 +155,12 @@ def ddp_amp_training(rank: int, world: int, steps: int) -> list[float]:
     return _amp_loop(model, dev, steps, lambda s: _shard(_global_batch(s), rank, world), lambda v: _mean_all(v, dist))
 
 
+#: Samples per step of the data-parallel training (each of WORLD ranks gets an equal share).
+GLOBAL_BATCH = 16
+
+
 def _global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return _batch(0, step, n=16)
+    return _batch(0, step, n=GLOBAL_BATCH)
 
 
 def _shard(batch: tuple[torch.Tensor, torch.Tensor], rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,6 +27,7 @@ from harness.domains.training.parity import (
     judge,
     judge_determinism,
     parity,
+    per_step_spread,
     seed_band,
 )
 from harness.domains.training.recipes import (
@@ -97,6 +98,7 @@ __all__ = [
     "lm_gradients",
     "make_optimizer",
     "parity",
+    "per_step_spread",
     "seed_band",
     "train",
 ]

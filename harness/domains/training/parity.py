@@ -22,6 +22,13 @@ class Band:
     seeds: int
 
 
+def per_step_spread(runs: Sequence[Run]) -> list[float]:
+    """Per training step, the largest distance of another seed's training loss from seed 0's
+    (the golden curves' allowance)."""
+    ref = runs[0].losses
+    return [max(abs(r.losses[t] - v) for r in runs[1:]) for t, v in enumerate(ref)]
+
+
 def seed_band(runs: Sequence[Run]) -> Band:
     """Per checkpoint, the largest distance of another seed's evaluation loss from seed 0's."""
     ref = runs[0].eval_losses
