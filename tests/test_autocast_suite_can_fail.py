@@ -6,6 +6,9 @@ conftest patches torch (only inside autocast regions) the way a regression would
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from helpers import INNER_ARGS, inject
 
@@ -14,12 +17,25 @@ POLICY = "autocast/test_op_policy.py"
 NUMERICS = "autocast/test_op_numerics.py"
 
 
+@pytest.fixture(scope="module")
+def clean_policy_baselines(tmp_path_factory) -> dict[str, Path]:
+    """Where the first clean run's baselines are kept, so that later tests copy them (each run of
+    the policy suite costs several seconds on 2 cores)."""
+    return {}
+
+
 @pytest.fixture
-def policy_with_baselines(pytester, suite_copy):
+def policy_with_baselines(pytester, suite_copy, clean_policy_baselines, tmp_path_factory):
     suite_copy(POLICY, conftest=False)
+    if "dir" in clean_policy_baselines:
+        shutil.copytree(clean_policy_baselines["dir"], pytester.path / "baselines")
+        return pytester
     first = pytester.runpytest(*ARGS, "-k", "golden_table or registered_autocast_ops_match")
     assert "Baseline missing" in first.stdout.str()
-    pytester.runpytest(*ARGS).assert_outcomes(failed=0, passed=12, skipped=1)
+    pytester.runpytest(*ARGS).assert_outcomes(failed=0, passed=12, skipped=1)  # the control of the controls
+    kept = tmp_path_factory.mktemp("policy-baselines") / "baselines"
+    shutil.copytree(pytester.path / "baselines", kept)
+    clean_policy_baselines["dir"] = kept
     return pytester
 
 
