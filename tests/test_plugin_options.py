@@ -77,7 +77,7 @@ def test_tiers_select_tests_and_say_how_to_run_the_others(pytester):
     outcomes = default.parseoutcomes()
     assert outcomes["passed"] == (4 if torch.cuda.is_available() else 3)
     thorough = pytester.runpytest(*QUIET, "--amp-tier=thorough", "-s")
-    thorough.stdout.fnmatch_lines(["*PROFILE=thorough*"])
+    thorough.stdout.fnmatch_lines(["*PROFILE=amp-thorough*"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip reason on a machine without CUDA")
@@ -91,11 +91,13 @@ def test_cuda_tests_skip_with_the_reason(pytester):
 def test_hypothesis_profile_follows_ci_and_an_explicit_option_wins(pytester, monkeypatch):
     pytester.makepyfile(test_tiers=TIERED)
     monkeypatch.setenv("CI", "true")
-    pytester.runpytest(*QUIET, "-s", "-k", "hypothesis").stdout.fnmatch_lines(["*PROFILE=ci*"])
+    pytester.runpytest(*QUIET, "-s", "-k", "hypothesis").stdout.fnmatch_lines(["*PROFILE=amp-ci*"])
     monkeypatch.delenv("CI")
-    pytester.runpytest(*QUIET, "-s", "-k", "hypothesis").stdout.fnmatch_lines(["*PROFILE=dev*"])
-    explicit = pytester.runpytest(*QUIET, "-s", "-k", "hypothesis", "--amp-tier=thorough", "--hypothesis-profile=ci")
-    explicit.stdout.fnmatch_lines(["*PROFILE=ci*"])
+    pytester.runpytest(*QUIET, "-s", "-k", "hypothesis").stdout.fnmatch_lines(["*PROFILE=amp-dev*"])
+    explicit = pytester.runpytest(
+        *QUIET, "-s", "-k", "hypothesis", "--amp-tier=thorough", "--hypothesis-profile=amp-ci"
+    )
+    explicit.stdout.fnmatch_lines(["*PROFILE=amp-ci*"])
 
 
 PARAMS = """
@@ -177,6 +179,12 @@ def test_an_unrelated_project_is_untouched_by_the_installed_plugin(pytester):
     pytester.makepyfile(test_unrelated=UNRELATED)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "--amp-tier=quick")
     result.assert_outcomes(passed=5)
-    result.stdout.fnmatch_lines(["*UNRELATED_PROFILE=default DEADLINE=*"])
-    assert "DEADLINE=None" not in result.stdout.str()
+    without = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-s", "-p", "no:amp_harness", "-p", "no:amp_harness_fixtures"
+    )
+    without.assert_outcomes(passed=5)
+    [seen] = [line for line in result.outlines if "UNRELATED_PROFILE=" in line]
+    [alone] = [line for line in without.outlines if "UNRELATED_PROFILE=" in line]
+    assert seen == alone, f"with the plugin: {seen!r}; without it: {alone!r}"  # hypothesis' own choice, either way
+    assert "UNRELATED_PROFILE=amp-" not in seen
     assert not (pytester.path / "amp-reports").exists()

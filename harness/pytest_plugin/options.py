@@ -20,11 +20,13 @@ TIERS = ("quick", "default", "thorough")
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
-#: hypothesis settings profiles: (max_examples, derandomize). ``ci`` is reproducible run to run.
+#: hypothesis settings profiles of amp-harness tests. Namespaced: hypothesis has a built-in ``ci``
+#: profile that other projects rely on, and a registered profile is process-global.
+#: ``amp-ci`` is reproducible run to run.
 HYPOTHESIS_PROFILES: dict[str, dict[str, Any]] = {
-    "ci": {"max_examples": 40, "derandomize": True, "database": None},
-    "dev": {"max_examples": 100},
-    "thorough": {"max_examples": 1000},
+    "amp-ci": {"max_examples": 40, "derandomize": True, "database": None},
+    "amp-dev": {"max_examples": 100},
+    "amp-thorough": {"max_examples": 1000},
 }
 
 
@@ -41,7 +43,7 @@ class Options:
     @property
     def hypothesis_profile(self) -> str:
         """The profile the run loads unless ``--hypothesis-profile`` names another."""
-        return "thorough" if self.tier == "thorough" else "ci" if os.environ.get("CI") else "dev"
+        return "amp-thorough" if self.tier == "thorough" else "amp-ci" if os.environ.get("CI") else "amp-dev"
 
 
 def add_options(parser: pytest.Parser) -> None:

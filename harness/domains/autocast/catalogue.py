@@ -431,6 +431,9 @@ CATALOGUE: tuple[OpCase, ...] = (
     op("torch.var", "var", torch.var, X48, NONE),
     op("torch.where", "where", lambda a, b: torch.where(a > 0, a, b), XY48, NONE),
     op("torch.clamp", "clamp", lambda a: torch.clamp(a, -0.5, 0.5), X48, NONE),
+    # -- type promotion built into the op (PyTorch's expect_builtin_promote lists) ------------
+    op("torch.div", "div", torch.div, XY48, NONE),
+    *(op(f"torch.{f}", f, getattr(torch, f), XY48, NONE) for f in ("eq", "ge", "gt", "le", "lt", "ne")),
 )
 # fmt: on
 

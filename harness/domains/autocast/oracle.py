@@ -1,0 +1,182 @@
+"""PyTorch's own autocast test lists as an independent oracle for the observed policy.
+
+Every torch wheel, the CPU build included, ships ``torch/testing/_internal/autocast_test_lists.py``:
+PyTorch's expectations of which ops autocast runs in low precision, which in fp32, which promote
+and which are banned, for CUDA (``AutocastTestLists``) and CPU (``AutocastCPUTestLists``). The
+file is read as text (``ast``), not imported: importing it needs test-only packages and builds
+tensors on the device, while the op names are all the oracle needs. So the CUDA expectations are
+known on a machine without a GPU, and judge the CUDA table on its very first run.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import torch
+
+from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS, OpCase
+from harness.domains.autocast.probe import Category, Probe
+
+
+class Expectation(Enum):
+    LOWER_PRECISION = "lower precision"
+    FP32 = "fp32"
+    #: autocast's promote list: mixed inputs run in the widest dtype
+    PROMOTE = "promote"
+    #: the op promotes by itself; autocast leaves it alone
+    BUILTIN_PROMOTE = "builtin promote"
+    BANNED = "banned"
+
+
+#: Which list means what, in both classes of the upstream file.
+LISTS: dict[str, Expectation] = {
+    "torch_fp16": Expectation.LOWER_PRECISION,
+    "torch_16": Expectation.LOWER_PRECISION,
+    "nn_fp16": Expectation.LOWER_PRECISION,
+    "nn_16": Expectation.LOWER_PRECISION,
+    "linalg_fp16": Expectation.LOWER_PRECISION,
+    "methods_fp16": Expectation.LOWER_PRECISION,
+    "torch_fp32": Expectation.FP32,
+    "nn_fp32": Expectation.FP32,
+    "methods_fp32": Expectation.FP32,
+    "torch_need_autocast_promote": Expectation.PROMOTE,
+    "torch_expect_builtin_promote": Expectation.BUILTIN_PROMOTE,
+    "methods_expect_builtin_promote": Expectation.BUILTIN_PROMOTE,
+    "banned": Expectation.BANNED,
+}
+CLASSES = {"cuda": "AutocastTestLists", "cpu": "AutocastCPUTestLists"}
+
+#: The categories the probe may observe for an op that PyTorch files under an expectation.
+ACCEPTED: dict[Expectation, frozenset[Category]] = {
+    Expectation.LOWER_PRECISION: frozenset({Category.LOWER_PRECISION}),
+    Expectation.FP32: frozenset({Category.FP32}),
+    Expectation.PROMOTE: frozenset({Category.WIDEST_INPUT}),
+    # comparisons give bool whatever the inputs: following the inputs is promotion done right
+    Expectation.BUILTIN_PROMOTE: frozenset({Category.WIDEST_INPUT, Category.FOLLOWS_INPUT}),
+    Expectation.BANNED: frozenset({Category.RAISES}),
+}
+
+#: Upstream ops the catalogue cannot call through a public API as a tensor-valued op, and why.
+NOT_CALLABLE: dict[str, str] = {
+    "equal": "torch.equal returns a Python bool: there is no output dtype to observe",
+}
+
+
+@dataclass(frozen=True)
+class KnownDisagreement:
+    """A measured difference between the observed policy and PyTorch's list, registered as a
+    finding of the torch releases in ``affected`` (minor versions) and the autocast ``dtypes``."""
+
+    affected: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    summary: str
+
+
+#: (device type, catalogue case) -> the finding. Filled from measurements, never to make a test pass
+#: silently: an entry whose disagreement disappears fails until it is removed.
+KNOWN_DISAGREEMENTS: dict[tuple[str, str], KnownDisagreement] = {}
+
+
+def installed_lists() -> Path:
+    """The lists file of the installed torch."""
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / "testing" / "_internal" / "autocast_test_lists.py"
+
+
+class OracleSourceError(Exception):
+    """The lists file is missing or no longer has the shape the oracle reads; says which."""
+
+
+def read_lists(device_type: str, source: Path | None = None) -> dict[str, Expectation]:
+    """Upstream op name -> PyTorch's expectation for ``device_type`` (``cpu`` or ``cuda``)."""
+    path = source or installed_lists()
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError) as exc:
+        raise OracleSourceError(f"{path}: cannot read PyTorch's autocast test lists ({exc})") from None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASSES[device_type]), None)
+    if cls is None:
+        raise OracleSourceError(f"{path}: no class {CLASSES[device_type]} (has torch reorganised its autocast tests?)")
+    out: dict[str, Expectation] = {}
+    for node in ast.walk(cls):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.List)):
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Attribute) and target.attr in LISTS):
+            continue
+        for entry in node.value.elts:
+            if isinstance(entry, ast.Tuple) and entry.elts and isinstance(entry.elts[0], ast.Constant):
+                out.setdefault(str(entry.elts[0].value), LISTS[target.attr])
+    if not out:
+        raise OracleSourceError(f"{path}: {CLASSES[device_type]} lists no ops the oracle recognises")
+    return out
+
+
+def aten_name(upstream: str) -> str:
+    """``__matmul__`` -> ``matmul``: the aten op a Tensor method reaches."""
+    return upstream.removeprefix("__").removesuffix("__") if upstream.startswith("__") else upstream
+
+
+def cases_for(upstream: str, device_type: str, cases: Iterable[OpCase] = CATALOGUE) -> list[OpCase]:
+    name = aten_name(upstream)
+    return [c for c in cases if name in c.aten and device_type in c.devices]
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """An op whose observed policy differs from PyTorch's list: both sides, for a finding."""
+
+    upstream_op: str
+    case: str
+    expected: Expectation
+    observed: Category
+    probe: Probe
+
+    def describe(self) -> str:
+        return (
+            f"{self.case} ({self.upstream_op}): PyTorch's list says {self.expected.value}, "
+            f"observed {self.observed.value} ({self.probe.as_baseline()})"
+        )
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    checked: int
+    agreements: int
+    disagreements: tuple[Disagreement, ...]
+    #: upstream ops the catalogue does not reach and no table explains
+    uncovered: tuple[str, ...]
+
+
+def judge(
+    expectations: Mapping[str, Expectation],
+    table: Mapping[str, Probe],
+    device_type: str,
+    dtype: torch.dtype,
+    cases: Iterable[OpCase] = CATALOGUE,
+) -> OracleResult:
+    """Every listed op the catalogue can call, against its expectation on this device and dtype."""
+    cases = list(cases)
+    checked = agree = 0
+    found: list[Disagreement] = []
+    uncovered: list[str] = []
+    for op, expected in sorted(expectations.items()):
+        mine = [c for c in cases_for(op, device_type, cases) if c.name in table]
+        if not mine:
+            if aten_name(op) not in INTERNAL_OPS and op not in NOT_CALLABLE:
+                uncovered.append(op)
+            continue
+        for case in mine:
+            checked += 1
+            observed = table[case.name].category(dtype)
+            if observed in ACCEPTED[expected]:
+                agree += 1
+            else:
+                found.append(Disagreement(op, case.name, expected, observed, table[case.name]))
+    return OracleResult(checked, agree, tuple(found), tuple(uncovered))
