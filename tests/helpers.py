@@ -37,6 +37,7 @@ def conftest_source(*, fixtures: Mapping[str, str] | None = None, patches: Mappi
     is replaced by ``factory(original)``, e.g. ``{"torch.mm": "faults.autocast.float64_cast"}``.
     """
     lines = [
+        "import pathlib",
         "import sys",
         f"sys.path.insert(0, {str(TESTS)!r})",
         "import pytest",

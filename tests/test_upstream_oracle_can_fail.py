@@ -1,0 +1,71 @@
+"""Negative controls of the oracle built on PyTorch's own autocast lists: an op moved between the
+lists, an op the catalogue does not reach, and a policy regression in torch each fail the named
+check, with both sides shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import INNER_ARGS, inject
+
+from harness.domains.autocast import oracle
+
+SUITE = "autocast/test_upstream_lists.py"
+#: the lists an Expectation is written back into, in the synthetic copy
+LIST_OF = {
+    oracle.Expectation.LOWER_PRECISION: "torch_16",
+    oracle.Expectation.FP32: "torch_fp32",
+    oracle.Expectation.PROMOTE: "torch_need_autocast_promote",
+    oracle.Expectation.BUILTIN_PROMOTE: "torch_expect_builtin_promote",
+    oracle.Expectation.BANNED: "banned",
+}
+
+
+def _lists_with(tmp: Path, changes: dict[str, oracle.Expectation]) -> Path:
+    """A copy of the installed CPU lists (as the oracle reads them) with ``changes`` applied."""
+    expectations = {**oracle.read_lists("cpu"), **changes}
+    body = "\n".join(
+        f"        self.{name} = [{', '.join(f'({op!r},)' for op, e in sorted(expectations.items()) if e is exp)}]"
+        for exp, name in LIST_OF.items()
+    )
+    path = tmp / "autocast_test_lists.py"
+    path.write_text(f"class AutocastCPUTestLists:\n    def __init__(self, dev):\n{body}\n", encoding="utf-8")
+    return path
+
+
+def _run(pytester, suite_copy, lists: Path | None, **faults) -> pytest.RunResult:
+    suite_copy(SUITE, conftest=False)
+    fixtures = {"autocast_lists_source": f"pathlib.Path({str(lists)!r})" if lists else "None"}
+    inject(pytester, "autocast", fixtures=fixtures, **faults)
+    return pytester.runpytest(*INNER_ARGS, "-k", "bf16 or reaches")
+
+
+def test_the_oracle_passes_on_the_installed_lists(pytester, suite_copy):
+    _run(pytester, suite_copy, None).assert_outcomes(passed=2)
+
+
+def test_an_op_moved_between_the_lists_fails_with_both_sides(pytester, suite_copy, tmp_path):
+    lists = _lists_with(tmp_path, {"mse_loss": oracle.Expectation.LOWER_PRECISION})
+    result = _run(pytester, suite_copy, lists)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*F.mse_loss (mse_loss): PyTorch's list says lower precision, observed fp32*"], consecutive=False
+    )
+
+
+def test_an_op_the_catalogue_does_not_reach_fails_the_coverage_check(pytester, suite_copy, tmp_path):
+    lists = _lists_with(tmp_path, {"frobnicate": oracle.Expectation.LOWER_PRECISION})
+    result = _run(pytester, suite_copy, lists)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*not reached: frobnicate*"], consecutive=False)
+
+
+def test_a_policy_regression_disagrees_with_pytorchs_lists(pytester, suite_copy):
+    result = _run(
+        pytester, suite_copy, None, patches={"torch.nn.functional.linear": "faults.autocast.linear_skips_autocast"}
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*nn.Linear (linear): PyTorch's list says lower precision, observed fp32*"], consecutive=False
+    )
