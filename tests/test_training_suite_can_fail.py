@@ -62,3 +62,24 @@ def test_isolated_outlier_steps_are_tolerated(pytester, suite_copy):
     doc["data"]["curves"]["bf16"][30] += 0.5  # one spike
     path.write_text(json.dumps(doc))
     pytester.runpytest(*INNER_ARGS, "-k", "mlp").assert_outcomes(passed=1)
+
+
+def test_a_profile_without_curves_is_judged_against_another_profiles_curves(pytester, suite_copy):
+    """The reference lane: a hardware profile with no golden curves of its own is compared with
+    another profile's within the seed-spread allowance, says which, and writes nothing."""
+    _setup(pytester, suite_copy, CURVES)
+    pytester.runpytest(*INNER_ARGS, "-k", "mlp and not small")  # writes the detected profile's curves
+    other = [*INNER_ARGS, "-k", "mlp and not small", "--amp-profile=cpu-avx2", "-rA"]
+    pytester.runpytest(*other).assert_outcomes(passed=1)
+    assert not (pytester.path / "baselines" / "training" / "cpu-avx2").exists()
+    [path] = (pytester.path / "baselines" / "training").glob("*/loss_curves_mlp.json")
+    doc = json.loads(path.read_text())
+    doc["data"]["curves"]["bf16"] = [
+        v + 0.5 if 10 <= t < 20 else v for t, v in enumerate(doc["data"]["curves"]["bf16"])
+    ]
+    path.write_text(json.dumps(doc))
+    result = pytester.runpytest(*other)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*golden loss curves mlp (reference lane: *loss_curves_mlp.json): FAILED*"], consecutive=False
+    )

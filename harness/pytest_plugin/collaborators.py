@@ -65,6 +65,36 @@ class Baselines:
     def regen_command(self) -> str:
         return " ".join(["pytest", shlex.quote(self._nodeid), "--amp-regen", *self._ctx.regen_options])
 
+    def reference(
+        self, name: str, *, key: bl.KeyKind = bl.KeyKind.PROFILE, device: str | None = None
+    ) -> tuple[str, Any] | None:
+        """When this key has no baseline ``name`` of its own and the run only checks (no
+        ``--amp-regen`` / ``--amp-accept-all``): (display path, stored data) of the same baseline
+        under another key, to compare against within a cross-class allowance. None otherwise: the
+        lifecycle of :meth:`check` applies (a key with its own baseline is held to it).
+
+        Example::
+
+            ref = amp_baseline.reference("loss_curves_mlp")
+            if ref is not None:
+                path, data = ref   # compare, and say which reference was used
+        """
+        dev = device or self._ctx.primary_device
+        own_key = self._ctx.key_for(key, dev)
+        store = self._ctx.store
+        if self._ctx.mode is not bl.Mode.CHECK or store.path_for(self._record.suite, own_key, name).exists():
+            return None
+        hint = f"Regenerate: {self.regen_command()}"
+        for path in store.references(self._record.suite, name, own_key):
+            try:
+                doc = store.read(path, hint)
+            except bl.BaselineError:
+                continue
+            if doc is not None:
+                store.used.add(path)
+                return display(path), doc.data
+        return None
+
     def check(
         self,
         name: str,

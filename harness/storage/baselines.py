@@ -211,6 +211,14 @@ class BaselineStore:
             stored |= {p for p in d.glob(f"*{SUFFIX}") if not p.name.endswith(OBTAINED_SUFFIX)}
         return sorted(stored - self.used)
 
+    def references(self, suite: str, name: str, key: str) -> list[Path]:
+        """The same baseline stored under other keys (other hardware profiles or stacks), sorted:
+        the candidates a key with no baseline of its own may be compared against."""
+        suite_dir = self.root / suite
+        if not suite_dir.is_dir():
+            return []
+        return sorted(p for p in suite_dir.glob(f"*/{name}{SUFFIX}") if p.parent.name != key)
+
     def stored(self, suite: str, key: str) -> set[Path]:
         d = self.root / suite / key
         if not d.is_dir():
