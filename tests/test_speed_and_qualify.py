@@ -229,3 +229,17 @@ def test_an_undeclared_capability_is_a_usage_error(pytester):
 def test_the_example_ci_workflow_runs_qualify():
     text = (REPO / "examples" / "ci" / "qualify-gpu.yml").read_text()
     assert "amp-harness qualify" in text and "self-hosted" in text
+
+
+def test_the_speed_suite_writes_pytest_benchmark_results(pytester, suite_copy, tmp_path):
+    """`--benchmark-json` gets the AMP blocks as pytest-benchmark results, the fp32 blocks and the
+    judged ratio in extra_info; `--benchmark-disable` leaves the harness timing alone."""
+    args = _speed_suite(pytester, suite_copy, 1.0, None)
+    out = tmp_path / "bench.json"
+    pytester.runpytest(*INNER_ARGS, *args, "-k", GATE_ID, f"--benchmark-json={out}").assert_outcomes(passed=1)
+    [result] = json.loads(out.read_text())["benchmarks"]
+    assert result["stats"]["rounds"] == 7 and result["group"] == "matmul_1024/bfloat16"
+    info = result["extra_info"]
+    assert len(info["fp32_s_per_iteration"]) == len(info["amp_s_per_iteration"]) == 7
+    assert info["verdict"] == "unjudged" and info["speedup_judged"] > 0
+    pytester.runpytest(*INNER_ARGS, *args, "-k", GATE_ID, "--benchmark-disable").assert_outcomes(passed=1)

@@ -196,6 +196,41 @@ def interleaved(
     return Timing(tuple(a), tuple(b))
 
 
+#: ``pedantic(target, setup, rounds) -> seconds of each round of target``: pytest-benchmark's
+#: pedantic runner, handed in by the suite (the domain never imports a pytest plugin).
+Pedantic = Callable[[Fn, Fn, int], list[float]]
+
+
+def interleaved_pedantic(
+    fp32: Fn, amp: Fn, device: torch.device, rounds: int, pedantic: Pedantic, warmup: int = 2
+) -> Timing:
+    """As :func:`interleaved`, with the AMP blocks timed by pytest-benchmark: each round's fp32
+    block runs (timed here) in the runner's untimed ``setup``, then the AMP block is the timed
+    target, so the rounds still alternate fp32, AMP, fp32, AMP ... and the judged figure is the
+    same median ratio. A block is ``number`` iterations (pedantic allows one iteration per round
+    with a setup), synchronised on CUDA."""
+    for _ in range(warmup):
+        fp32()
+        amp()
+    slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))
+    number = max(1, round(BLOCK_S / slowest))
+    fp32_s: list[float] = []
+
+    def setup() -> None:
+        fp32_s.append(_time_block(fp32, device, number))
+
+    def target() -> None:
+        for _ in range(number):
+            amp()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    amp_block_s = pedantic(target, setup, rounds)
+    if len(amp_block_s) != len(fp32_s) or not amp_block_s:
+        raise RuntimeError(f"pytest-benchmark timed {len(amp_block_s)} rounds for {len(fp32_s)} fp32 blocks")
+    return Timing(tuple(fp32_s), tuple(s / number for s in amp_block_s))
+
+
 def is_noisy(timing: Timing, threshold: float | None) -> bool:
     """Too noisy for the threshold to mean anything: the run's own spread reaches from its median
     across the threshold (the verdict could flip within the measurement's variation)."""
