@@ -170,8 +170,13 @@ def _time_block(fn: Fn, device: torch.device, number: int) -> float:
         return float(start.elapsed_time(end)) / 1000.0 / number
     from torch.utils.benchmark import Timer
 
-    return float(Timer("fn()", globals={"fn": fn}).timeit(number).mean)
+    # One thread (Timer's default, and CPU_THREADS): on a shared 2-core VM two threads scatter the
+    # speedup about twice as much (IQR 0.46 against 0.2 for bf16 matmul 1024, measured).
+    return float(Timer("fn()", globals={"fn": fn}, num_threads=CPU_THREADS).timeit(number).mean)
 
+
+#: CPU timings run on this many threads, in calibration and in the suite alike.
+CPU_THREADS = 1
 
 #: Target duration of one timed block: long against timer resolution and Python overhead (~us),
 #: short enough that several interleaved rounds fit the suite's budget.
@@ -220,10 +225,18 @@ def interleaved_pedantic(
         fp32_s.append(_time_block(fp32, device, number))
 
     def target() -> None:
-        for _ in range(number):
-            amp()
         if device.type == "cuda":
+            for _ in range(number):
+                amp()
             torch.cuda.synchronize(device)
+            return
+        threads = torch.get_num_threads()
+        torch.set_num_threads(CPU_THREADS)  # as _time_block times the fp32 blocks
+        try:
+            for _ in range(number):
+                amp()
+        finally:
+            torch.set_num_threads(threads)
 
     amp_block_s = pedantic(target, setup, rounds)
     if len(amp_block_s) != len(fp32_s) or not amp_block_s:
