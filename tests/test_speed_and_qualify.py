@@ -243,3 +243,15 @@ def test_the_speed_suite_writes_pytest_benchmark_results(pytester, suite_copy, t
     assert len(info["fp32_s_per_iteration"]) == len(info["amp_s_per_iteration"]) == 7
     assert info["verdict"] == "unjudged" and info["speedup_judged"] > 0
     pytester.runpytest(*INNER_ARGS, *args, "-k", GATE_ID, "--benchmark-disable").assert_outcomes(passed=1)
+
+
+def test_a_policy_can_require_amp_to_pay_off(pytester, suite_copy):
+    """Off by default (on CPUs AMP is often slower: a finding, reported per case); with
+    --amp-require-speedup a case where AMP is slower than fp32 fails, saying so. fp16 matmul is
+    slower than fp32 on both CPU kinds these machines come as (about 30x and 1.2x)."""
+    args = _speed_suite(pytester, suite_copy, 1.0, None)
+    case = "matmul_256-float16"
+    pytester.runpytest(*INNER_ARGS, *args, "-k", case).assert_outcomes(passed=1)
+    result = pytester.runpytest(*INNER_ARGS, *args, "-k", case, "--amp-require-speedup")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*float16 autocast matmul_256 is *x slower than fp32 on cpu-*"], consecutive=False)

@@ -33,6 +33,7 @@ __all__ = [
     "amp_hardware_profile",
     "amp_profile",
     "amp_record",
+    "amp_require_speedup",
     "amp_training",
 ]
 
@@ -146,6 +147,18 @@ def amp_hardware_profile(request: pytest.FixtureRequest) -> Profile:
         return profiles.load(st.options.baseline_dir, st.fingerprint.class_for(device).id, st.profile_for(device))
     except profiles.ProfileFileError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def amp_require_speedup(request: pytest.FixtureRequest) -> bool:
+    """Whether the run's qualification policy requires AMP to pay off (``--amp-require-speedup``).
+
+    Example::
+
+        def test_speed(amp_require_speedup):
+            if amp_require_speedup: ...   # judge speedup >= 1 as well
+    """
+    return _active(request).options.require_speedup
 
 
 @pytest.fixture

@@ -39,6 +39,8 @@ class Options:
     baseline_dir: Path
     mode: bl.Mode
     report_dir: Path | None
+    #: qualification policy: AMP must be faster than fp32 on every judged speed case
+    require_speedup: bool = False
 
     @property
     def hypothesis_profile(self) -> str:
@@ -95,6 +97,12 @@ def add_options(parser: pytest.Parser) -> None:
         "(default: <rootdir>/amp-reports).",
     )
     g.addoption("--amp-no-report", action="store_true", help="do not write a run report.")
+    g.addoption(
+        "--amp-require-speedup",
+        action="store_true",
+        help="qualification policy: every speed case must run faster under AMP than in fp32 (off by default: "
+        "on CPUs AMP is often slower, which is a finding, not a regression).",
+    )
 
 
 def parse(config: pytest.Config) -> Options:
@@ -134,6 +142,7 @@ def parse(config: pytest.Config) -> Options:
         baseline_dir=baseline_dir,
         mode=mode,
         report_dir=report_dir,
+        require_speedup=bool(config.getoption("--amp-require-speedup")),
     )
 
 

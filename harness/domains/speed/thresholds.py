@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from harness.domains.speed.bench import DETECT_SLOWDOWN
+from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: (workload, dtype) pairs of the default tier; the thorough tier adds the rest of WORKLOADS.
 DEFAULT_CASES: tuple[tuple[str, str], ...] = (
@@ -67,6 +68,19 @@ def threshold_from_calibration(speedups: list[float]) -> Threshold:
         f"calibrated on this class: speedups {runs} (median {med:.3g}); "
         f"threshold sqrt(slowest {low:.3g} x median/{DETECT_SLOWDOWN} {caught:.3g}) = {t:.3g}",
         med,
+    )
+
+
+def pays_off_claim(workload: str, dtype: str, speedup: float, hardware_class: str) -> ClaimComparison:
+    """The qualification policy's claim (``--amp-require-speedup``): AMP is faster than fp32."""
+    return compare_claim(
+        f"{workload}.amp_pays_off",
+        speedup,
+        speedup >= 1.0,
+        "qualification policy --amp-require-speedup: AMP faster than fp32 (speedup >= 1)",
+        detail=pays_off(workload, dtype, speedup, hardware_class),
+        allowance=1.0,
+        unit="x",
     )
 
 
