@@ -1,7 +1,7 @@
 """Claim family: the numeric claims of the project's source text, checked and corrected.
 
-Source: ``shared/seed/000_2ea373533b21a99e.txt`` ("Q97: 为什么需要混合精度训练？"). Each claim is
-quoted, checked against the bit-level reference and torch, and recorded as a report row; where the
+Source: a widely shared explainer of mixed-precision training ("Q97: 为什么需要混合精度训练？"). Each
+claim is quoted, checked against the bit-level reference and torch, and recorded as a report row; where the
 text is loose, the measured correction is recorded next to it.
 """
 
