@@ -72,6 +72,9 @@ def _judge(
     workload, dtype = bench.WORKLOADS[name], getattr(torch, dtype_name)
     prof = amp_hardware_profile
     th = prof.threshold(name, dtype_name)
+    unchanged = thresholds.unchanged_by_autocast(name, amp_device, dtype)
+    if unchanged is not None and th is not None:
+        th = thresholds.Threshold("record", None, unchanged, th.calibrated_median)
     decide = lambda t: speed.judge(name, dtype_name, prof.hardware_class, t, th, amp_calibrate_command)  # noqa: E731
     pedantic = _pedantic(benchmark, f"{name}/{dtype_name}")
     first = decide(_measure(workload, amp_device, dtype, amp_slowdown, pedantic))

@@ -29,6 +29,9 @@ class Workload:
     make: Callable[[torch.device, torch.dtype | None], Fn]
     #: floating-point operations of one iteration (None: not a FLOP-bound workload)
     flops: float | None
+    #: the catalogue op whose autocast policy decides whether AMP changes this workload at all
+    #: (None: it always does). Where autocast leaves it in fp32, the two paths are one computation.
+    autocast_op: str | None = None
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
@@ -117,7 +120,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload("matmul_1024", _matmul(1024), _mm_flops(1024)),
         Workload("linear_fwd_bwd", _linear_fwd_bwd, 3 * 2.0 * 256 * 1024 * 1024),
         Workload("sdpa", _sdpa, 2 * 2.0 * 2 * 8 * 256 * 256 * 64),
-        Workload("layer_norm", _layer_norm, None),
+        Workload("layer_norm", _layer_norm, None, autocast_op="nn.LayerNorm"),
         Workload("lm_train_step", _lm_step, None),
     )
 }
