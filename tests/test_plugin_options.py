@@ -188,3 +188,17 @@ def test_an_unrelated_project_is_untouched_by_the_installed_plugin(pytester):
     assert seen == alone, f"with the plugin: {seen!r}; without it: {alone!r}"  # hypothesis' own choice, either way
     assert "UNRELATED_PROFILE=amp-" not in seen
     assert not (pytester.path / "amp-reports").exists()
+
+
+def test_run_metadata_names_the_hypothesis_profile_amp_harness_tests_ran_under(pytester, monkeypatch):
+    """The harness loads its profile around its own tests only, so the profile active at session
+    end is not the one to record."""
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makepyfile(test_h="def test_h(amp_record):\n    amp_record('m', 1.0)\n")
+    pytester.runpytest(*QUIET, "--amp-report-dir=chosen").assert_outcomes(passed=1)
+    pytester.runpytest(*QUIET, "--amp-report-dir=explicit", "--hypothesis-profile=amp-ci").assert_outcomes(passed=1)
+    profile = {
+        d: rp.load(rp.find_runs(pytester.path / d)[0]).meta["options"]["hypothesis_profile"]
+        for d in ("chosen", "explicit")
+    }
+    assert profile == {"chosen": "amp-dev", "explicit": "amp-ci"}

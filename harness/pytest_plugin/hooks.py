@@ -66,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _our_hypothesis_profile(config: pytest.Config) -> str | None:
     """The profile amp-harness tests run under; None when ``--hypothesis-profile`` names one (it wins)."""
-    if config.getoption("--hypothesis-profile", default=None):
+    if opts.explicit_hypothesis_profile(config):
         return None
     return state_of(config).options.hypothesis_profile
 

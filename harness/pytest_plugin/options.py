@@ -171,6 +171,12 @@ def check_cuda_request(devices: str) -> None:
         raise pytest.UsageError(f"--amp-device={devices}: only {torch.cuda.device_count()} CUDA device(s) visible")
 
 
+def explicit_hypothesis_profile(config: pytest.Config) -> str | None:
+    """The profile ``--hypothesis-profile`` names (it wins over the harness's choice), or None."""
+    name = config.getoption("--hypothesis-profile", default=None)
+    return str(name) if name else None
+
+
 def register_hypothesis_profiles() -> None:
     from hypothesis import settings
 

@@ -9,14 +9,9 @@ import pytest
 
 from harness import __version__
 from harness.pytest_plugin.collaborators import display
+from harness.pytest_plugin.options import explicit_hypothesis_profile
 from harness.pytest_plugin.state import State
 from harness.storage import report as rp
-
-
-def hypothesis_profile_name() -> str:
-    from hypothesis import settings
-
-    return settings.get_current_profile_name()
 
 
 def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
@@ -37,7 +32,9 @@ def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
             "profile_override": st.options.profile,
             "tier": st.options.tier,
             "baseline_mode": st.options.mode.value,
-            "hypothesis_profile": hypothesis_profile_name(),
+            # the profile amp-harness tests ran under (loaded around them only, so not the one
+            # active at session end)
+            "hypothesis_profile": explicit_hypothesis_profile(cfg) or st.options.hypothesis_profile,
             "hypothesis_seed": cfg.getoption("--hypothesis-seed", default=None),
         },
         "invocation": list(cfg.invocation_params.args),
