@@ -148,10 +148,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 flush=True,
             )
     for (workload, dtype), runs in speedups.items():
-        th = thresholds.threshold_from_calibration(runs)
-        unchanged = thresholds.unchanged_by_autocast(workload, device, getattr(torch, dtype))
-        if unchanged is not None:
-            th = thresholds.Threshold("record", None, unchanged, th.calibrated_median)
+        th = thresholds.for_device(thresholds.threshold_from_calibration(runs), workload, device, getattr(torch, dtype))
+        assert th is not None
         prof.thresholds[f"{workload}/{dtype}"] = th
         print(f"  -> {thresholds.pays_off(workload, dtype, th.calibrated_median or 0.0, hc.id)}; {th.origin}")
     prof.provenance = {

@@ -8,6 +8,7 @@ Fixtures never receive this object; they get narrow collaborators made from it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +61,15 @@ class State:
     test_outcomes: dict[str, int] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
     report_path: Path | None = None
-    _fingerprint: Fingerprint | None = None
-    _commit: tuple[str | None] | None = None
 
-    @property
+    @cached_property
     def fingerprint(self) -> Fingerprint:
-        if self._fingerprint is None:
-            self._fingerprint = detect()
-        return self._fingerprint
+        """Detected once, when first needed (it imports torch)."""
+        return detect()
 
-    @property
+    @cached_property
     def commit(self) -> str | None:
-        if self._commit is None:
-            self._commit = (git_commit(self.rootdir),)
-        return self._commit[0]
+        return git_commit(self.rootdir)
 
     def profile_for(self, device: str) -> str:
         """The hardware profile of a device; ``--amp-profile`` overrides the run's primary device."""

@@ -71,10 +71,7 @@ def _judge(
     name, dtype_name = case
     workload, dtype = bench.WORKLOADS[name], getattr(torch, dtype_name)
     prof = amp_hardware_profile
-    th = prof.threshold(name, dtype_name)
-    unchanged = thresholds.unchanged_by_autocast(name, amp_device, dtype)
-    if unchanged is not None and th is not None:
-        th = thresholds.Threshold("record", None, unchanged, th.calibrated_median)
+    th = thresholds.for_device(prof.threshold(name, dtype_name), name, amp_device, dtype)
     decide = lambda t: speed.judge(name, dtype_name, prof.hardware_class, t, th, amp_calibrate_command)  # noqa: E731
     pedantic = _pedantic(benchmark, f"{name}/{dtype_name}")
     first = decide(_measure(workload, amp_device, dtype, amp_slowdown, pedantic))
@@ -159,34 +156,15 @@ def _judge(
         )
 
 
-@pytest.mark.parametrize("case", thresholds.DEFAULT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+#: The default tier's cases, then the wider sweep (thorough tier).
+CASES = [
+    *thresholds.DEFAULT_CASES,
+    *(pytest.param(c, marks=pytest.mark.amp_thorough) for c in THOROUGH),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_amp_speedup_meets_the_class_threshold(
-    case,
-    amp_device,
-    amp_hardware_profile,
-    amp_record,
-    amp_slowdown,
-    amp_calibrate_command,
-    request,
-    benchmark,
-    amp_require_speedup,
-):
-    _judge(
-        case,
-        amp_device,
-        amp_hardware_profile,
-        amp_record,
-        amp_slowdown,
-        amp_calibrate_command,
-        request,
-        benchmark,
-        amp_require_speedup,
-    )
-
-
-@pytest.mark.amp_thorough
-@pytest.mark.parametrize("case", THOROUGH, ids=lambda c: f"{c[0]}-{c[1]}")
-def test_amp_speedup_of_the_wider_sweep(
     case,
     amp_device,
     amp_hardware_profile,

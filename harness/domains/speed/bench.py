@@ -186,17 +186,24 @@ CPU_THREADS = 1
 BLOCK_S = 0.02
 
 
+def _warm_up(fp32: Fn, amp: Fn, device: torch.device, warmup: int, number: int | None = None) -> int:
+    """Run both ``warmup`` times; the iterations per timed block (enough for BLOCK_S of the slower
+    one, unless ``number`` is given)."""
+    for _ in range(warmup):
+        fp32()
+        amp()
+    if number is not None:
+        return number
+    slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))
+    return max(1, round(BLOCK_S / slowest))
+
+
 def interleaved(
     fp32: Fn, amp: Fn, device: torch.device, rounds: int, number: int | None = None, warmup: int = 2
 ) -> Timing:
     """Warm both up, then time fp32 and AMP alternately, ``rounds`` times; ``number`` iterations per
     block (default: enough for BLOCK_S of the slower one)."""
-    for _ in range(warmup):
-        fp32()
-        amp()
-    if number is None:
-        slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))
-        number = max(1, round(BLOCK_S / slowest))
+    number = _warm_up(fp32, amp, device, warmup, number)
     a, b = [], []
     for _ in range(rounds):
         a.append(_time_block(fp32, device, number))
@@ -217,11 +224,7 @@ def interleaved_pedantic(
     target, so the rounds still alternate fp32, AMP, fp32, AMP ... and the judged figure is the
     same median ratio. A block is ``number`` iterations (pedantic allows one iteration per round
     with a setup), synchronised on CUDA."""
-    for _ in range(warmup):
-        fp32()
-        amp()
-    slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))
-    number = max(1, round(BLOCK_S / slowest))
+    number = _warm_up(fp32, amp, device, warmup)
     fp32_s: list[float] = []
 
     def setup() -> None:

@@ -102,6 +102,17 @@ def unchanged_by_autocast(workload: str, device: torch.device, dtype: torch.dtyp
     )
 
 
+def for_device(
+    threshold: Threshold | None, workload: str, device: torch.device, dtype: torch.dtype
+) -> Threshold | None:
+    """The threshold as it applies on ``device``: recorded only where autocast does not change the
+    workload there (:func:`unchanged_by_autocast`). Calibration and the suite both go through this."""
+    if threshold is None:
+        return None
+    unchanged = unchanged_by_autocast(workload, device, dtype)
+    return threshold if unchanged is None else Threshold("record", None, unchanged, threshold.calibrated_median)
+
+
 def pays_off_claim(workload: str, dtype: str, speedup: float, hardware_class: str) -> ClaimComparison:
     """The qualification policy's claim (``--amp-require-speedup``): AMP is faster than fp32."""
     return compare_claim(
