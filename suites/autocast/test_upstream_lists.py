@@ -28,13 +28,7 @@ def _minor() -> str:
 
 def test_the_catalogue_reaches_every_op_pytorch_lists(amp_device, amp_record, autocast_lists_source):
     expectations = oracle.read_lists(amp_device.type, autocast_lists_source)
-    uncovered = sorted(
-        op
-        for op in expectations
-        if not oracle.cases_for(op, amp_device.type)
-        and oracle.aten_name(op) not in oracle.INTERNAL_OPS
-        and op not in oracle.NOT_CALLABLE
-    )
+    uncovered = oracle.uncovered(expectations, amp_device.type)
     amp_record.require(
         compare_claim(
             f"upstream_lists.{amp_device.type}.uncovered",
@@ -56,10 +50,11 @@ def test_observed_policy_agrees_with_pytorchs_own_lists(amp_device, amp_dtype, a
     expectations = oracle.read_lists(amp_device.type, autocast_lists_source)
     result = oracle.judge(expectations, policy_table(amp_device, amp_dtype), amp_device.type, amp_dtype)
     dtype = str(amp_dtype).removeprefix("torch.")
-    unexplained, known, fixed = [], [], []
+    findings = oracle.registered(amp_device.type, _minor(), dtype)
+    unexplained, known = [], []
     for d in result.disagreements:
-        finding = oracle.KNOWN_DISAGREEMENTS.get((amp_device.type, d.case))
-        if finding is not None and _minor() in finding.affected and dtype in finding.dtypes:
+        finding = findings.get(d.case)
+        if finding is not None:
             known.append(d)
             amp_record(
                 f"upstream_lists.{d.case}",
@@ -72,11 +67,7 @@ def test_observed_policy_agrees_with_pytorchs_own_lists(amp_device, amp_dtype, a
             )
         else:
             unexplained.append(d)
-    disagreeing = {d.case for d in result.disagreements}
-    for (device_type, case), finding in oracle.KNOWN_DISAGREEMENTS.items():
-        registered_here = device_type == amp_device.type and _minor() in finding.affected and dtype in finding.dtypes
-        if registered_here and case not in disagreeing:
-            fixed.append(case)
+    fixed = sorted(set(findings) - {d.case for d in result.disagreements})
     amp_record.require(
         compare_claim(
             f"upstream_lists.{amp_device.type}.disagreements",

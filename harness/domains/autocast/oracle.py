@@ -82,6 +82,16 @@ class KnownDisagreement:
 KNOWN_DISAGREEMENTS: dict[tuple[str, str], KnownDisagreement] = {}
 
 
+def registered(device_type: str, torch_minor: str, dtype: str) -> dict[str, KnownDisagreement]:
+    """The findings registered for this device type, torch release (``2.13``) and autocast dtype,
+    by catalogue case."""
+    return {
+        case: finding
+        for (dev, case), finding in KNOWN_DISAGREEMENTS.items()
+        if dev == device_type and torch_minor in finding.affected and dtype in finding.dtypes
+    }
+
+
 def installed_lists() -> Path:
     """The lists file of the installed torch."""
     spec = importlib.util.find_spec("torch")
@@ -128,6 +138,17 @@ def cases_for(upstream: str, device_type: str, cases: Iterable[OpCase] = CATALOG
     return [c for c in cases if name in c.aten and device_type in c.devices]
 
 
+def explained(upstream: str) -> bool:
+    """An op the catalogue need not call: reached through another API (INTERNAL_OPS) or with no
+    output dtype to observe (NOT_CALLABLE)."""
+    return aten_name(upstream) in INTERNAL_OPS or upstream in NOT_CALLABLE
+
+
+def uncovered(expectations: Mapping[str, Expectation], device_type: str) -> list[str]:
+    """Listed ops the catalogue does not reach on ``device_type`` and no table explains."""
+    return sorted(op for op in expectations if not cases_for(op, device_type) and not explained(op))
+
+
 @dataclass(frozen=True)
 class Disagreement:
     """An op whose observed policy differs from PyTorch's list: both sides, for a finding."""
@@ -165,12 +186,12 @@ def judge(
     cases = list(cases)
     checked = agree = 0
     found: list[Disagreement] = []
-    uncovered: list[str] = []
+    missing: list[str] = []
     for op, expected in sorted(expectations.items()):
         mine = [c for c in cases_for(op, device_type, cases) if c.name in table]
         if not mine:
-            if aten_name(op) not in INTERNAL_OPS and op not in NOT_CALLABLE:
-                uncovered.append(op)
+            if not explained(op):
+                missing.append(op)
             continue
         for case in mine:
             checked += 1
@@ -179,4 +200,4 @@ def judge(
                 agree += 1
             else:
                 found.append(Disagreement(op, case.name, expected, observed, table[case.name]))
-    return OracleResult(checked, agree, tuple(found), tuple(uncovered))
+    return OracleResult(checked, agree, tuple(found), tuple(missing))
