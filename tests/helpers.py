@@ -44,6 +44,7 @@ def conftest_source(*, fixtures: Mapping[str, str] | None = None, patches: Mappi
         "import torch",
         "import torch.nn.functional",
         "import faults.autocast, faults.casts, faults.distributed, faults.scalers, faults.training",
+        "import harness.domains.autocast.oracle",
         "",
     ]
     for name, expression in (fixtures or {}).items():

@@ -69,3 +69,15 @@ def test_a_policy_regression_disagrees_with_pytorchs_lists(pytester, suite_copy)
     result.stdout.fnmatch_lines(
         ["*nn.Linear (linear): PyTorch's list says lower precision, observed fp32*"], consecutive=False
     )
+
+
+def test_a_registered_finding_is_known_and_a_stale_one_fails(pytester, suite_copy, tmp_path):
+    """KNOWN_DISAGREEMENTS turns a measured difference into a known row; an entry whose difference
+    is gone (a release fixed it) fails until it is removed."""
+    target = "harness.domains.autocast.oracle.KNOWN_DISAGREEMENTS"
+    moved = _lists_with(tmp_path, {"mse_loss": oracle.Expectation.LOWER_PRECISION})
+    known = _run(pytester, suite_copy, moved, patches={target: "faults.autocast.registry_with_the_mse_loss_finding"})
+    known.assert_outcomes(passed=2)
+    stale = _run(pytester, suite_copy, None, patches={target: "faults.autocast.registry_with_a_stale_finding"})
+    stale.assert_outcomes(passed=1, failed=1)
+    stale.stdout.fnmatch_lines(["*torch.mm: registered as disagreeing in torch *, but agrees now*"], consecutive=False)

@@ -104,3 +104,19 @@ class AutocastIgnoringDisable(torch.autocast):
 def autocast_ignoring_disable(real: type[torch.autocast]) -> type[torch.autocast]:
     """The patch form of :class:`AutocastIgnoringDisable` (replaces ``torch.autocast``)."""
     return AutocastIgnoringDisable
+
+
+def _registering(case: str, summary: str) -> Callable[[dict[Any, Any]], dict[Any, Any]]:
+    def factory(real: dict[Any, Any]) -> dict[Any, Any]:
+        from harness.domains.autocast.oracle import KnownDisagreement
+
+        minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+        return {**real, ("cpu", case): KnownDisagreement((minor,), ("bfloat16", "float16"), summary)}
+
+    return factory
+
+
+#: A registry entry for a disagreement that does not occur (a finding a release fixed, left behind).
+registry_with_a_stale_finding = _registering("torch.mm", "claimed: mm runs in fp32 (it does not)")
+#: A registry entry for the disagreement an op moved between the lists causes (F.mse_loss).
+registry_with_the_mse_loss_finding = _registering("F.mse_loss", "registered on purpose by a negative control")
