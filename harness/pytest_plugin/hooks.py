@@ -16,6 +16,7 @@ import pytest
 
 from harness.domains.capabilities import CAPABILITIES
 from harness.pytest_plugin import options as opts
+from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
 from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of
 from harness.pytest_plugin.summary import run_metadata, terminal_lines
@@ -30,14 +31,6 @@ MARKERS = (
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
     "amp_harness: an amp-harness test that uses no amp_ fixture or marker otherwise (its hypothesis profile applies)",
 )
-
-
-def is_ours(item: pytest.Item) -> bool:
-    """An amp-harness test: it carries an ``amp_*`` marker or uses an ``amp_*`` fixture. Nothing
-    of this plugin (tiers, CUDA skips, hypothesis profiles) touches any other test."""
-    if any(m.name.startswith("amp_") for m in item.iter_markers()):
-        return True
-    return any(name.startswith("amp_") for name in getattr(item, "fixturenames", ()))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,17 +57,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _our_hypothesis_profile(config: pytest.Config) -> str | None:
-    """The profile amp-harness tests run under; None when ``--hypothesis-profile`` names one (it wins)."""
-    if opts.explicit_hypothesis_profile(config):
-        return None
-    return state_of(config).options.hypothesis_profile
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """Only amp-harness tests run under its hypothesis profile; the one active before comes back."""
-    profile = _our_hypothesis_profile(item.config) if is_ours(item) else None
+    profile = hypothesis_profile_of_ours(item.config) if is_ours(item) else None
     if profile is None:
         return (yield)
     from hypothesis import settings
@@ -85,18 +71,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         settings.load_profile(previous)
-
-
-def _apply_profile_to_given(item: pytest.Item, profile: str) -> None:
-    """A ``@given`` test took hypothesis' default settings when its module was imported; an
-    amp-harness test without settings of its own gets the harness profile instead."""
-    from hypothesis import settings
-
-    fn = getattr(item, "obj", None)
-    inner = getattr(fn, "hypothesis", None)
-    if fn is None or inner is None or getattr(fn, "_hypothesis_internal_settings_applied", False):
-        return
-    settings(settings.get_profile(profile))(fn)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -119,12 +93,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     st = state_of(config)
     rank = opts.TIERS.index(st.options.tier)
     cuda_reason: str | None = None
-    profile = _our_hypothesis_profile(config)
+    profile = hypothesis_profile_of_ours(config)
     for item in items:
         if not is_ours(item):
             continue
         if profile is not None:
-            _apply_profile_to_given(item, profile)
+            apply_profile_to_given(item, profile)
         marker = item.get_closest_marker("amp_capability")
         if marker is not None:
             capability = str(marker.args[0]) if marker.args else ""
