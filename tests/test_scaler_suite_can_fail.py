@@ -56,3 +56,110 @@ def test_the_scaler_suite_passes_on_torch_gradscaler_and_on_the_python_reimpleme
     inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scalers.PyGradScaler"})
     result = pytester.runpytest(*ARGS, "--amp-accept-all")
     assert result.ret == 0, result.stdout.str()
+
+
+def test_the_state_machine_reaches_the_float32_cap(pytester, suite_copy):
+    """Initial scales near the float32 maximum make the model-based test itself catch a scaler
+    whose growth is not capped (not only the dedicated single-transition test)."""
+    suite_copy(*FILES, conftest=False)
+    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scalers.BROKEN_SCALERS['GrowthNotCapped']"})
+    result = pytester.runpytest(*ARGS, "-k", "test_gradscaler_follows_the_reference_state_machine")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert "reference (torch semantics)" in result.stdout.str() and "inf" in result.stdout.str()
+
+
+def test_a_fixed_sharded_scaler_makes_the_known_issue_check_say_fixed(pytester, suite_copy):
+    """The registry's ShardedGradScaler entry notices a release that fixes the CPU growth cap."""
+    import torch.distributed as dist
+
+    suite_copy(*FILES, conftest=False)
+    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scalers.ShardedGradScalerCappedOnCpu"})
+    try:
+        result = pytester.runpytest(*ARGS, "-k", "known_issue_status and sharded or state_machine")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    result.stdout.fnmatch_lines(["FAILED *test_known_issue_status_matches_the_registry*sharded*"], consecutive=False)
+    assert "appears fixed" in out and "sharded-cpu-growth-uncapped" in out, out[-3000:]
+    result.stdout.fnmatch_lines(["FAILED *test_gradscaler_follows_the_reference_state_machine*"], consecutive=False)
+
+
+# -- the conformance API: declining, exception mapping, versioned semantics --------------------
+def _run(machine):
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(machine, settings=settings(stateful_step_count=30, max_examples=60, print_blob=False))
+
+
+def test_an_adapter_that_refuses_a_configuration_without_declining_is_told_how():
+    from harness.domains.scaling import reference as R
+    from harness.domains.scaling.conformance import conformance_machine
+
+    def refusing(cfg):
+        assert cfg.min_scale > 0.0  # as megatron-core's constructor does
+        return R.reference_adapter("megatron", cfg)
+
+    with pytest.raises(AssertionError, match=r"raise harness\.domains\.scaling\.reference\.ConfigurationDeclined"):
+        _run(conformance_machine(refusing, "megatron"))
+
+
+def test_a_declining_adapter_passes_and_its_declines_are_counted():
+    from collections import Counter
+
+    from harness.domains.scaling import reference as R
+    from harness.domains.scaling.conformance import conformance_machine
+
+    def declining(cfg):
+        if cfg.min_scale <= 0.0:
+            raise R.ConfigurationDeclined("min_scale must be > 0")
+        return R.reference_adapter("megatron", cfg)
+
+    counts: Counter[str] = Counter()
+    _run(conformance_machine(declining, "megatron", counts))
+    assert counts["declined"] > 0 and counts["examples"] > 0, dict(counts)
+
+
+def test_an_unmapped_at_minimum_exception_is_a_failure_that_names_the_mapping():
+    from harness.domains.scaling import reference as R
+    from harness.domains.scaling.conformance import conformance_machine
+
+    class PlainException(R.DeepSpeedAdapter):
+        def update(self, found_inf):
+            try:
+                super().update(found_inf)
+            except R.ScalerAtMinimumError as exc:
+                raise Exception(str(exc)) from None  # DeepSpeed raises a plain Exception
+
+    def make(cfg):
+        return PlainException(R.reference_adapter("deepspeed>=0.17.1", cfg).impl)
+
+    with pytest.raises(
+        AssertionError, match=r"translate it into harness\.domains\.scaling\.reference\.ScalerAtMinimumError"
+    ):
+        _run(conformance_machine(make, "deepspeed>=0.17.1"))
+
+
+@pytest.mark.parametrize(
+    ("framework", "version", "semantics"),
+    [
+        ("deepspeed", "0.16.4", "deepspeed<=0.17.0"),
+        ("deepspeed", "0.17.0", "deepspeed<=0.17.0"),
+        ("deepspeed", "0.17.1", "deepspeed>=0.17.1"),
+        ("deepspeed", "0.19.8+cpu", "deepspeed>=0.17.1"),
+        ("megatron-core", "0.16.1", "megatron"),
+    ],
+)
+def test_semantics_follow_the_release(framework, version, semantics):
+    from harness.domains.scaling.reference import semantics_for
+
+    assert semantics_for(framework, version) == semantics
+
+
+def test_an_unknown_framework_is_refused_with_the_choices():
+    from harness.domains.scaling.reference import semantics_for
+
+    with pytest.raises(ValueError, match="known: apex, deepspeed, megatron-core, torch"):
+        semantics_for("colossalai", "0.4.0")

@@ -37,6 +37,12 @@ pytestmark = pytest.mark.amp_capability("loss scaling")
 
 #: Rules per example. The ci profile's 40 examples x 20 steps keep this suite within its budget.
 STEPS = 20
+#: Initial scales: ordinary (2^0..2^24) and near the float32 maximum (2^120..2^127), so that the
+#: growth cap is reached within STEPS (growth interval <= 4, growth factor >= 2).
+INIT_EXPONENTS = st.one_of(st.integers(0, 24), st.integers(120, 127))
+#: A scaler/device with this registered known issue is held to the uncapped rule it is known to
+#: follow, so the rest of its behaviour is still checked exactly (the registry test notices a fix).
+UNCAPPED = scaling.KNOWN_ISSUES["sharded-cpu-growth-uncapped"]
 
 
 def _make_optimizer(kind: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -67,7 +73,7 @@ def build_machine(
     class GradScalerMachine(RuleBasedStateMachine):
         @initialize(
             growth_interval=st.integers(1, 4),
-            init_exp=st.integers(0, 24),
+            init_exp=INIT_EXPONENTS,
             growth=st.sampled_from([2.0, 4.0]),
             backoff=st.sampled_from([0.5, 0.25]),
             opt_kind=st.sampled_from(["sgd", "adamw"]),
@@ -85,7 +91,11 @@ def build_machine(
             self.x = torch.randn(16, 6, generator=torch.Generator().manual_seed(1)).to(device)
             self.y = torch.randn(16, 1, generator=torch.Generator().manual_seed(2)).to(device)
             self.cfg = scaling.ScalerConfig(
-                init_scale=2.0**init_exp, growth_factor=growth, backoff_factor=backoff, growth_interval=growth_interval
+                init_scale=2.0**init_exp,
+                growth_factor=growth,
+                backoff_factor=backoff,
+                growth_interval=growth_interval,
+                cap_growth=not UNCAPPED.applies(torch.__version__, scaler_cls, device.type),
             )
             self.scaler = scaler_cls(
                 device.type,
@@ -123,7 +133,18 @@ def build_machine(
                 shadow.step()
             return [p.detach().clone() for p in params]
 
-        def _step_and_check(self, found_inf_per_opt: list[bool], clip: float | None = None) -> None:
+        def _found_inf(self) -> list[bool]:
+            """Per optimizer, whether its scaled gradients hold inf/NaN: injected, or a natural
+            overflow of a scale near the float32 maximum. This is what the scaler must detect."""
+            return [
+                any(p.grad is not None and not bool(p.grad.isfinite().all()) for p in o.param_groups[0]["params"])
+                for o in self.opts
+            ]
+
+        def _step_and_check(self, clip: float | None = None) -> None:
+            found_inf_per_opt = self._found_inf()
+            if any(found_inf_per_opt):
+                counts["steps_with_inf"] += 1
             before_params = [p.detach().clone() for p in self.params]
             before_states = [_state_tensors(o) for o in self.opts]
             expected = None if any(found_inf_per_opt) and len(self.opts) == 1 else self._shadow(clip)
@@ -159,21 +180,20 @@ def build_machine(
         def clean_step(self):
             counts["clean_step"] += 1
             self._backward()
-            self._step_and_check([False] * len(self.opts))
+            self._step_and_check()
 
         @rule(index=st.integers(0, 5), value=st.sampled_from([math.inf, -math.inf, math.nan]))
         def overflow_step(self, index, value):
             counts["overflow_step"] += 1
             self._backward()
             self._corrupt(index, value)
-            flags = [any(p is self.params[index] for p in o.param_groups[0]["params"]) for o in self.opts]
-            self._step_and_check(flags)
+            self._step_and_check()
 
         @rule(max_norm=st.sampled_from([1e-3, 0.1, 10.0]))
         def clipped_step(self, max_norm):
             counts["clipped_step"] += 1
             self._backward()
-            self._step_and_check([False] * len(self.opts), clip=max_norm)
+            self._step_and_check(clip=max_norm)
 
         @rule(micro_batches=st.integers(2, 4), overflow=st.booleans())
         def accumulated_step(self, micro_batches, overflow):
@@ -181,9 +201,7 @@ def build_machine(
             self._backward(micro_batches)
             if overflow:
                 self._corrupt(0, math.inf)
-            self._step_and_check(
-                [overflow and any(p is self.params[0] for p in o.param_groups[0]["params"]) for o in self.opts]
-            )
+            self._step_and_check()
 
         @precondition(lambda self: self.started)
         @rule(exponent=st.integers(-4, 30), as_tensor=st.booleans())
@@ -249,6 +267,8 @@ def build_machine(
         def scale_and_tracker_equal_the_reference(self):
             if not hasattr(self, "scaler"):
                 return
+            if self.ref.scale >= 2.0**127:
+                counts["at_float32_top"] += 1
             got = (self.scaler.get_scale(), self.scaler._get_growth_tracker())
             want = (self.ref.scale, self.ref.growth_tracker)
             assert got == want, f"scaler (scale, growth_tracker) = {got}, reference (torch semantics) = {want}"
@@ -275,6 +295,7 @@ def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_facto
             note="model-based test of torch.amp.GradScaler against harness.domains.scaling.reference (torch)",
         )
     assert counts["overflow_step"] and counts["clean_step"], f"the machine never exercised both rules: {dict(counts)}"
+    assert counts["at_float32_top"], f"the machine never reached the top of float32: {dict(counts)}"
 
 
 def test_growth_is_capped_at_the_largest_float32(amp_device, scaler_factory, amp_record):
@@ -282,7 +303,8 @@ def test_growth_is_capped_at_the_largest_float32(amp_device, scaler_factory, amp
     p = torch.nn.Parameter(torch.ones(2, device=amp_device))
     opt = torch.optim.SGD([p], lr=0.0)
     scaler = scaler_factory(amp_device.type, init_scale=2.0**126, growth_factor=4.0, growth_interval=1)
-    cfg = scaling.ScalerConfig(init_scale=2.0**126, growth_factor=4.0, growth_interval=1)
+    known = UNCAPPED.applies(torch.__version__, scaler_factory, amp_device.type)
+    cfg = scaling.ScalerConfig(init_scale=2.0**126, growth_factor=4.0, growth_interval=1, cap_growth=not known)
     ref = scaling.ScalerState.initial(cfg)
     for _ in range(2):
         scaler.scale(p.sum()).backward()
@@ -294,11 +316,13 @@ def test_growth_is_capped_at_the_largest_float32(amp_device, scaler_factory, amp
         compare_claim(
             "scale_after_capped_growth",
             got,
-            got == ref.scale == 2.0**126 and math.isfinite(got),
-            "2^126 x 4 overflows float32: growth is skipped",
+            got == ref.scale,
+            f"2^126 x 4 overflows float32: growth is skipped{f' (known issue {UNCAPPED.id}: inf)' if known else ''}",
             detail=f"scale {got}, expected {ref.scale}",
             expected=ref.scale,
             allowance=0,
+            finding=known,
         ),
         device=amp_device,
+        tags={"scaler": scaling.scaler_kind(scaler_factory)},
     )

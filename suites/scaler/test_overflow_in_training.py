@@ -11,7 +11,6 @@ as known, and a fixed release is noticed.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -242,8 +241,7 @@ def test_finding_a_nan_loss_with_finite_gradients_is_not_skipped(amp_device, sca
 
 # -- known issues registry --------------------------------------------------------------------
 def _torch_minor() -> str:
-    m = re.match(r"(\d+\.\d+)", torch.__version__)
-    return m.group(1) if m else torch.__version__
+    return scaling.minor_of(torch.__version__)
 
 
 def _observe(issue_id: str, device: torch.device, scaler_cls: type[torch.amp.GradScaler]) -> bool:
@@ -259,6 +257,12 @@ def _observe(issue_id: str, device: torch.device, scaler_cls: type[torch.amp.Gra
         except (AttributeError, AssertionError, TypeError):
             return True
         return scaler.get_scale() != 1024.0
+    if issue_id == "sharded-cpu-growth-uncapped":
+        capped = scaler_cls(device.type, init_scale=2.0**127, growth_factor=2.0, growth_interval=1)
+        capped.scale(p.sum()).backward()
+        capped.step(opt)
+        capped.update()
+        return not math.isfinite(capped.get_scale())
     if issue_id == "update-before-scale-after-load":
         fresh = scaler_cls(device.type)
         fresh.load_state_dict(scaler.state_dict())
@@ -274,12 +278,14 @@ def _observe(issue_id: str, device: torch.device, scaler_cls: type[torch.amp.Gra
 def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_factory, amp_record):
     issue = scaling.KNOWN_ISSUES[issue_id]
     present = _observe(issue_id, amp_device, scaler_factory)
-    listed = _torch_minor() in issue.affected
+    listed = issue.applies(torch.__version__, scaler_factory, amp_device.type)
     where = "KNOWN_ISSUES in harness/domains/scaling/reference.py"
     if present and not listed:
         detail = (
-            f"known issue {issue_id} ({issue.summary}) occurs in torch {torch.__version__}, which the registry "
-            f"does not list: add {_torch_minor()!r} to KNOWN_ISSUES[{issue_id!r}].affected ({where})"
+            f"known issue {issue_id} ({issue.summary}) occurs in torch {torch.__version__} with "
+            f"{scaling.scaler_kind(scaler_factory)} on {amp_device.type}, which the registry does not list: add "
+            f"{_torch_minor()!r} to KNOWN_ISSUES[{issue_id!r}].affected, or the scaler/device to its scalers/devices "
+            f"({where})"
         )
     else:
         detail = (
@@ -296,6 +302,6 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
             finding=present,
         ),
         device=amp_device,
-        tags={"torch": torch.__version__, "listed_as_affected": listed},
+        tags={"torch": torch.__version__, "listed_as_affected": listed, "scaler": scaling.scaler_kind(scaler_factory)},
         note=issue.summary,
     )

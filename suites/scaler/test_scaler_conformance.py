@@ -2,18 +2,23 @@
 machine tells the semantics apart.
 
 Users run the same state machine against their own scaler through an adapter
-(:class:`harness.domains.scaling.reference.ScalerAdapter`): ``harness.domains.scaling.conformance.conformance_machine(make_adapter, semantics)``. The
-shipped reference implementations of the Megatron-, DeepSpeed- and Apex-style scalers must pass
-their own semantics and fail each other's.
+(:class:`harness.domains.scaling.reference.ScalerAdapter`):
+``harness.domains.scaling.conformance.conformance_machine(make_adapter, semantics)``. The shipped
+reference implementations of the Megatron-, DeepSpeed- (both rules) and Apex-style scalers must
+pass their own semantics and fail each other's. The real megatron-core and DeepSpeed scalers, where
+installed (``tox -e thirdparty``), must pass the semantics of their installed release.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
+from harness.domains.scaling import adapters
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.conformance import conformance_machine
 from harness.numerics.comparison import compare_claim
@@ -24,21 +29,65 @@ pytestmark = pytest.mark.amp_capability("loss scaling")
 STEPS = 30
 
 
-REFERENCE_SEMANTICS = ["megatron", "deepspeed", "apex"]
+REFERENCE_SEMANTICS = [s for s in scaling.SEMANTICS if s != "torch"]
+#: Settings of a run meant to find one counterexample: no shrinking, no replay blob.
+FIND_ONE = settings(
+    stateful_step_count=STEPS,
+    print_blob=False,
+    report_multiple_bugs=False,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+
+
+def _metric(semantics: str) -> str:
+    return semantics.replace("<=", "_le_").replace(">=", "_ge_")
 
 
 @pytest.mark.parametrize("semantics", REFERENCE_SEMANTICS)
 def test_reference_scaler_conforms_to_its_semantics(semantics, amp_record):
-    machine = conformance_machine(lambda cfg: scaling.reference_adapter(semantics, cfg), semantics)
+    counts: Counter[str] = Counter()
+    machine = conformance_machine(lambda cfg: scaling.reference_adapter(semantics, cfg), semantics, counts)
     run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS))
     amp_record.require(
         compare_claim(
-            f"conformance.{semantics}",
+            f"conformance.{_metric(semantics)}",
             1,
             True,  # reaching this line is the verdict: the machine raised on any divergence
             f"{semantics}-style scaler matches the {semantics} specification",
-        )
+        ),
+        tags=dict(counts),
     )
+
+
+@pytest.mark.parametrize("package", sorted(adapters.ADAPTERS))
+def test_installed_third_party_scaler_conforms_to_the_semantics_of_its_release(package, amp_record):
+    """megatron-core's DynamicGradScaler and DeepSpeed's DynamicLossScaler, as installed, through
+    the ready adapters; skipped where the package is not installed (``tox -e thirdparty``)."""
+    pytest.importorskip(
+        package.replace("-", "."),
+        reason=f"{package} is not installed: the opt-in environment `tox -e thirdparty` installs it",
+    )
+    semantics = adapters.semantics_of(package)
+    counts: Counter[str] = Counter()
+    run_state_machine_as_test(
+        conformance_machine(adapters.ADAPTERS[package], semantics, counts),
+        settings=settings(stateful_step_count=STEPS),
+    )
+    amp_record.require(
+        compare_claim(
+            f"conformance.{package}",
+            1,
+            True,  # reaching this line is the verdict: the machine raised on any divergence
+            f"{package} {adapters.version_of(package)} matches the {semantics} specification",
+        ),
+        tags={"version": adapters.version_of(package), "semantics": semantics, **counts},
+    )
+    assert counts["examples"] > counts["declined"], f"the adapter declined most configurations: {dict(counts)}"
+    for other in REFERENCE_SEMANTICS:
+        if other != semantics and scaling.SOURCES[other].framework == scaling.SOURCES[semantics].framework:
+            # the other release's rule must fail: versioning the semantics is what makes this pass
+            with pytest.raises((AssertionError, Flaky)):
+                run_state_machine_as_test(conformance_machine(adapters.ADAPTERS[package], other), settings=FIND_ONE)
 
 
 @pytest.mark.parametrize(
@@ -48,21 +97,14 @@ def test_the_machine_tells_scaler_semantics_apart(impl, claimed, amp_record):
     """A negative control: checked against another framework's semantics, a scaler fails."""
     machine = conformance_machine(lambda cfg: scaling.reference_adapter(impl, cfg), claimed)  # type: ignore[arg-type]
     with pytest.raises((AssertionError, Flaky)) as caught:
-        run_state_machine_as_test(
-            machine,
-            settings=settings(
-                stateful_step_count=STEPS,
-                print_blob=False,
-                report_multiple_bugs=False,
-                phases=[
-                    Phase.explicit,
-                    Phase.reuse,
-                    Phase.generate,
-                ],  # finding one counterexample is the point; no shrinking
-            ),
-        )
+        run_state_machine_as_test(machine, settings=FIND_ONE)
     amp_record.require(
-        compare_claim(f"conformance.{impl}_as_{claimed}", 0, True, f"a {impl}-style scaler fails {claimed} semantics"),
+        compare_claim(
+            f"conformance.{_metric(impl)}_as_{_metric(claimed)}",
+            0,
+            True,
+            f"a {impl}-style scaler fails {claimed} semantics",
+        ),
         note=str(caught.value).splitlines()[0][:200],
         tags={"implementation": impl, "claimed": claimed},
     )

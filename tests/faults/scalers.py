@@ -12,7 +12,9 @@ from collections import defaultdict
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler, OptState, _refresh_per_optimizer_state
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 
 def _scale(s: GradScaler) -> torch.Tensor:
@@ -172,6 +174,23 @@ class BackoffFloorAtOne(PyGradScaler):
     def _on_inf(self) -> None:
         super()._on_inf()
         _scale(self).clamp_(min=1.0)
+
+
+class ShardedGradScalerCappedOnCpu(ShardedGradScaler):
+    """ShardedGradScaler as it would be once its CPU update caps growth like GradScaler: the
+    registry's known issue 'sharded-cpu-growth-uncapped' must then say "appears fixed". Creates the
+    single-rank process group it needs (the caller destroys it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+        super().__init__(*args, **kwargs)
+
+    def _amp_update_scale_cpu_(self, found_inf: torch.Tensor) -> None:
+        before = _scale(self).clone()
+        super()._amp_update_scale_cpu_(found_inf)
+        if not bool(torch.isfinite(_scale(self))):
+            _scale(self).copy_(before)
 
 
 BROKEN_SCALERS: dict[str, type[GradScaler]] = {

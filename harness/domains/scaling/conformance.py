@@ -3,27 +3,50 @@
 Pure (no pytest, no paths): ``run_state_machine_as_test(conformance_machine(make_adapter, semantics))``
 drives the scaler and :func:`harness.domains.scaling.reference.update` with the same clean/overflow events and
 fails at the first difference in scale, growth tracker or at-minimum error.
+
+Two ways an adapter talks back, both documented in the README ("Checking your own loss scaler"):
+
+- the factory raises :class:`~harness.domains.scaling.reference.ConfigurationDeclined` for a
+  configuration its scaler refuses by design: that example is discarded, never a failure;
+- ``update`` raises :class:`~harness.domains.scaling.reference.ScalerAtMinimumError` where the
+  scaler signals "overflow at the minimum scale" its own way. Any other exception is a failure
+  whose message says which of the two the adapter may be missing.
+
+Initial scales are drawn from ordinary values (2^0..2^24) and from near the top of float32
+(2^120..2^127), so the growth cap (or its absence) is reached within a few steps.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
+from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from harness.domains.scaling import reference as scaling
 
+#: Initial scale exponents: ordinary values, and near the float32 maximum 2^127.99 so that a
+#: growth interval of at most 5 reaches the cap within the default step count.
+INIT_EXPONENTS = st.one_of(st.integers(0, 24), st.integers(120, 127))
+
 
 def conformance_machine(
-    make_adapter: Callable[[scaling.ScalerConfig], scaling.ScalerAdapter], semantics: scaling.Semantics
+    make_adapter: Callable[[scaling.ScalerConfig], scaling.ScalerAdapter],
+    semantics: scaling.Semantics,
+    counts: Counter[str] | None = None,
 ) -> type[RuleBasedStateMachine]:
+    """A state machine comparing the adapter's scaler with ``semantics``; ``counts`` (optional)
+    receives ``declined``, ``examples``, ``clean``, ``overflow`` and ``at_minimum`` tallies."""
+    tally: Counter[str] = counts if counts is not None else Counter()
+
     class Conformance(RuleBasedStateMachine):
         @initialize(
             growth_interval=st.integers(1, 5),
             hysteresis=st.integers(1, 3),
             min_scale=st.sampled_from([0.0, 1.0, 2.0**10]),
-            init_exp=st.integers(0, 24),
+            init_exp=INIT_EXPONENTS,
             growth=st.sampled_from([2.0, 4.0]),
             backoff=st.sampled_from([0.5, 0.25]),
             raise_at_min=st.booleans(),
@@ -48,7 +71,18 @@ def conformance_machine(
                 max_scale=2.0**24 if semantics == "apex" else scaling.FP32_MAX,
                 raise_at_min_scale=raise_at_min,
             )
-            self.adapter = make_adapter(self.cfg)
+            try:
+                self.adapter = make_adapter(self.cfg)
+            except scaling.ConfigurationDeclined:
+                tally["declined"] += 1
+                reject()
+            except Exception as exc:
+                raise AssertionError(
+                    f"{semantics}: the adapter factory raised {type(exc).__name__}({exc}) for {self.cfg}. If the "
+                    "scaler refuses this configuration by design, raise harness.domains.scaling.reference."
+                    "ConfigurationDeclined from the factory: the machine then draws another configuration"
+                ) from exc
+            tally["examples"] += 1
             self.state = scaling.ScalerState.initial(self.cfg)
 
         def _event(self, found_inf: bool) -> None:
@@ -57,7 +91,8 @@ def conformance_machine(
                 lambda: self.adapter.update(found_inf),
                 lambda: scaling.update(semantics, self.cfg, self.state, found_inf),
             )
-            for fn in calls:
+            tally["overflow" if found_inf else "clean"] += 1
+            for who, fn in zip(("scaler", "specification"), calls, strict=True):
                 result: object
                 try:
                     result = fn()
@@ -65,8 +100,19 @@ def conformance_machine(
                 except scaling.ScalerAtMinimumError:
                     result = None
                     errors.append("at-minimum")
+                except Exception as exc:
+                    if who == "specification":
+                        raise
+                    raise AssertionError(
+                        f"{semantics}: the scaler raised {type(exc).__name__}({exc}) on "
+                        f"{'an overflow' if found_inf else 'a clean step'} (specification state {self.state}). If this "
+                        "is how it signals an overflow at the minimum scale, translate it into "
+                        "harness.domains.scaling.reference.ScalerAtMinimumError in the adapter's update()"
+                    ) from exc
                 if isinstance(result, scaling.ScalerState):
                     self.state = result
+            if errors[1] == "at-minimum":
+                tally["at_minimum"] += 1
             assert errors[0] == errors[1], f"{semantics}: scaler raised {errors[0]!r}, specification {errors[1]!r}"
 
         @rule()

@@ -15,11 +15,16 @@ tensor. Named semantics and their sources:
     Megatron-LM ``DynamicGradScaler``: an overflow resets the growth tracker and decrements the
     hysteresis tracker; only when it reaches 0 the scale backs off, never below ``min_scale``.
     Hysteresis is refilled only on growth.
-``deepspeed``
-    DeepSpeed ``DynamicLossScaler.update_scale``: growth when ``(iter - last_overflow_iter) %
-    window == 0`` (the window-th clean step after the last overflow, counting the first window from
-    iteration -1), hysteresis (``delayed_shift``) consumed by overflows and refilled on growth,
-    backoff bounded by ``min_scale`` and an error when an overflow hits the minimum.
+``deepspeed<=0.17.0``
+    DeepSpeed ``DynamicLossScaler.update_scale`` up to 0.17.0: growth by ``scale_factor`` when
+    ``(iter - last_overflow_iter) % window == 0`` (the window-th clean step after the last overflow,
+    counting the first window from iteration -1), hysteresis (``delayed_shift``) consumed by
+    overflows and refilled on growth, backoff by ``1 / scale_factor`` bounded by ``min_scale`` and
+    an error when an overflow hits the minimum. The scale is a Python float (float64), not float32.
+``deepspeed>=0.17.1``
+    The same from 0.17.1 (deepspeedai/DeepSpeed#6976, "Improve overflow handling in ZeRO"): growth
+    when ``stable = iter - last_overflow_iter - 1`` is positive and ``stable % window == 0``, one
+    clean step later than before; ``scale_factor`` is no longer a constructor argument (fixed at 2).
 ``apex``
     NVIDIA Apex ``amp.scaler.LossScaler``: halve on overflow (bounded by ``min_loss_scale`` when
     set), double after ``scale_window`` clean steps, never above ``max_loss_scale = 2^24``.
@@ -28,12 +33,13 @@ tensor. Named semantics and their sources:
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-Semantics = Literal["torch", "megatron", "deepspeed", "apex"]
-SEMANTICS: tuple[Semantics, ...] = ("torch", "megatron", "deepspeed", "apex")
+Semantics = Literal["torch", "megatron", "deepspeed<=0.17.0", "deepspeed>=0.17.1", "apex"]
+SEMANTICS: tuple[Semantics, ...] = ("torch", "megatron", "deepspeed<=0.17.0", "deepspeed>=0.17.1", "apex")
 FP32_MAX = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
 
 
@@ -46,7 +52,74 @@ def f32(x: float) -> float:
 
 
 class ScalerAtMinimumError(RuntimeError):
-    """DeepSpeed semantics: an overflow with the scale already at its minimum."""
+    """DeepSpeed semantics: an overflow with the scale already at its minimum.
+
+    An adapter whose scaler signals this another way (DeepSpeed raises a plain ``Exception``)
+    translates it into this error; any other exception from a scaler is a conformance failure.
+    """
+
+
+class ConfigurationDeclined(Exception):
+    """Raised by an adapter factory for a configuration its scaler refuses by design (megatron-core
+    asserts ``min_scale > 0``; DeepSpeed from 0.17.1 has no growth factor but 2). The conformance
+    machine discards that example and draws another; it is never a conformance failure."""
+
+
+@dataclass(frozen=True)
+class SemanticsSource:
+    """Where a semantics comes from: the framework, the releases it holds for, and the code."""
+
+    framework: str
+    #: first and last release the rule holds for (inclusive; None: open-ended)
+    first: str | None
+    last: str | None
+    source: str
+
+
+SOURCES: dict[Semantics, SemanticsSource] = {
+    "torch": SemanticsSource(
+        "torch", None, None, "aten/src/ATen/native/cuda/AmpKernels.cu: _amp_update_scale_cuda_kernel"
+    ),
+    "megatron": SemanticsSource(
+        "megatron-core",
+        None,
+        None,
+        "megatron/core/optimizer/grad_scaler.py: DynamicGradScaler.update (checked: 0.16.1)",
+    ),
+    "deepspeed<=0.17.0": SemanticsSource(
+        "deepspeed", None, "0.17.0", "deepspeed/runtime/fp16/loss_scaler.py: DynamicLossScaler.update_scale (0.17.0)"
+    ),
+    "deepspeed>=0.17.1": SemanticsSource(
+        "deepspeed",
+        "0.17.1",
+        None,
+        "deepspeed/runtime/fp16/loss_scaler.py: DynamicLossScaler.update_scale after deepspeedai/DeepSpeed#6976 "
+        "(checked: 0.19.8)",
+    ),
+    "apex": SemanticsSource("apex", None, None, "apex/amp/scaler.py: LossScaler.update_scale"),
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a version string such as ``0.17.1+cpu`` or ``0.16.1rc2``."""
+    match = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", version.strip())
+    if match is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return tuple(int(g or 0) for g in match.groups())
+
+
+def semantics_for(framework: str, version: str) -> Semantics:
+    """The semantics of ``framework`` at release ``version`` (e.g. ``("deepspeed", "0.19.8")``)."""
+    known = sorted({src.framework for src in SOURCES.values()})
+    if framework not in known:
+        raise ValueError(f"no scaler semantics for framework {framework!r}; known: {', '.join(known)}")
+    v = _release(version)
+    for name, src in SOURCES.items():
+        if src.framework != framework:
+            continue
+        if (src.first is None or v >= _release(src.first)) and (src.last is None or v <= _release(src.last)):
+            return name
+    raise ValueError(f"{framework} {version}: no semantics covers this release ({', '.join(SEMANTICS)})")
 
 
 @dataclass(frozen=True)
@@ -59,6 +132,8 @@ class ScalerConfig:
     min_scale: float = 0.0
     max_scale: float = FP32_MAX
     raise_at_min_scale: bool = False
+    #: torch semantics: a growth that would overflow float32 is skipped
+    cap_growth: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,6 +149,11 @@ class ScalerState:
         return ScalerState(scale=f32(cfg.init_scale), hysteresis_left=cfg.hysteresis)
 
 
+#: ``ScalerConfig.cap_growth=False`` models a scaler whose growth is not capped at the largest
+#: float32 (the scale becomes inf and stays there: inf x backoff = inf). Only a registered known
+#: issue may use it (ShardedGradScaler's CPU update, see KNOWN_ISSUES).
+
+
 def update(semantics: Semantics, cfg: ScalerConfig, s: ScalerState, found_inf: bool) -> ScalerState:
     """One ``update()`` at the end of an iteration."""
     if semantics == "torch":
@@ -82,7 +162,8 @@ def update(semantics: Semantics, cfg: ScalerConfig, s: ScalerState, found_inf: b
         tracker = s.growth_tracker + 1
         if tracker == cfg.growth_interval:
             grown = f32(s.scale * cfg.growth_factor)
-            return replace(s, scale=grown if math.isfinite(grown) else s.scale, growth_tracker=0)
+            capped = grown if math.isfinite(grown) or not cfg.cap_growth else s.scale
+            return replace(s, scale=capped, growth_tracker=0)
         return replace(s, growth_tracker=tracker)
     if semantics == "megatron":
         if found_inf:
@@ -93,18 +174,21 @@ def update(semantics: Semantics, cfg: ScalerConfig, s: ScalerState, found_inf: b
         if tracker == cfg.growth_interval:
             return replace(s, scale=f32(s.scale * cfg.growth_factor), growth_tracker=0, hysteresis_left=cfg.hysteresis)
         return replace(s, growth_tracker=tracker)
-    if semantics == "deepspeed":
+    if semantics in ("deepspeed<=0.17.0", "deepspeed>=0.17.1"):
+        # a Python float: no float32 rounding, and no float32 overflow
         it = s.iteration
         if found_inf:
             if cfg.hysteresis == 1 or s.hysteresis_left == 1:
                 if s.scale == cfg.min_scale and cfg.raise_at_min_scale:
                     raise ScalerAtMinimumError("Current loss scale already at minimum - cannot decrease scale anymore.")
-                s = replace(s, scale=max(f32(s.scale / cfg.growth_factor), cfg.min_scale))
+                s = replace(s, scale=max(s.scale / cfg.growth_factor, cfg.min_scale))
             else:
                 s = replace(s, hysteresis_left=s.hysteresis_left - 1)
             return replace(s, last_overflow_iter=it, iteration=it + 1)
-        if (it - s.last_overflow_iter) % cfg.growth_interval == 0:
-            s = replace(s, scale=f32(s.scale * cfg.growth_factor), hysteresis_left=cfg.hysteresis)
+        since = it - s.last_overflow_iter
+        stable = since if semantics == "deepspeed<=0.17.0" else since - 1
+        if stable > 0 and stable % cfg.growth_interval == 0:
+            s = replace(s, scale=s.scale * cfg.growth_factor, hysteresis_left=cfg.hysteresis)
         return replace(s, iteration=it + 1)
     if semantics == "apex":
         if found_inf:
@@ -177,6 +261,8 @@ class MegatronStyleScaler:
 
 
 class DeepSpeedStyleScaler:
+    """DeepSpeed up to 0.17.0 (``scale_factor`` configurable; a Python-float scale)."""
+
     def __init__(
         self,
         init_scale: float,
@@ -186,25 +272,35 @@ class DeepSpeedStyleScaler:
         delayed_shift: int,
         raise_error_at_min_scale: bool = True,
     ) -> None:
-        self.cur_scale, self.cur_iter, self.last_overflow_iter = f32(init_scale), 0, -1
+        self.cur_scale, self.cur_iter, self.last_overflow_iter = float(init_scale), 0, -1
         self.scale_factor, self.scale_window, self.min_scale = scale_factor, scale_window, min_scale
         self.delayed_shift = self.cur_hysteresis = delayed_shift
         self.raise_error_at_min_scale = raise_error_at_min_scale
+
+    def _grows(self) -> bool:
+        return (self.cur_iter - self.last_overflow_iter) % self.scale_window == 0
 
     def update_scale(self, overflow: bool) -> None:
         if overflow:
             if self.delayed_shift == 1 or self.cur_hysteresis == 1:
                 if self.cur_scale == self.min_scale and self.raise_error_at_min_scale:
                     raise ScalerAtMinimumError("Current loss scale already at minimum - cannot decrease scale anymore.")
-                self.cur_scale = max(f32(self.cur_scale / self.scale_factor), self.min_scale)
+                self.cur_scale = max(self.cur_scale / self.scale_factor, self.min_scale)
             else:
                 self.cur_hysteresis -= 1
             self.last_overflow_iter = self.cur_iter
-        else:
-            if (self.cur_iter - self.last_overflow_iter) % self.scale_window == 0:
-                self.cur_hysteresis = self.delayed_shift
-                self.cur_scale = f32(self.cur_scale * self.scale_factor)
+        elif self._grows():
+            self.cur_hysteresis = self.delayed_shift
+            self.cur_scale *= self.scale_factor
         self.cur_iter += 1
+
+
+class DeepSpeed0171StyleScaler(DeepSpeedStyleScaler):
+    """DeepSpeed from 0.17.1: the window counts from the step after the last overflow."""
+
+    def _grows(self) -> bool:
+        stable_interval = self.cur_iter - self.last_overflow_iter - 1
+        return stable_interval > 0 and stable_interval % self.scale_window == 0
 
 
 class ApexStyleScaler:
@@ -248,7 +344,7 @@ class MegatronAdapter:
 @dataclass
 class DeepSpeedAdapter:
     impl: DeepSpeedStyleScaler
-    semantics: Semantics = "deepspeed"
+    semantics: Semantics = "deepspeed>=0.17.1"
 
     def update(self, found_inf: bool) -> None:
         self.impl.update_scale(found_inf)
@@ -288,16 +384,18 @@ def reference_adapter(semantics: Semantics, cfg: ScalerConfig) -> ScalerAdapter:
                 cfg.hysteresis,
             )
         )
-    if semantics == "deepspeed":
+    if semantics in ("deepspeed<=0.17.0", "deepspeed>=0.17.1"):
+        style = DeepSpeedStyleScaler if semantics == "deepspeed<=0.17.0" else DeepSpeed0171StyleScaler
         return DeepSpeedAdapter(
-            DeepSpeedStyleScaler(
+            style(
                 cfg.init_scale,
                 cfg.growth_factor,
                 cfg.growth_interval,
                 cfg.min_scale,
                 cfg.hysteresis,
                 cfg.raise_at_min_scale,
-            )
+            ),
+            semantics,
         )
     if semantics == "apex":
         return ApexAdapter(ApexStyleScaler(cfg.init_scale, cfg.growth_interval, cfg.min_scale or None, cfg.max_scale))
@@ -312,6 +410,35 @@ class KnownIssue:
     #: torch minor versions (e.g. "2.13") where the behaviour was observed
     affected: tuple[str, ...]
     reference: str
+    #: the scaler classes it concerns (a subclass counts as its torch base class)
+    scalers: tuple[str, ...] = ("GradScaler", "ShardedGradScaler")
+    #: the device types it concerns
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    def applies(self, torch_version: str, scaler: type, device_type: str) -> bool:
+        """Whether the registry says this issue is present for that release, scaler and device."""
+        return (
+            minor_of(torch_version) in self.affected
+            and scaler_kind(scaler) in self.scalers
+            and device_type in self.devices
+        )
+
+
+def minor_of(version: str) -> str:
+    """``"2.13"`` of ``"2.13.0+cpu"``: known issues are keyed by minor release."""
+    return ".".join(str(n) for n in _release(version)[:2])
+
+
+#: torch's scaler classes, most derived first: what a (possibly broken) subclass is judged as.
+SCALER_KINDS = ("ShardedGradScaler", "GradScaler")
+
+
+def scaler_kind(cls: type) -> str:
+    """The torch scaler class ``cls`` is or derives from (by name: this module imports no torch)."""
+    for base in cls.__mro__:
+        if base.__name__ in SCALER_KINDS:
+            return base.__name__
+    return cls.__name__
 
 
 KNOWN_ISSUES: dict[str, KnownIssue] = {
@@ -328,5 +455,15 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "update(new_scale) before that raises AssertionError ('_scale is None')",
         affected=("2.13",),
         reference="torch/amp/grad_scaler.py: _check_scale_growth_tracker() in update()",
+    ),
+    "sharded-cpu-growth-uncapped": KnownIssue(
+        "sharded-cpu-growth-uncapped",
+        "ShardedGradScaler's CPU update (_amp_update_scale_cpu_) multiplies the scale by the growth factor without "
+        "the float32 cap GradScaler applies: the scale becomes inf and stays there (inf x backoff = inf), so every "
+        "later step is skipped",
+        affected=("2.13",),
+        reference="torch/distributed/fsdp/sharded_grad_scaler.py: _amp_update_scale_cpu_ (vs torch._amp_update_scale_)",
+        scalers=("ShardedGradScaler",),
+        devices=("cpu",),
     ),
 }
