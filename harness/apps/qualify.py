@@ -32,6 +32,7 @@ class Status(str, Enum):
     FAIL = "FAIL"
     NOISY = "NOISY"
     NOT_JUDGED = "NOT JUDGED"
+    INCONCLUSIVE = "INCONCLUSIVE"
     SKIPPED = "SKIPPED"
 
     def __str__(self) -> str:
@@ -76,7 +77,9 @@ def cases(junit: Path) -> list[Case]:
 
 
 def _verdict(name: str, mine: Sequence[Case]) -> Verdict:
-    failed = [c for c in mine if c.outcome in ("failure", "error")]
+    #: a failed test labelled inconclusive tested nothing: not a regression, not a pass
+    inconclusive = [c for c in mine if c.outcome == "failure" and "inconclusive" in c.labels]
+    failed = [c for c in mine if c.outcome in ("failure", "error") and c not in inconclusive]
     noisy = [c for c in mine if "noisy" in c.labels]
     unjudged = [c for c in mine if c.outcome == "passed" and "unjudged" in c.labels]
     ran = [c for c in mine if c.outcome == "passed"]
@@ -85,6 +88,11 @@ def _verdict(name: str, mine: Sequence[Case]) -> Verdict:
     if failed:
         return Verdict(
             name, Status.FAIL, f"{len(failed)} failed; first: {failed[0].name}: {failed[0].message[:160]}", len(mine)
+        )
+    if inconclusive:
+        why = inconclusive[0].notes[0] if inconclusive[0].notes else inconclusive[0].message
+        return Verdict(
+            name, Status.INCONCLUSIVE, f"{len(inconclusive)} check(s) tested nothing: {why[:300]}", len(mine)
         )
     if noisy:
         why = noisy[0].notes[0] if noisy[0].notes else noisy[0].message

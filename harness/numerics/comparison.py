@@ -178,6 +178,9 @@ class ClaimComparison(_Judged):
     #: the outcome when the claim holds: PASS, or KNOWN for a recorded finding of the stack
     #: (a known deviation whose check notices when it changes)
     holds_as: Outcome = Outcome.PASS
+    #: the outcome when it does not: FAIL, or INCONCLUSIVE where what did not hold is the
+    #: precondition of a verdict (the check tested nothing), not the claim
+    fails_as: Outcome = Outcome.FAIL
 
     @property
     def passed(self) -> bool:
@@ -185,7 +188,7 @@ class ClaimComparison(_Judged):
 
     @property
     def outcome(self) -> Outcome:
-        return self.holds_as if self.holds else Outcome.FAIL
+        return self.holds_as if self.holds else self.fails_as
 
 
 AnyComparison = ScalarComparison | BoundComparison | ElementwiseComparison | DataComparison | ClaimComparison
@@ -211,12 +214,17 @@ def compare_claim(
     allowance: float | None = None,
     unit: str = "",
     finding: bool = False,
+    inconclusive: bool = False,
 ) -> ClaimComparison:
     """A claim whose rule the caller decides; ``detail`` says what was seen when it does not hold.
-    ``finding=True``: the claim is that a known deviation is still there (recorded as KNOWN)."""
+    ``finding=True``: the claim is that a known deviation is still there (recorded as KNOWN).
+    ``inconclusive=True``: the claim is a precondition of a verdict; not holding is INCONCLUSIVE."""
     lines = (detail,) if isinstance(detail, str) else tuple(detail)
     holds_as = Outcome.KNOWN if finding else Outcome.PASS
-    return ClaimComparison(name, float(value), bool(holds), criterion, lines, expected, allowance, unit, holds_as)
+    fails_as = Outcome.INCONCLUSIVE if inconclusive else Outcome.FAIL
+    return ClaimComparison(
+        name, float(value), bool(holds), criterion, lines, expected, allowance, unit, holds_as, fails_as
+    )
 
 
 def compare_values(
@@ -498,7 +506,8 @@ def explain_claim(r: ClaimComparison) -> str:
     seen = f"{_fmt(r.value)}{u}"
     if r.allowance is not None:
         seen += f" (allowance {_fmt(r.allowance)}{u})"
-    head = f"{r.name}: {_verdict(r.passed)}: {seen}; criterion: {r.criterion}"
+    verdict = "INCONCLUSIVE" if r.outcome is Outcome.INCONCLUSIVE else _verdict(r.passed)
+    head = f"{r.name}: {verdict}: {seen}; criterion: {r.criterion}"
     return "\n".join([head, *(f"  {line}" for line in r.detail)])
 
 

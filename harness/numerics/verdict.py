@@ -31,6 +31,10 @@ class Outcome(str, Enum):
     SKIP = "skip"
     #: a known, registered deviation (a finding of the stack with a check that notices a fix)
     KNOWN = "known"
+    #: the check ran but tested nothing it claims (a training run whose optimizer steps were
+    #: mostly skipped, or whose parameters did not move): neither pass nor a regression; the row
+    #: carries the counts. The test fails, so that a vacuous check is never green
+    INCONCLUSIVE = "inconclusive"
 
     @classmethod
     def parse(cls, value: Outcome | str) -> Outcome:

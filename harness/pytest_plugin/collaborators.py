@@ -22,7 +22,8 @@ from harness.storage import baselines as bl
 if TYPE_CHECKING:
     import torch
 
-    from harness.domains.training import ParityReport, Recipe, Setup
+    from harness.domains.training import Band, ParityReport, Recipe, RecipeResult, Setup
+    from harness.domains.training.diagnosis import Diagnosis
 
 
 def display(path: Path) -> str:
@@ -147,11 +148,71 @@ class TrainingChecks:
             amp_training.check(setup, [training.BF16, training.FP16_SCALER])
 
     Every verdict comes from :mod:`harness.domains.training` (the same functions the training
-    suite uses); this object only records them and fails the test with every miss.
+    suite uses); this object only records them and fails the test with every miss. A failed
+    parity verdict is diagnosed (:mod:`harness.domains.training.diagnosis`): the module where the
+    AMP run departs from fp32 is named in the message and recorded.
     """
 
     def __init__(self, recorder: Recorder, device: torch.device) -> None:
         self._record, self._device = recorder, device
+
+    def parity_verdict(
+        self, setup: Setup, result: RecipeResult, band: Band, tags: dict[str, Any] | None = None
+    ) -> str | None:
+        """Record one recipe's parity verdict (and, when it fails, its diagnosis); the failure
+        message, or None when it passed."""
+        from harness.domains import training as T
+        from harness.domains.training.diagnosis import diagnose
+        from harness.numerics.comparison import explain
+
+        verdict = T.judge(setup.name, result)
+        base = {
+            "control": result.recipe.control,
+            "skipped_steps": result.run.skipped_at,
+            "taken_steps": result.run.taken_steps,
+            "steps": len(result.run.losses),
+            "param_change": result.reference.param_change,
+            **(tags or {}),
+        }
+        dtype = str(result.recipe.dtype or "float32")
+        if self._record.result(verdict, device=self._device, dtype=dtype, tags=base):
+            return None
+        message = explain(verdict)
+        if verdict.outcome is Outcome.FAIL and not result.recipe.control:
+            diagnosis = diagnose(setup, result, band, self._device)
+            self._record_diagnosis(setup, result, diagnosis, dtype)
+            message += "\n" + diagnosis.explain()
+        return message
+
+    def _record_diagnosis(self, setup: Setup, result: RecipeResult, d: Diagnosis, dtype: str) -> None:
+        u = d.unit_roundoff
+        metric = f"{setup.name}.{result.recipe.metric_id}.diagnosis"
+        if d.departure is not None:
+            self._record(
+                f"{metric}.departure_own_error",
+                (d.departure.local or 0.0) / u,
+                unit="u",
+                device=self._device,
+                dtype=dtype,
+                tags={
+                    "module": d.departure.name,
+                    "kind": d.departure.kind,
+                    "step": d.step,
+                    "output_error": d.departure.forward,
+                    "ranked": [(m.name, m.kind, (m.local or 0.0) / u) for m in d.ranked()],
+                },
+                note="the module with the largest error of its own (local error in units of the autocast dtype's u)",
+            )
+        if d.remedy is not None:
+            self._record(
+                f"{metric}.remedy_worst_over_allowance",
+                d.remedy.worst_after,
+                expected=1.0,
+                device=self._device,
+                dtype=dtype,
+                tags={"module_in_fp32": d.remedy.module, "before": d.remedy.worst_before, "fixes": d.remedy.fixes},
+                note=f"parity with {d.remedy.module} outside autocast (before: {d.remedy.worst_before:.3g})",
+            )
 
     def check(
         self, setup: Setup, recipes: Sequence[Recipe], seeds: int = 3, determinism: bool = True, census: bool = True
@@ -163,10 +224,9 @@ class TrainingChecks:
         report = T.check_parity(setup, recipes, seeds=seeds, device=self._device)
         failures: list[str] = []
         for r in report.results:
-            verdict = T.judge(setup.name, r)
-            tags = {"control": r.recipe.control, "skipped_steps": r.run.skipped_at}
-            if not self._record.result(verdict, device=self._device, tags=tags):
-                failures.append(explain(verdict))
+            failure = self.parity_verdict(setup, r, report.band)
+            if failure is not None:
+                failures.append(failure)
         if determinism:
             for recipe in recipes:
                 same, first = T.is_deterministic(setup, recipe, self._device)
@@ -180,3 +240,12 @@ class TrainingChecks:
         if failures:
             raise AssertionError(f"training checks of {setup.name!r} failed:\n" + "\n".join(failures))
         return report
+
+    def require_parity(
+        self, setup: Setup, result: RecipeResult, band: Band, tags: dict[str, Any] | None = None
+    ) -> None:
+        """:meth:`parity_verdict`, failing the test on a miss (the training suite's assertion)."""
+        __tracebackhide__ = True
+        failure = self.parity_verdict(setup, result, band, tags)
+        if failure is not None:
+            raise AssertionError(failure)

@@ -32,7 +32,7 @@ OUTCOME_PROPERTY = "amp_outcome"
 NOTE_PROPERTY = "amp_note"
 
 #: Row outcomes that label the whole test for the qualification verdict (once per test each).
-_LABELS = (Outcome.NOISY, Outcome.UNJUDGED)
+_LABELS = (Outcome.NOISY, Outcome.UNJUDGED, Outcome.INCONCLUSIVE)
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from harness.storage import atomic
 if TYPE_CHECKING:
     import pandas as pd
 
-#: 2: the ``unjudged`` outcome (measured, nothing to judge it against yet). Version 1 reports
-#: load unchanged (their rows use a subset of the outcomes).
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
+#: 2: the ``unjudged`` outcome (measured, nothing to judge it against yet). 3: the
+#: ``inconclusive`` outcome (a check that tested nothing it claims). Earlier versions load
+#: unchanged (their rows use a subset of the outcomes).
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
 ROWS_PARQUET = "rows.parquet"
 ROWS_CSV = "rows.csv"
 RUN_JSON = "run.json"

@@ -30,7 +30,7 @@ def _lm_forward(device: torch.device, dtype: torch.dtype | None):
 
     def step() -> torch.Tensor:
         with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            return setup.loss(model(x).float(), y)
+            return setup.loss_from(setup.forward(model, x), y)
 
     return step
 
@@ -76,7 +76,7 @@ def test_model_state_bytes_match_the_analytic_model(recipe, amp_device, amp_reco
         opt = torch.optim.AdamW(params, lr=1e-3)
     x, y = T.SETUPS["tiny_lm"].batch(0, torch.Generator().manual_seed(0))
     with torch.autocast(amp_device.type, dtype=torch.bfloat16, enabled=recipe == "autocast"):
-        loss = T.SETUPS["tiny_lm"].loss(model(x.to(amp_device)).float(), y.to(amp_device))
+        loss = T.SETUPS["tiny_lm"].loss_from(model(x.to(amp_device)), y.to(amp_device))
     loss.backward()
     if master is not None:
         for m, p in zip(master, params, strict=True):

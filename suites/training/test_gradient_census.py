@@ -75,7 +75,7 @@ def _scaler_skips_at(scale: float, device: torch.device) -> bool:
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     scaler = torch.amp.GradScaler(device.type, init_scale=scale)
     with torch.autocast(device.type, dtype=torch.float16):
-        loss = setup.loss(model(x.to(device)).float(), y.to(device))
+        loss = setup.loss_from(setup.forward(model, x.to(device)), y.to(device))
     scaler.scale(loss).backward()
     scaler.step(opt)
     scaler.update()

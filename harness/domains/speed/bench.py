@@ -100,7 +100,7 @@ def _lm_step(device: torch.device, dtype: torch.dtype | None) -> Fn:
     def run() -> Any:
         opt.zero_grad()
         with _autocast(device, dtype):
-            loss = setup.loss(model(x).float(), y)
+            loss = setup.loss_from(setup.forward(model, x), y)
         scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
         scaler.step(opt)
         scaler.update()

@@ -1,10 +1,12 @@
 """Claim family *training*: small mixed-precision training runs and the bring-your-own-model API.
 
-``recipes`` (how a step runs, what is trained), ``models`` (the built-in problems), ``loop`` (one
-run), ``parity`` (AMP against fp32 within the seed band) and ``census`` (gradient magnitudes
-against fp16's range). The names users need are re-exported here: ``harness.domains.training.Setup``.
+``recipes`` (how a step runs, what is trained), ``batches`` (inputs and outputs of any structure),
+``models`` (the built-in problems), ``loop`` (one run), ``parity`` (AMP against fp32 within the
+seed band, and when a run is conclusive), ``diagnosis`` (the module where a failing run departs)
+and ``census`` (gradient magnitudes against fp16's range). The names users need are re-exported here: ``harness.domains.training.Setup``.
 """
 
+from harness.domains.training.batches import Inputs, logits_of, loss_of
 from harness.domains.training.census import (
     CENSUS_SCALES,
     FP16_MIN_NORMAL,
@@ -17,12 +19,15 @@ from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED
 from harness.domains.training.models import SETUPS, TinyLM
 from harness.domains.training.parity import (
     CONTROL_FACTOR,
+    MIN_PARAM_CHANGE,
+    MIN_TAKEN_SHARE,
     PARITY_FRACTION,
     Band,
     Parity,
     ParityReport,
     RecipeResult,
     check_parity,
+    conclusive,
     is_deterministic,
     judge,
     judge_determinism,
@@ -48,7 +53,9 @@ from harness.domains.training.recipes import (
     BatchFn,
     LossFn,
     ModelFactory,
+    OptimizerFactory,
     Recipe,
+    ScheduleFactory,
     Setup,
     make_optimizer,
 )
@@ -72,6 +79,8 @@ __all__ = [
     "FP16_WITH_SCALER_SMALL",
     "FP32",
     "INIT_SEED",
+    "MIN_PARAM_CHANGE",
+    "MIN_TAKEN_SHARE",
     "OPTIMIZERS",
     "PARITY_FRACTION",
     "SETUPS",
@@ -79,16 +88,20 @@ __all__ = [
     "Band",
     "Batch",
     "BatchFn",
+    "Inputs",
     "LossFn",
     "ModelFactory",
+    "OptimizerFactory",
     "Parity",
     "ParityReport",
     "Recipe",
     "RecipeResult",
     "Run",
+    "ScheduleFactory",
     "Setup",
     "TinyLM",
     "check_parity",
+    "conclusive",
     "evaluate",
     "fp32_gradients",
     "gradient_census",
@@ -96,6 +109,8 @@ __all__ = [
     "judge",
     "judge_determinism",
     "lm_gradients",
+    "logits_of",
+    "loss_of",
     "make_optimizer",
     "parity",
     "per_step_spread",

@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 
+from harness.domains.training.batches import to_device
 from harness.domains.training.loop import DATA_SEED_OFFSET, INIT_SEED
 from harness.domains.training.models import SETUPS
-from harness.domains.training.recipes import Setup, make_optimizer
+from harness.domains.training.recipes import Setup
 from harness.numerics.formats import FP16
 
 FP16_TINY = FP16.smallest_subnormal  # 2^-24: below half of it a value flushes to zero
@@ -56,12 +57,12 @@ def fp32_gradients(
     """fp32 parameter gradients after a few fp32 steps (the census input)."""
     torch.manual_seed(seed)
     model = setup.model(INIT_SEED).to(device)
-    opt = make_optimizer(setup.optimizer, list(model.parameters()), setup.lr)
+    opt = setup.make_optimizer(list(model.parameters()), setup.lr)
     gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
     for step in range(warmup_steps + 1):
-        x, y = setup.batch(step, gen)
+        x, y = to_device(setup.batch(step, gen), torch.device(device))
         opt.zero_grad()
-        setup.loss(model(x.to(device)), y.to(device)).backward()  # type: ignore[no-untyped-call]
+        setup.loss_from(setup.forward(model, x), y).backward()  # type: ignore[no-untyped-call]
         if step < warmup_steps:
             opt.step()
     return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
-from harness.domains.training.recipes import Recipe, Setup, make_optimizer
+from harness.domains.training.batches import cast_floating, split, tensors, to_device
+from harness.domains.training.recipes import Recipe, Setup
 
 
 @dataclass
@@ -19,7 +23,15 @@ class Run:
     eval_losses: dict[int, float] = field(default_factory=dict)
     skipped_at: list[int] = field(default_factory=list)
     zero_grad_share: float = 0.0
+    #: a scaler's scale before each step, and after the last update
     scales: list[float] = field(default_factory=list)
+    final_scale: float | None = None
+    #: optimizer steps taken (not skipped by a scaler, not replayed as skipped)
+    taken_steps: int = 0
+    #: ||final - initial|| / ||initial|| over all trainable parameters
+    param_change: float = 0.0
+    #: parameters (state_dict copies) at the steps asked for with ``keep_weights_at``
+    weights: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
 #: Models start from one initialisation; seeds vary the data stream. The seed band is then the
@@ -32,13 +44,41 @@ DATA_SEED_OFFSET = 10_000
 EVAL_SEED = 99_999
 
 
-def evaluate(model: nn.Module, setup: Setup, x: torch.Tensor, y: torch.Tensor) -> float:
+def evaluate(model: nn.Module, setup: Setup, inputs: Any, targets: Any) -> float:
     """fp32 loss of the model's current weights on a fixed batch (training mode kept: BatchNorm
     uses batch statistics, so no running-statistics drift enters the comparison)."""
-    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+    with torch.no_grad(), torch.autocast(inputs_device(inputs).type, enabled=False):
         params = next(model.parameters())
-        out = model(x.to(params.dtype) if x.is_floating_point() else x)
-        return float(setup.loss(out.float(), y))
+        out = setup.forward(model, cast_floating(inputs, params.dtype))
+        return float(setup.loss_from(out, targets))
+
+
+def inputs_device(inputs: Any) -> torch.device:
+    found = tensors(inputs)
+    return found[0].device if found else torch.device("cpu")
+
+
+def outside_autocast(model: nn.Module, names: Sequence[str]) -> None:
+    """Run the named submodules in fp32 outside autocast (the usual remedy for a module that is
+    numerically fragile in low precision): floating inputs cast to fp32, autocast disabled inside."""
+    modules = dict(model.named_modules())
+    for name in names:
+        if name not in modules:
+            raise KeyError(
+                f"no module {name!r} in {type(model).__name__}; modules: {', '.join(list(modules)[1:12])} ..."
+            )
+        module = modules[name]
+        inner = module.forward
+
+        def forward(*args: Any, _inner: Callable[..., Any] = inner, **kwargs: Any) -> Any:
+            with torch.autocast(inputs_device((args, kwargs)).type, enabled=False):
+                return _inner(*cast_floating(args, torch.float32), **cast_floating(kwargs, torch.float32))
+
+        module.forward = forward  # type: ignore[method-assign]
+
+
+def _param_vector(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([p.detach().double().flatten() for p in params]) if params else torch.zeros(0, dtype=torch.float64)
 
 
 def train(
@@ -47,39 +87,44 @@ def train(
     seed: int = 0,
     device: torch.device | str = "cpu",
     skip_steps: frozenset[int] = frozenset(),
+    fp32_modules: Sequence[str] = (),
+    keep_weights_at: frozenset[int] = frozenset(),
 ) -> Run:
     """Run ``setup`` with ``recipe``; deterministic for a given seed on a given stack.
 
     ``skip_steps`` replays a GradScaler's skipped steps on a reference run (no optimizer step there),
     so that parity compares numerics, not the scaler's calibration of its first steps.
+    ``fp32_modules`` runs those submodules outside autocast; ``keep_weights_at`` keeps copies of
+    the parameters after those steps (both for :mod:`harness.domains.training.diagnosis`).
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
     model = setup.model(INIT_SEED).to(dev)
     if recipe.params_dtype is not None:
         model = model.to(recipe.params_dtype)
+    outside_autocast(model, fp32_modules)
     params = [p for p in model.parameters() if p.requires_grad]
-    lr = setup.lr / recipe.loss_factor if setup.optimizer == "sgd" else setup.lr
-    opt = make_optimizer(setup.optimizer, params, lr)
+    initial = _param_vector(params)
+    lr = setup.lr / recipe.loss_factor if setup.plain_sgd else setup.lr
+    opt = setup.make_optimizer(params, lr)
+    schedule = setup.schedule(opt) if setup.schedule is not None else None
     scaler = torch.amp.GradScaler(dev.type) if recipe.scaler else None
     gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
-    eval_x, eval_y = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
-    eval_x, eval_y = eval_x.to(dev), eval_y.to(dev)
+    eval_inputs, eval_targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
     checkpoints = set(setup.checkpoints())
     run = Run(recipe.name, seed, [])
     zero, total = 0, 0
     for step in range(setup.steps):
-        x, y = setup.batch(step, gen)
-        x, y = x.to(dev), y.to(dev)
+        inputs, targets = to_device(setup.batch(step, gen), dev)
         opt.zero_grad(set_to_none=True)
         acc: list[torch.Tensor] | None = None
         step_loss = 0.0
-        for xs, ys in zip(x.chunk(recipe.micro_batches), y.chunk(recipe.micro_batches), strict=True):
+        for xs, ys in zip(split(inputs, recipe.micro_batches), split(targets, recipe.micro_batches), strict=True):
             with torch.autocast(dev.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
-                out = model(
-                    xs.to(recipe.params_dtype) if recipe.params_dtype is not None and xs.is_floating_point() else xs
+                out = setup.forward(
+                    model, cast_floating(xs, recipe.params_dtype) if recipe.params_dtype is not None else xs
                 )
-                loss = setup.loss(out.float(), ys) / recipe.micro_batches
+                loss = setup.loss_from(out, ys) / recipe.micro_batches
             step_loss += loss.detach().item()
             scaled = loss * recipe.loss_factor * (recipe.static_scale or 1.0)
             (scaler.scale(scaled) if scaler is not None else scaled).backward()  # type: ignore[no-untyped-call]
@@ -112,10 +157,25 @@ def train(
             scaler.update()
             if scaler.get_scale() < before:
                 run.skipped_at.append(step)
+            else:
+                run.taken_steps += 1
         elif step not in skip_steps:
             opt.step()
+            run.taken_steps += 1
+        if schedule is not None:
+            with warnings.catch_warnings():
+                # a scaler-skipped first step makes torch warn that the scheduler stepped before the
+                # optimizer: stepping it every training step is what the fp32 reference does too
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+                schedule.step()
         run.losses.append(step_loss)
         if step in checkpoints:
-            run.eval_losses[step] = evaluate(model, setup, eval_x, eval_y)
+            run.eval_losses[step] = evaluate(model, setup, eval_inputs, eval_targets)
+        if step in keep_weights_at:
+            run.weights[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
     run.zero_grad_share = zero / max(total, 1)
+    run.final_scale = scaler.get_scale() if scaler is not None else None
+    norm = float(initial.norm())
+    moved = float((_param_vector(params) - initial).norm())
+    run.param_change = moved / norm if norm > 0 else moved
     return run

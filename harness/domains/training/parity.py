@@ -12,6 +12,7 @@ import torch
 from harness.domains.training.loop import Run, train
 from harness.domains.training.recipes import FP32, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
+from harness.numerics.formats import FP32 as FP32_FORMAT
 
 
 @dataclass(frozen=True)
@@ -125,11 +126,54 @@ def is_deterministic(setup: Setup, recipe: Recipe, device: torch.device | str = 
 
 
 # -- verdicts -----------------------------------------------------------------------------------
+#: A parity verdict is about training, so it needs training to have happened. At least this share
+#: of the optimizer steps must be taken: skipped steps are replayed as skipped on the fp32
+#: reference, so each one is left out of the comparison on both sides, and a recipe whose scaler
+#: skipped most of its steps is judged on a minority of its own run (its finding is the skipping).
+MIN_TAKEN_SHARE = 0.5
+#: ... and the fp32 reference's parameters must have moved by more than float32 resolution
+#: (relative change above fp32's unit roundoff 2^-24): below it both runs are their initial
+#: weights and a difference of 0 says nothing.
+MIN_PARAM_CHANGE = FP32_FORMAT.unit_roundoff
+
+
+def conclusive(setup: str, r: RecipeResult) -> ClaimComparison | None:
+    """None when the recipe's run can be judged; else the INCONCLUSIVE claim with the counts.
+    Negative controls are exempt (a recipe whose gradients flush to zero is meant to fail)."""
+    if r.recipe.control:
+        return None
+    steps = len(r.run.losses)
+    taken, change = r.run.taken_steps, r.reference.param_change
+    if taken >= MIN_TAKEN_SHARE * steps and change > MIN_PARAM_CHANGE:
+        return None
+    scales = f" (loss scale {r.run.scales[0]:g} -> {r.run.final_scale:g})" if r.run.scales else ""
+    return compare_claim(
+        f"{setup}.{r.recipe.metric_id}.taken_steps",
+        taken,
+        False,
+        f"a parity verdict needs >= {MIN_TAKEN_SHARE:.0%} of the optimizer steps taken and the fp32 reference's "
+        f"parameters moved (relative change > fp32 unit roundoff {MIN_PARAM_CHANGE:.3g})",
+        detail=(
+            f"{setup} / {r.recipe.name}: {steps - taken} of {steps} optimizer steps skipped{scales}; fp32 reference "
+            f"parameters moved {change:.3g} (relative), the AMP run's {r.run.param_change:.3g}: this tested nothing",
+            "remedy: train more steps, or start the scaler lower (GradScaler(init_scale=...)) so fewer calibration "
+            "steps are skipped",
+        ),
+        expected=MIN_TAKEN_SHARE * steps,
+        unit="steps",
+        inconclusive=True,
+    )
+
+
 def judge(setup: str, r: RecipeResult) -> ClaimComparison:
-    """The parity verdict of one recipe, decided once: an AMP recipe must stay within the
-    allowance (worst |diff|/allowance <= 1); a negative control must miss it by CONTROL_FACTOR."""
+    """The parity verdict of one recipe, decided once: INCONCLUSIVE when it tested nothing
+    (:func:`conclusive`); an AMP recipe must stay within the allowance (worst |diff|/allowance <=
+    1); a negative control must miss it by CONTROL_FACTOR."""
+    vacuous = conclusive(setup, r)
+    if vacuous is not None:
+        return vacuous
     p = r.parity
-    name = f"{setup}.{r.recipe.name}.worst_diff_over_allowance"
+    name = f"{setup}.{r.recipe.metric_id}.worst_diff_over_allowance"
     if r.recipe.control:
         return compare_claim(
             name,
@@ -163,7 +207,7 @@ def judge(setup: str, r: RecipeResult) -> ClaimComparison:
 def judge_determinism(setup: str, recipe: Recipe, same: bool, first: int | None) -> ClaimComparison:
     """Bitwise-identical losses on a rerun ("nondeterministic" is its own failure, not a regression)."""
     return compare_claim(
-        f"{setup}.{recipe.name}.deterministic",
+        f"{setup}.{recipe.metric_id}.deterministic",
         same,
         same,
         "a rerun gives bitwise-identical losses",

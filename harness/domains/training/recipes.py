@@ -7,16 +7,26 @@ optimizer and length. Both are frozen values: suites and users name them, the lo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+from harness.domains.training.batches import call, logits_of, loss_of
+
+#: (inputs, targets): inputs a tensor, tuple/list (positional), dict (keyword) or Inputs; targets
+#: any structure of tensors, or None where the model computes its own loss (see batches.py)
+Batch = tuple[Any, Any]
 ModelFactory = Callable[[], nn.Module]
 BatchFn = Callable[[int, torch.Generator], Batch]  # (step, generator) -> (inputs, targets)
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[[torch.Tensor, Any], torch.Tensor]  # (output tensor in fp32, targets) -> loss
+#: (parameters, learning rate) -> optimizer: any optimizer, configured as you train
+OptimizerFactory = Callable[[list[nn.Parameter], float], torch.optim.Optimizer]
+#: optimizer -> learning-rate scheduler, stepped once per training step (taken or skipped)
+ScheduleFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,11 @@ class Recipe:
     loss_factor: float = 1.0  # small-gradient regime: loss x factor, lr / factor (SGD: same training in exact math)
     static_scale: float | None = None  # static loss scaling (Micikevicius et al.): loss x S, gradients / S
     control: bool = False
+
+    @property
+    def metric_id(self) -> str:
+        """The name as it appears in metric names: letters, digits and ``_.+-`` only."""
+        return re.sub(r"[^A-Za-z0-9_.+\-]+", "_", self.name).strip("_")
 
     def fp32_counterpart(self) -> Recipe:
         """The fp32 run this recipe must match: same accumulation, clipping and loss factor."""
@@ -79,38 +94,79 @@ BF16_GRAD_ACCUM = Recipe(
 
 @dataclass(frozen=True)
 class Setup:
-    """A training problem: model, data, loss, optimizer and length."""
+    """A training problem: model, data, loss, optimizer and length.
+
+    ``loss`` takes the output tensor (``output(model_output)``, in fp32) and the targets; None means
+    the model computes its own (``.loss`` / ``["loss"]`` of its output, labels in the inputs).
+    ``optimizer`` is a name from :data:`OPTIMIZERS` or a factory ``(params, lr) -> Optimizer``;
+    ``weight_decay`` applies to the named ones; ``schedule`` builds an LR scheduler.
+    """
 
     name: str
     model: Callable[[int], nn.Module]  # seed -> model
     batch: BatchFn
-    loss: LossFn
+    loss: LossFn | None
     steps: int
     lr: float
-    optimizer: str = "adamw"
+    optimizer: str | OptimizerFactory = "adamw"
     checkpoint_every: int = 5
+    weight_decay: float = 0.0
+    schedule: ScheduleFactory | None = None
+    output: Callable[[Any], torch.Tensor] = logits_of
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"Setup {self.name!r}: unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
-            )
+        if isinstance(self.optimizer, str):
+            if self.optimizer not in OPTIMIZERS:
+                raise ValueError(
+                    f"Setup {self.name!r}: unknown optimizer {self.optimizer!r}; choose one of "
+                    f"{', '.join(OPTIMIZERS)}, or pass a factory (params, lr) -> torch.optim.Optimizer"
+                )
+        elif not callable(self.optimizer):
+            raise TypeError(f"Setup {self.name!r}: optimizer must be a name or a callable (params, lr) -> Optimizer")
+        if self.steps < 1 or self.checkpoint_every < 1:
+            raise ValueError(f"Setup {self.name!r}: steps and checkpoint_every must be >= 1")
 
     def checkpoints(self) -> list[int]:
         return sorted({*range(self.checkpoint_every - 1, self.steps, self.checkpoint_every), self.steps - 1})
 
+    @property
+    def plain_sgd(self) -> bool:
+        """SGD by name: the only optimizer where loss x k with lr / k is the same training."""
+        return self.optimizer == "sgd"
 
-#: The optimizers a :class:`Setup` can name, and how each is built.
-OPTIMIZERS: dict[str, Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer]] = {
-    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
-    "adamw": lambda params, lr: torch.optim.AdamW(params, lr=lr, weight_decay=0.0),
+    def make_optimizer(self, params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        if isinstance(self.optimizer, str):
+            return make_optimizer(self.optimizer, params, lr, self.weight_decay)
+        return self.optimizer(list(params), lr)
+
+    def forward(self, model: nn.Module, inputs: Any) -> Any:
+        """The model's raw output for batch inputs of any structure."""
+        return call(model, inputs)
+
+    def loss_from(self, output: Any, targets: Any) -> torch.Tensor:
+        """The loss of a model output: the Setup's loss on the output tensor in fp32, or the model's own."""
+        if self.loss is None:
+            return loss_of(output).float()
+        return self.loss(self.output(output).float(), targets)
+
+
+#: The optimizers a :class:`Setup` can name, and how each is built: (params, lr, weight decay).
+OPTIMIZERS: dict[str, Callable[[Sequence[nn.Parameter], float, float], torch.optim.Optimizer]] = {
+    "sgd": lambda params, lr, wd: torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=wd),
+    "adamw": lambda params, lr, wd: torch.optim.AdamW(params, lr=lr, weight_decay=wd),
+    "adam": lambda params, lr, wd: torch.optim.Adam(params, lr=lr, weight_decay=wd),
 }
 
 
-def make_optimizer(kind: str, params: Sequence[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+def make_optimizer(
+    kind: str, params: Sequence[nn.Parameter], lr: float, weight_decay: float = 0.0
+) -> torch.optim.Optimizer:
     """The optimizer a setup names; an unknown name is an error (never silently AdamW)."""
     try:
         factory = OPTIMIZERS[kind]
     except KeyError:
-        raise ValueError(f"unknown optimizer {kind!r}: choose one of {', '.join(OPTIMIZERS)}") from None
-    return factory(params, lr)
+        raise ValueError(
+            f"unknown optimizer {kind!r}: choose one of {', '.join(OPTIMIZERS)}, or pass a factory "
+            "(params, lr) -> torch.optim.Optimizer as Setup(optimizer=...)"
+        ) from None
+    return factory(params, lr, weight_decay)

@@ -1,0 +1,232 @@
+"""The bring-your-own-model API takes real models as they are, never passes a check that tested
+nothing, and names the module where a failing AMP run departs from fp32."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from harness.domains import training as T
+from harness.domains.training.batches import Inputs, call, logits_of, loss_of, split
+
+
+# -- outputs and batches of any structure ---------------------------------------------------------
+@pytest.mark.parametrize(
+    "output",
+    [
+        torch.ones(2),
+        (torch.ones(2), torch.zeros(1)),
+        [torch.ones(2)],
+        {"logits": torch.ones(2), "hidden": torch.zeros(3)},
+        SimpleNamespace(logits=torch.ones(2), loss=torch.tensor(0.5)),
+    ],
+    ids=["tensor", "tuple", "list", "dict", "object"],
+)
+def test_the_output_tensor_is_found_in_tensors_tuples_dicts_and_objects(output):
+    assert torch.equal(logits_of(output), torch.ones(2))
+
+
+def test_an_output_without_a_tensor_is_an_error_naming_its_type_and_the_remedy():
+    class Opaque:
+        pass
+
+    with pytest.raises(TypeError, match=r"type Opaque.*`output=` function"):
+        logits_of(Opaque())
+
+
+def test_a_model_loss_is_read_from_loss_and_its_absence_says_what_to_do():
+    assert float(loss_of({"loss": torch.tensor(2.0)})) == 2.0
+    assert float(loss_of(SimpleNamespace(loss=torch.tensor(3.0)))) == 3.0
+    with pytest.raises(TypeError, match="Pass the labels in the batch inputs, or give the Setup a loss function"):
+        loss_of({"logits": torch.ones(2)})
+
+
+def test_inputs_are_passed_positionally_by_keyword_or_both():
+    class Probe(nn.Module):
+        def forward(self, a, b=None, *, c=None):
+            return (a, b, c)
+
+    m, x = Probe(), torch.ones(1)
+    assert call(m, x) == (x, None, None)
+    assert call(m, (x, x)) == (x, x, None)
+    assert call(m, {"a": x, "c": x}) == (x, None, x)
+    assert call(m, Inputs((x,), {"c": x})) == (x, None, x)
+    with pytest.raises(TypeError, match="cannot be passed to a model"):
+        call(m, 3)
+
+
+def test_structured_batches_split_into_micro_batches_and_refuse_unequal_sizes():
+    batch = {"input_ids": torch.arange(8).reshape(4, 2), "mask": torch.ones(4, 2)}
+    parts = split(batch, 2)
+    assert [p["input_ids"].shape[0] for p in parts] == [2, 2]
+    assert torch.equal(torch.cat([p["input_ids"] for p in parts]), batch["input_ids"])
+    with pytest.raises(ValueError, match="different batch sizes"):
+        split({"a": torch.ones(4), "b": torch.ones(3)}, 2)
+
+
+# -- optimizers: names, factories, weight decay, schedules ------------------------------------
+def _setup(**kw):
+    mlp = T.SETUPS["mlp"]
+    return T.Setup("mlp_variant", mlp.model, mlp.batch, mlp.loss, steps=6, lr=1e-2, **kw)
+
+
+def test_an_unknown_optimizer_name_is_refused_never_silently_adamw():
+    with pytest.raises(ValueError, match=r"unknown optimizer 'lion'.*sgd, adamw, adam.*or pass a factory"):
+        _setup(optimizer="lion")
+
+
+def test_an_optimizer_factory_weight_decay_and_a_schedule_are_used():
+    built = []
+
+    def factory(params, lr):
+        opt = torch.optim.SGD(params, lr=lr)
+        built.append(opt)
+        return opt
+
+    steps = 6
+    setup = _setup(optimizer=factory, schedule=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5))
+    T.train(setup, T.FP32)
+    assert len(built) == 1
+    assert built[0].param_groups[0]["lr"] == pytest.approx(1e-2 * 0.5**steps)
+    decayed = T.train(_setup(optimizer="adamw", weight_decay=0.5), T.FP32)
+    plain = T.train(_setup(optimizer="adamw"), T.FP32)
+    assert decayed.losses != plain.losses, "weight_decay did not reach the named optimizer"
+
+
+def test_recipe_names_become_metric_safe_identifiers():
+    assert T.FP16_NO_SCALER.metric_id == "fp16_without_loss_scaling"
+    assert T.FP16_STATIC_FP32_ACCUM.metric_id == "fp16+static_scale_fp32_accumulation_small_gradients"
+
+
+# -- no vacuous passes ----------------------------------------------------------------------------
+#: A model whose outputs are 4x a linear map: at GradScaler's initial 2^16 its fp16 gradients overflow until
+#: the scale has backed off enough (the ResNet-18 case: all of 4 steps skipped, 65536 -> 4096).
+#: Source text, so that the pytester run below defines exactly the same setup.
+LOUD = """
+import torch
+from torch import nn
+from harness.domains import training as T
+
+
+class Loud(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.lin(x) * 4.0
+
+
+def _loud(seed):
+    torch.manual_seed(seed)
+    return Loud()
+
+
+def _regression(step, gen):
+    x = torch.randn(16, 8, generator=gen)
+    return x, x.sum(-1, keepdim=True)
+
+
+def loud_setup(steps, lr=1e-4):
+    return T.Setup("loud", _loud, _regression, nn.functional.mse_loss, steps=steps, lr=lr, checkpoint_every=2)
+"""
+_ns: dict[str, object] = {}
+exec(LOUD, _ns)
+loud_setup = _ns["loud_setup"]
+
+INCONCLUSIVE_TEST = (
+    LOUD
+    + """
+import pytest
+
+pytestmark = pytest.mark.amp_capability("training parity")
+
+
+def test_all_steps_skipped(amp_training):
+    amp_training.check(loud_setup(4), [T.FP16_SCALER], determinism=False, census=False)
+"""
+)
+
+
+def test_a_recipe_whose_steps_were_all_skipped_is_inconclusive_never_pass(pytester, tmp_path):
+    from harness.apps import qualify
+
+    pytester.makepyfile(test_inconclusive=INCONCLUSIVE_TEST)
+    reports = tmp_path / "reports"
+    result = pytester.runpytest_subprocess(
+        f"--amp-report-dir={reports}", f"--junitxml={tmp_path / 'junit.xml'}", "-p", "no:cacheprovider"
+    )
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "INCONCLUSIVE" in out and "4 of 4 optimizer steps skipped (loss scale 65536 -> 4096)" in out, out[-2500:]
+    from harness.storage import report as rp
+
+    run = rp.load(rp.find_runs(reports)[-1])
+    rows = run.rows[run.rows["metric"].str.endswith("taken_steps")]
+    assert rows["outcome"].tolist() == ["inconclusive"] and rows["value"].tolist() == [0.0]
+    (verdict,) = [v for v in qualify.verdicts(tmp_path / "junit.xml") if v.capability == "training parity"]
+    assert verdict.status is qualify.Status.INCONCLUSIVE, verdict
+
+
+def test_the_same_model_trained_long_enough_is_judged():
+    report = T.check_parity(loud_setup(16), [T.FP16_SCALER])
+    (r,) = report.results
+    assert T.conclusive("loud", r) is None, (r.run.taken_steps, r.reference.param_change)
+
+
+def test_a_run_whose_weights_did_not_move_is_inconclusive():
+    (r,) = T.check_parity(loud_setup(4, lr=0.0), [T.BF16]).results
+    verdict = T.judge("loud", r)
+    assert verdict.outcome.value == "inconclusive" and "parameters moved 0" in "\n".join(verdict.detail)
+
+
+# -- diagnosis ------------------------------------------------------------------------------------
+class Fragile(nn.Module):
+    """Numerically fragile in low precision: shifts its input by 64 and back. In bf16 the shift
+    leaves a resolution of 0.5 (bf16 spacing in [64, 128)), destroying values of order 1."""
+
+    def forward(self, x):
+        if torch.is_autocast_enabled(x.device.type):
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        return (x + 64.0) - 64.0
+
+
+class WithFragile(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.act = nn.Linear(16, 64), nn.GELU()
+        self.fragile = Fragile()
+        self.out = nn.Linear(64, 1)
+
+    def forward(self, x):
+        return self.out(self.fragile(self.act(self.inp(x)))).float()
+
+
+def _with_fragile(seed):
+    torch.manual_seed(seed)
+    return WithFragile()
+
+
+def test_a_parity_failure_names_the_module_where_amp_departs_and_tries_the_remedy(training_checks):
+    mlp = T.SETUPS["mlp"]
+    setup = T.Setup("fragile_mlp", _with_fragile, mlp.batch, mlp.loss, steps=mlp.steps, lr=mlp.lr)
+    checks = training_checks
+    with pytest.raises(AssertionError) as failed:
+        checks.check(setup, [T.BF16], determinism=False, census=False)
+    message = str(failed.value)
+    assert "the AMP run departs at fragile (Fragile)" in message, message
+    assert "remedy tried: fragile outside autocast" in message and "(passes)" in message, message
+
+
+@pytest.fixture
+def training_checks():
+    """TrainingChecks with a recorder that keeps rows in a list (no pytest session needed)."""
+    from harness.pytest_plugin.collaborators import TrainingChecks
+    from harness.pytest_plugin.recording import Recorder, TestIdentity
+
+    rows = []
+    recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
+    return TrainingChecks(recorder, torch.device("cpu"))

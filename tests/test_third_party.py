@@ -1,0 +1,59 @@
+"""Opt-in (``tox -e thirdparty``): a Hugging Face causal LM through ``amp_training`` as it is: built
+from a config (no download), batches of keyword inputs with an attention mask and labels, its own
+output type (``CausalLMOutputWithCrossAttentions``) and its own loss. Skipped where transformers is
+not installed."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from harness.domains import training as T
+
+with warnings.catch_warnings():
+    # transformers' import-time notices are about its environment, not about the check
+    warnings.simplefilter("ignore")
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is not installed: the opt-in environment `tox -e thirdparty` installs it"
+    )
+
+VOCAB, SEQ = 64, 32
+
+
+def gpt2(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=SEQ, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
+    return transformers.GPT2LMHeadModel(config)
+
+
+def lm_batch(step: int, gen: torch.Generator) -> tuple[dict[str, torch.Tensor], None]:
+    """The tiny LM's Markov token stream; the last 8 positions of every other row are padding."""
+    ids, _ = T.SETUPS["tiny_lm"].batch(step, gen)
+    ids = ids[:8, :SEQ] % VOCAB
+    mask = torch.ones_like(ids)
+    mask[::2, -8:] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}, None
+
+
+def logits_batch(step: int, gen: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    inputs, _ = lm_batch(step, gen)
+    return {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}, inputs["labels"]
+
+
+def shifted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1))
+
+
+def test_a_hugging_face_causal_lm_with_its_own_loss_goes_through_unwrapped(amp_training, amp_device):
+    setup = T.Setup("gpt2_own_loss", gpt2, lm_batch, loss=None, steps=12, lr=3e-3, checkpoint_every=4)
+    amp_training.check(setup, [T.BF16, T.FP16_SCALER], census=False)
+
+
+def test_a_hugging_face_causal_lm_judged_on_its_logits_with_a_loss_of_yours(amp_training, amp_device):
+    setup = T.Setup("gpt2_logits", gpt2, logits_batch, shifted_cross_entropy, steps=12, lr=3e-3, checkpoint_every=4)
+    amp_training.check(setup, [T.BF16], determinism=False, census=False)
