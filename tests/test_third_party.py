@@ -25,7 +25,14 @@ VOCAB, SEQ = 64, 32
 def gpt2(seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     config = transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=SEQ, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+        vocab_size=VOCAB,
+        n_positions=SEQ,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
     return transformers.GPT2LMHeadModel(config)
 

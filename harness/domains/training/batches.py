@@ -66,7 +66,11 @@ def split(obj: Any, parts: int) -> list[Any]:
     size = sizes.pop() if sizes else 0
     if size % parts:
         raise ValueError(f"a batch of {size} does not split into {parts} equal micro-batches")
-    return [tree_map(lambda t, i=i: t.chunk(parts)[i] if t.dim() > 0 else t, obj) for i in range(parts)]
+
+    def part(i: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda t: t.chunk(parts)[i] if t.dim() > 0 else t
+
+    return [tree_map(part(i), obj) for i in range(parts)]
 
 
 def to_device(obj: Any, device: torch.device) -> Any:

@@ -74,7 +74,7 @@ def outside_autocast(model: nn.Module, names: Sequence[str]) -> None:
             with torch.autocast(inputs_device((args, kwargs)).type, enabled=False):
                 return _inner(*cast_floating(args, torch.float32), **cast_floating(kwargs, torch.float32))
 
-        module.forward = forward  # type: ignore[method-assign]
+        module.forward = forward
 
 
 def _param_vector(params: Sequence[torch.Tensor]) -> torch.Tensor:
