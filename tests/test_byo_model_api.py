@@ -156,7 +156,7 @@ def test_a_recipe_whose_steps_were_all_skipped_is_inconclusive_never_pass(pytest
 
     pytester.makepyfile(test_inconclusive=INCONCLUSIVE_TEST)
     reports = tmp_path / "reports"
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         f"--amp-report-dir={reports}", f"--junitxml={tmp_path / 'junit.xml'}", "-p", "no:cacheprovider"
     )
     out = result.stdout.str()
@@ -230,3 +230,13 @@ def training_checks():
     rows = []
     recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
     return TrainingChecks(recorder, torch.device("cpu"))
+
+
+def test_the_resnet18_example_trains_through_the_api_as_it_is():
+    """The README's ResNet-18 finding runs on this example; keep it working (two steps)."""
+    import dataclasses
+
+    from examples.models.resnet18 import RESNET18_SETUP
+
+    run = T.train(dataclasses.replace(RESNET18_SETUP, steps=2, checkpoint_every=1), T.BF16)
+    assert run.taken_steps == 2 and all(map(torch.isfinite, torch.tensor(run.losses)))

@@ -179,9 +179,13 @@ class TrainingChecks:
             return None
         message = explain(verdict)
         if verdict.outcome is Outcome.FAIL and not result.recipe.control:
-            diagnosis = diagnose(setup, result, band, self._device)
-            self._record_diagnosis(setup, result, diagnosis, dtype)
-            message += "\n" + diagnosis.explain()
+            try:
+                diagnosis = diagnose(setup, result, band, self._device)
+            except Exception as exc:  # the verdict stands; a diagnosis that cannot run must not hide it
+                message += f"\n(no diagnosis: {type(exc).__name__}: {exc})"
+            else:
+                self._record_diagnosis(setup, result, diagnosis, dtype)
+                message += "\n" + diagnosis.explain()
         return message
 
     def _record_diagnosis(self, setup: Setup, result: RecipeResult, d: Diagnosis, dtype: str) -> None:

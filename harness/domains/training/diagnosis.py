@@ -177,8 +177,12 @@ def _observe(
             h.remove()
     grads: dict[str, torch.Tensor] = {}
     for name, module in model.named_modules():
-        own = [p.grad.detach().double().flatten() / loss_scale for p in module.parameters(recurse=False)]
-        if own and all(g is not None for g in own):
+        # a parameter without a gradient (a fault that drops it from the graph) counts as zero
+        own = [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).detach().double().flatten() / loss_scale
+            for p in module.parameters(recurse=False)
+        ]
+        if own:
             grads[name or ROOT] = torch.cat(own)
     return calls, grads
 
