@@ -4,6 +4,7 @@ in a real headless browser."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -36,9 +37,64 @@ REPO = Path(__file__).resolve().parent.parent
     ],
 )
 def test_flag_rules(values, flag, direction):
-    allow = [0.1] * len(values)
-    got = db.flag_history(values, allow)
+    drift = [0.1] * len(values)  # relative
+    got = db.flag_history(values, drift)
     assert (got["flag"], got["direction"]) == (flag, direction)
+
+
+def test_a_deterministic_value_is_flagged_on_any_change_a_statistic_only_beyond_its_drift():
+    assert db.flag_history([2.0] * 5 + [2.0 + 1e-9], [0.0] * 6)["flag"] == "suspicious"
+    assert db.flag_history([2.0] * 6, [0.0] * 6)["flag"] == "ok"
+    assert db.flag_history([2.0] * 5 + [2.2], [0.14] * 6)["flag"] == "ok"  # +10% inside a 14% drift
+    assert db.flag_history([2.0] * 5 + [2.0 / 1.3] * 2, [0.14] * 7)["flag"] == "regression"  # 1.3x slower
+
+
+def test_a_change_to_inf_or_nan_is_a_violation():
+    assert db.flag_history([1.0] * 5 + [math.inf] * 2, [0.1] * 7)["flag"] == "regression"
+    assert db.flag_history([1.0] * 5 + [math.nan], [0.1] * 6)["flag"] == "suspicious"
+    assert db.flag_history([math.inf] * 6, [0.0] * 6)["flag"] == "ok"
+
+
+def test_information_rows_are_never_flagged_and_never_in_the_largest_changes():
+    values = [1.0, 500.0, 3.0, 900.0, 2.0, 7000.0, 1.0]
+    ser = pd.DataFrame(
+        {
+            "profile": "p",
+            "metric_id": "s/c/examples/-/cpu",
+            "run_id": [f"r{i}" for i in range(len(values))],
+            "value": values,
+            "allowance": None,
+            "comparable": False,
+            "drift": None,
+            "order": range(len(values)),
+            "suite": "s",
+            "started": None,
+            "commit": None,
+        }
+    )
+    assert db.flags(ser).empty and db.largest_changes(ser).empty
+    assert not db.flags(ser.assign(comparable=True, drift=0.0)).empty
+
+
+def test_trend_plots_draw_inf_and_nan_as_markers_with_a_note_never_an_empty_plot():
+    assert db.nonfinite_note([1.0, math.inf, math.nan]) == "2 of 3 point(s) inf, nan: red x at the top edge"
+    ser = pd.DataFrame(
+        {
+            "profile": "p",
+            "metric_id": "m",
+            "run_id": ["a", "b", "c"],
+            "value": [math.inf, math.inf, math.inf],
+            "allowance": None,
+            "comparable": True,
+            "drift": 0.0,
+            "order": [0, 1, 2],
+            "suite": "s",
+            "started": ["2026-11-30T01:00:00+00:00", "2026-11-30T02:00:00+00:00", "2026-11-30T03:00:00+00:00"],
+            "commit": ["abc1234def", None, "abc1234def"],
+        }
+    )
+    ((metric, png),) = db._plots(ser, ["m"])
+    assert metric == "m" and len(png) > 1000
 
 
 def test_without_an_allowance_the_history_spread_decides():
@@ -131,6 +187,8 @@ def _synthetic(runs: int, metrics: int) -> db.Loaded:
             "tags": "{}",
             "note": "",
             "recorded_at": "",
+            "comparable": True,
+            "drift": 0.1,  # relative: the 1% noise stays inside, the +100% regression does not
         }
     )
     assert len(rows) == n

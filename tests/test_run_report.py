@@ -111,3 +111,15 @@ def test_a_version_1_report_still_loads(tmp_path):
     (run / rp.RUN_JSON).write_text(json.dumps({**meta, "schema_version": 1}))
     loaded = rp.load(run)
     assert loaded.meta["schema_version"] == 1 and loaded.rows["outcome"].tolist() == ["pass"]
+
+
+def test_judged_rows_are_comparable_and_information_is_not():
+    def row(outcome, **kw):
+        return rp.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1.0, outcome=outcome, **kw)
+
+    assert (row("pass").comparable, row("pass").drift) == (True, 0.0)
+    assert (row("fail").comparable, row("known").comparable) == (True, True)
+    for info in ("info", "unjudged", "noisy", "skip", "inconclusive"):
+        assert (row(info).comparable, row(info).drift) == (False, None), info
+    assert row("pass", drift=0.14).drift == 0.14
+    assert row("pass", comparable=False).comparable is False

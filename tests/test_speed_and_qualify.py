@@ -77,12 +77,80 @@ def test_an_amp_path_made_1_3x_slower_fails_every_calibrated_case(pytester, suit
         )
 
 
-def test_five_clean_runs_in_a_row_do_not_fail(pytester, suite_copy, calibrated):
+#: Clean runs of the dashboard's false-alarm test (the issue's count), then 2 with one regression.
+CLEAN_RUNS = 10
+SPEED_K = "meets_the_class_threshold and matmul_1024 and bfloat16"
+NUMERICS_K = "derived_budget and bf16 and mm and not bmm"
+
+
+def _history_run(pytester, args, report_dir, *, slowdown: float, numerics_fault: bool) -> None:
+    inject(pytester, "speed", fixtures={"amp_slowdown": repr(slowdown)})
+    inject(
+        pytester,
+        "",
+        patches={"torch.mm": "faults.autocast.mm_accumulates_in_low_precision"} if numerics_fault else None,
+    )
+    inner = [a for a in INNER_ARGS if a != "--amp-no-report"]
+    result = pytester.runpytest(*inner, *args, f"--amp-report-dir={report_dir}", "-k", f"({SPEED_K}) or ({NUMERICS_K})")
+    outcomes = result.parseoutcomes()
+    # the speed case may come out NOISY (skipped with its reason): measured, not comparable, not flagged
+    ran = outcomes.get("passed", 0) + outcomes.get("failed", 0) + outcomes.get("skipped", 0)
+    assert ran == 2, result.stdout.str()[-3000:]
+    if slowdown == 1.0 and not numerics_fault:
+        assert outcomes.get("failed", 0) == 0, f"a clean run failed:\n{result.stdout.str()[-3000:]}"
+
+
+def _flagged(report_dirs) -> set[str]:
+    from harness.apps import dashboard as db
+
+    loaded = db.load_reports(report_dirs)
+    fl = db.flags(db.series(loaded.rows, loaded.runs))
+    return set(fl.loc[fl["flag"].isin(["regression", "suspicious"]), "metric_id"])
+
+
+def _history(report_dirs, metric: str) -> str:
+    from harness.apps import dashboard as db
+
+    loaded = db.load_reports(report_dirs)
+    ser = db.series(loaded.rows, loaded.runs)
+    mine = ser[ser["metric_id"].str.contains(metric, regex=False)]
+    return mine[["metric_id", "value", "comparable", "drift"]].to_string()
+
+
+def test_ten_clean_runs_raise_no_flag_and_an_injected_regression_raises_exactly_its_own(
+    pytester, suite_copy, calibrated
+):
+    """The dashboard over real runs of one commit: 10 clean runs of a judged speed case and a
+    numerics property (hypothesis examples, counts, FLOP/s and unjudged rows among their rows)
+    raise no flag, and no clean run fails the speed gate; then 2 runs with a 1.3x slower AMP path
+    flag exactly the speedup, and (from the same clean history) 2 runs with a GEMM accumulating
+    in bf16 flag exactly that op's error-over-budget."""
     args = _speed_suite(pytester, suite_copy, 1.0, calibrated)
-    for run in range(5):
-        result = pytester.runpytest(*INNER_ARGS, *args, "-k", "meets_the_class_threshold")
-        outcomes = result.parseoutcomes()
-        assert outcomes.get("failed", 0) == 0, f"clean run {run + 1} failed:\n{result.stdout.str()[-3000:]}"
+    suite_copy("autocast/test_op_numerics.py")
+    clean = pytester.path / "clean"
+    for _ in range(CLEAN_RUNS):
+        _history_run(pytester, args, clean, slowdown=1.0, numerics_fault=False)
+    runs = rp.find_runs(clean)
+    assert len(runs) == CLEAN_RUNS and _flagged(runs) == set(), _flagged(runs)
+    slow, bad = pytester.path / "slow", pytester.path / "bad"
+    for _ in range(2):
+        _history_run(pytester, args, slow, slowdown=bench.DETECT_SLOWDOWN, numerics_fault=False)
+        _history_run(pytester, args, bad, slowdown=1.0, numerics_fault=True)
+    speed_flags = _flagged([*runs, *rp.find_runs(slow)])
+    if not speed_flags:
+        # a slowed run measures inside the band about 1 time in 30 here (the gate's own escape rate,
+        # see the 1.3x test above); the flag then needs the next run: one more, as a dashboard gets
+        _history_run(pytester, args, slow, slowdown=bench.DETECT_SLOWDOWN, numerics_fault=False)
+        speed_flags = _flagged([*runs, *rp.find_runs(slow)])
+    assert len(speed_flags) == 1 and "matmul_1024.speedup" in next(iter(speed_flags)), (
+        speed_flags,
+        _history([*runs, *rp.find_runs(slow)], "matmul_1024.speedup"),
+    )
+    numerics_flags = _flagged([*runs, *rp.find_runs(bad)])
+    assert len(numerics_flags) == 1 and "mm.error_over_budget" in next(iter(numerics_flags)), (
+        numerics_flags,
+        _history([*runs, *rp.find_runs(bad)], "mm.error_over_budget"),
+    )
 
 
 def test_thresholds_are_relative_to_the_class_whether_amp_is_faster_or_slower():

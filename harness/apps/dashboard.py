@@ -1,11 +1,17 @@
 """Regression dashboard and run comparison over many run reports.
 
 Loading and flagging are pandas; rendering is one self-contained HTML file (inline CSS, plots as
-inline PNG, no scripts, no network). Regression flags follow large CI dashboards: a metric's
-latest value is compared with the median of the previous ``window`` runs of the same hardware
-profile; a move beyond its allowance is flagged in either direction (an unexpected improvement
-too); "regression" when the last 2 or more points violate, "suspicious" for an isolated
-violation, "insufficient data" when the history is shorter than ``min_history``.
+inline PNG, no scripts, no network).
+
+Only *comparable* rows are flagged (``Row.comparable``: a deterministic value, or a statistic with
+a stated run-to-run ``drift``); information (counts, maxima over random samples, unjudged
+timings, intermediate values) is shown, never flagged. A comparable metric's latest value is
+compared with the median of the previous ``window`` runs of the same hardware profile: a
+deterministic one (drift 0) violates when it changed at all, a statistic when it moved by more
+than its drift as a ratio (either way: an unexpected improvement too). "regression" when the last
+2 points violate in the same direction (the PyTorch HUD's rule), "suspicious" for an isolated
+violation, "insufficient data" when the history is shorter than ``min_history``. A change between
+finite and inf/NaN is a violation.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
                 "torch": fp.get("torch_version"),
                 "cuda": fp.get("cuda_version"),
                 "harness": meta.get("harness_version"),
+                "commit": meta.get("git_commit"),
                 "schema": meta.get("schema_version"),
                 "verdict": "FAIL" if tests.get("failed") or tests.get("error") else "PASS",
                 "rows": len(df),
@@ -93,7 +100,19 @@ def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
     rows_df = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(rp.COLUMNS))
     runs_df = pd.DataFrame(
         runs,
-        columns=["run_id", "started", "profile", "device", "torch", "cuda", "harness", "schema", "verdict", "rows"],
+        columns=[
+            "run_id",
+            "started",
+            "profile",
+            "device",
+            "torch",
+            "cuda",
+            "harness",
+            "commit",
+            "schema",
+            "verdict",
+            "rows",
+        ],
     )
     return Loaded(rows_df, runs_df.sort_values("started", na_position="first").reset_index(drop=True), problems)
 
@@ -108,43 +127,80 @@ def metric_ids(df: pd.DataFrame) -> pd.Series:
 
 
 def series(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """One numeric value per (profile, metric id, run), ordered by run start time."""
+    """One numeric value per (profile, metric id, run), ordered by run start time, with whether
+    the metric is comparable and its drift (from its rows), and the run's time and commit."""
     df = rows.dropna(subset=["value"]).copy()
     df["metric_id"] = metric_ids(df)
     order = {r: i for i, r in enumerate(runs["run_id"])}
     df["order"] = df["run_id"].map(order)
+    if "comparable" not in df.columns:
+        df["comparable"] = False
+    df["comparable"] = df["comparable"].astype("boolean").fillna(False).astype(bool)
+    if "drift" not in df.columns:
+        df["drift"] = float("nan")
     df = df.groupby(["profile", "metric_id", "run_id"], as_index=False, sort=False).agg(
-        value=("value", "median"), allowance=("allowance", "max"), order=("order", "first"), suite=("suite", "first")
+        value=("value", "median"),
+        allowance=("allowance", "max"),
+        comparable=("comparable", "all"),
+        drift=("drift", "max"),
+        order=("order", "first"),
+        suite=("suite", "first"),
     )
+    info = runs.set_index("run_id")
+    df["started"] = df["run_id"].map(info["started"]) if "started" in info else None
+    df["commit"] = df["run_id"].map(info["commit"]) if "commit" in info else None
     return df.sort_values(["profile", "metric_id", "order"]).reset_index(drop=True)
+
+
+def _violates(value: float, ref: float, drift: float | None, history: Sequence[float]) -> int:
+    """+1/-1 when ``value`` left the band around ``ref`` (up/down), else 0."""
+    if not (math.isfinite(value) and math.isfinite(ref)):
+        same = (math.isnan(value) and math.isnan(ref)) or value == ref
+        return 0 if same else (1 if math.isnan(value) or value > ref else -1)
+    if drift is None or math.isnan(drift):
+        # no stated drift (synthetic or hand-made rows): the history's robust spread decides
+        allowed = SIGMAS * MAD_TO_SIGMA * statistics.median(abs(v - ref) for v in history)
+        return 0 if abs(value - ref) <= allowed else (1 if value > ref else -1)
+    if drift == 0.0 or ref == 0.0:
+        return 0 if value == ref else (1 if value > ref else -1)
+    ratio = value / ref
+    return 0 if 1 / (1 + drift) <= ratio <= 1 + drift else (1 if ratio > 1 else -1)
+
+
+def band(ref: float, drift: float | None) -> tuple[float, float] | None:
+    """The values that do not violate around ``ref`` (None without a stated drift)."""
+    if drift is None or math.isnan(drift) or not math.isfinite(ref):
+        return None
+    lo, hi = sorted((ref / (1 + drift), ref * (1 + drift)))
+    return lo, hi
 
 
 def flag_history(
     values: Sequence[float],
-    allowances: Sequence[float | None] | None = None,
+    drifts: Sequence[float | None] | None = None,
     window: int = WINDOW,
     min_history: int = MIN_HISTORY,
 ) -> dict[str, Any]:
-    """The flag of the latest point of one series (pure; the rules of the module docstring)."""
+    """The flag of the latest point of one series (pure; the rules of the module docstring).
+    ``drifts``: each point's relative drift (0: deterministic; None: the history's spread)."""
     vals = [float(v) for v in values]
-    allow = list(allowances) if allowances is not None else [None] * len(vals)
+    drift = list(drifts) if drifts is not None else [None] * len(vals)
+
+    def reference(prev: Sequence[float]) -> float:
+        finite = [v for v in prev if math.isfinite(v)]
+        return statistics.median(finite) if len(finite) * 2 > len(prev) else statistics.median_low(prev)
 
     def violation(i: int) -> int:
         prev = vals[max(0, i - window) : i]
         if len(prev) < min_history:
             return 0
-        ref = statistics.median(prev)
-        a = allow[i]
-        if a is None or (isinstance(a, float) and math.isnan(a)):
-            a = SIGMAS * MAD_TO_SIGMA * statistics.median(abs(v - ref) for v in prev)
-        d = vals[i] - ref
-        return 0 if abs(d) <= a else (1 if d > 0 else -1)
+        return _violates(vals[i], reference(prev), drift[i], [v for v in prev if math.isfinite(v)] or [0.0])
 
     n = len(vals)
     if n - 1 < min_history:
         return {"flag": "insufficient data", "direction": "", "reference": None}
     last, before = violation(n - 1), violation(n - 2) if n >= 2 else 0
-    ref = statistics.median(vals[max(0, n - 1 - window) : n - 1])
+    ref = reference(vals[max(0, n - 1 - window) : n - 1])
     direction = "up" if last > 0 else "down" if last < 0 else ""
     if last and before == last:
         return {"flag": "regression", "direction": direction, "reference": ref}
@@ -154,21 +210,26 @@ def flag_history(
 
 
 def flags(ser: pd.DataFrame, window: int = WINDOW, min_history: int = MIN_HISTORY) -> pd.DataFrame:
+    """The flag of every comparable metric (information is never flagged)."""
     out = []
-    for (profile, metric), g in ser.groupby(["profile", "metric_id"], sort=False):
-        f = flag_history(g["value"].tolist(), g["allowance"].tolist(), window, min_history)
+    comparable = ser[ser["comparable"]] if "comparable" in ser.columns else ser.iloc[:0]
+    for (profile, metric), g in comparable.groupby(["profile", "metric_id"], sort=False):
+        drifts = [None if pd.isna(d) else float(d) for d in g["drift"]]
+        f = flag_history(g["value"].tolist(), drifts, window, min_history)
         out.append(
             {
                 "profile": profile,
                 "metric_id": metric,
                 "suite": g["suite"].iloc[-1],
                 "latest": g["value"].iloc[-1],
+                "drift": g["drift"].iloc[-1],
                 "points": len(g),
                 **f,
             }
         )
     return pd.DataFrame(
-        out, columns=["profile", "metric_id", "suite", "latest", "points", "flag", "direction", "reference"]
+        out,
+        columns=["profile", "metric_id", "suite", "latest", "drift", "points", "flag", "direction", "reference"],
     )
 
 
@@ -183,7 +244,9 @@ def pass_fail_matrix(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def largest_changes(ser: pd.DataFrame, top: int = 20) -> pd.DataFrame:
-    """Latest vs previous run of the same profile, by relative change."""
+    """Latest vs previous run of the same profile, by relative change (comparable metrics only:
+    a count or a maximum over random samples changes every run and says nothing)."""
+    ser = ser[ser["comparable"]] if "comparable" in ser.columns else ser.iloc[:0]
     g = ser.groupby(["profile", "metric_id"], sort=False)
     last = g.tail(1).set_index(["profile", "metric_id"])
     prev = g.nth(-2).set_index(["profile", "metric_id"]) if len(ser) else last.iloc[:0]
@@ -222,21 +285,93 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _plots(ser: pd.DataFrame, metrics: Sequence[str]) -> list[tuple[str, str]]:
+def _finite_or_none(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def nonfinite_note(values: Sequence[float]) -> str:
+    """What a trend plot says about its inf/NaN points (drawn as red markers at the top edge)."""
+    bad = [v for v in values if not math.isfinite(v)]
+    if not bad:
+        return ""
+    kinds = ", ".join(sorted({str(v) for v in bad}))
+    return f"{len(bad)} of {len(values)} point(s) {kinds}: red x at the top edge"
+
+
+def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | None = None) -> list[tuple[str, str]]:
+    """One trend plot per metric: x by run time (commit under the time where known), inf/NaN
+    drawn as red markers at the top edge with a note, and the allowance band of a comparable
+    metric (around the reference of its latest point) shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    refs: dict[tuple[Any, str], float | None] = {}
+    if flagged is not None:
+        for profile, metric, reference in zip(
+            flagged["profile"], flagged["metric_id"], flagged["reference"], strict=True
+        ):
+            refs[(profile, str(metric))] = _finite_or_none(reference)
     out = []
     for m in metrics:
-        fig, ax = plt.subplots(figsize=(5, 2.4))
+        fig, ax = plt.subplots(figsize=(5.5, 2.6))
+        notes = []
         for profile, g in ser[ser["metric_id"] == m].groupby("profile"):
-            ax.plot(range(len(g)), g["value"].to_numpy(), marker="o", ms=3, label=str(profile))
-        ax.set_title(m, fontsize=8)
-        ax.set_xlabel("run (oldest to newest)", fontsize=7)
-        ax.tick_params(labelsize=7)
+            x = (
+                pd.to_datetime(g["started"], errors="coerce", utc=True, format="ISO8601")
+                if g["started"].notna().any()
+                else None
+            )
+            xs: list[Any] = list(x) if x is not None and x.notna().all() else list(range(len(g)))
+            ys = g["value"].to_numpy(dtype=float)
+            finite = [math.isfinite(v) for v in ys]
+            ax.plot(
+                [a for a, f in zip(xs, finite, strict=True) if f],
+                [v for v, f in zip(ys, finite, strict=True) if f],
+                marker="o",
+                ms=3,
+                label=str(profile),
+            )
+            bad = [(a, v) for a, v, f in zip(xs, ys, finite, strict=True) if not f]
+            if bad:
+                # at the top edge of the axes whatever the data's range: never mistaken for a value
+                ax.plot(
+                    [a for a, _ in bad], [0.97] * len(bad), "x", color="red", ms=7, transform=ax.get_xaxis_transform()
+                )
+                notes.append(nonfinite_note([float(v) for v in ys]))
+            drift = g["drift"].iloc[-1] if "drift" in g else None
+            ref = refs.get((profile, m))
+            if ref is None and bool(g["comparable"].iloc[-1]) and len(g) > 1:
+                prev = [v for v in g["value"].iloc[-1 - WINDOW : -1] if math.isfinite(v)]
+                ref = statistics.median(prev) if prev else None
+            b = band(ref, None if pd.isna(drift) else float(drift)) if ref is not None else None
+            if b is not None:
+                lo, hi = b
+                if lo == hi:
+                    ax.axhline(lo, color="green", alpha=0.5, lw=1)
+                else:
+                    ax.axhspan(lo, hi, color="green", alpha=0.15, label="allowed")
+            commits = [c if isinstance(c, str) else "" for c in (g["commit"].tolist() if "commit" in g else [])]
+            if x is not None and x.notna().all() and any(commits):
+                step = max(1, -(-len(xs) // 8))  # at most 8 labelled runs
+                ax.set_xticks(xs[::step])
+                ax.set_xticklabels(
+                    [f"{t:%m-%d %H:%M}\n{c[:7]}" for t, c in list(zip(x, commits, strict=True))[::step]],
+                    fontsize=5,
+                    rotation=30,
+                )
+        title = m if not notes else f"{m}\n" + "; ".join(notes)
+        ax.set_title(title, fontsize=7)
+        ax.set_xlabel("run time (commit)", fontsize=7)
+        ax.tick_params(labelsize=6)
         ax.legend(fontsize=6)
+        if not ax.lines and not ax.patches:
+            ax.text(0.5, 0.5, "no finite values", ha="center", transform=ax.transAxes)
         out.append((m, _png(fig)))
         plt.close(fig)
     return out
@@ -259,13 +394,15 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
     changes = largest_changes(ser)
     flagged = fl[fl["flag"].isin(["regression", "suspicious"])]
     chosen = list(dict.fromkeys([*flagged["metric_id"], *changes["metric_id"]]))[:max_plots]
-    plots = _plots(ser, chosen)
+    plots = _plots(ser, chosen, flagged)
+    comparable = int(ser.loc[ser["comparable"], "metric_id"].nunique()) if len(ser) else 0
     counts = fl["flag"].value_counts().to_dict()
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>amp-harness dashboard</title>",
         f"<style>{CSS}</style></head><body>",
         "<h1>amp-harness regression dashboard</h1>",
-        f"<p>{len(loaded.runs)} runs, {ser['metric_id'].nunique()} metrics; flags: "
+        f"<p>{len(loaded.runs)} runs, {ser['metric_id'].nunique()} metrics ({comparable} comparable, flagged by "
+        "their rule; the rest information, never flagged); flags: "
         + ", ".join(f"{html.escape(str(k))}: {v}" for k, v in sorted(counts.items()))
         + "</p>",
     ]
@@ -281,7 +418,8 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
         matrix.reset_index().to_html(index=False, border=0, classes="matrix"),
     ]
     parts += [
-        f"<h2>Regression flags (median of the previous {window} runs; 2+ violating points = regression)</h2>",
+        f"<h2>Regression flags (comparable metrics: median of the previous {window} runs, any change of a "
+        "deterministic value or a move beyond a statistic's drift; 2 violating points in a row = regression)</h2>",
         _table(flagged.sort_values(["flag", "metric_id"]), "flags") if len(flagged) else "<p>none</p>",
     ]
     parts += ["<h2>Largest changes since the previous run</h2>", _table(changes, "changes")]

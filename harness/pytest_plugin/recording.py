@@ -87,9 +87,13 @@ class Recorder:
         device: object = "",
         tags: dict[str, Any] | None = None,
         note: str = "",
+        comparable: bool | None = None,
+        drift: float | None = None,
     ) -> None:
         """Record one row. Judged rows (pass/fail) should come from :meth:`require`, which
-        decides the outcome and the assertion from the same comparison."""
+        decides the outcome and the assertion from the same comparison. ``comparable``/``drift``:
+        see :func:`harness.storage.report.make_row` (judged rows are comparable and deterministic
+        unless told otherwise; a statistic states its run-to-run ``drift``)."""
         outcome = Outcome.parse(outcome)
         dev = str(device)
         self._sink(
@@ -109,6 +113,8 @@ class Recorder:
                 profile=self._profile_for(dev or "cpu"),
                 tags=tags,
                 note=note,
+                comparable=comparable,
+                drift=drift,
             )
         )
         if outcome in _LABELS and outcome not in self._labelled:
@@ -214,8 +220,18 @@ class Tally:
             self.worst, self.detail = worst, detail or self.detail
 
 
+def _derandomized() -> bool:
+    """Whether the hypothesis profile in force draws the same examples every run."""
+    from hypothesis import settings
+
+    return bool(settings().derandomize)
+
+
 @contextmanager
 def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]) -> Iterator[Tally]:
+    """The row of a property run: the worst value as a ratio to its bound (what can be trended
+    across runs), comparable only under a derandomized hypothesis profile (the same examples every
+    run); with random examples it is a maximum over a random sample, information."""
     tally = Tally()
     outcome = Outcome.FAIL
     try:
@@ -225,7 +241,21 @@ def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]
         tags = {"examples": tally.examples, "elements": tally.elements, **kw.pop("tags", {})}
         if tally.detail:
             tags["derivation"] = tally.detail
-        if tally.worst is not None:
+        comparable = _derandomized()
+        if tally.worst is not None and tally.bound:
+            tags.update(worst=tally.worst, bound=tally.bound, bound_unit=tally.unit)
+            recorder(
+                metric if tally.bound == 1.0 else f"{metric}.worst_over_bound",
+                tally.worst / tally.bound,
+                allowance=1.0,
+                unit="x bound",
+                outcome=outcome,
+                tags=tags,
+                note=criterion,
+                comparable=comparable,
+                **kw,
+            )
+        elif tally.worst is not None:
             recorder(
                 metric,
                 tally.worst,
@@ -234,7 +264,17 @@ def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]
                 outcome=outcome,
                 tags=tags,
                 note=criterion,
+                comparable=comparable,
                 **kw,
             )
         else:
-            recorder(metric, tally.elements, unit="elements checked", outcome=outcome, tags=tags, note=criterion, **kw)
+            recorder(
+                metric,
+                tally.elements,
+                unit="elements checked",
+                outcome=outcome,
+                tags=tags,
+                note=criterion,
+                comparable=False,
+                **kw,
+            )

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 #: 2: the ``unjudged`` outcome (measured, nothing to judge it against yet). 3: the
-#: ``inconclusive`` outcome (a check that tested nothing it claims). Earlier versions load
-#: unchanged (their rows use a subset of the outcomes).
+#: ``inconclusive`` outcome (a check that tested nothing it claims), and the ``comparable`` and
+#: ``drift`` columns. Earlier versions load: their rows use a subset of the outcomes, and without
+#: the columns every row reads as information (shown by the dashboard, never flagged).
 SCHEMA_VERSION = 3
 READABLE_SCHEMAS = (1, 2, 3)
 ROWS_PARQUET = "rows.parquet"
@@ -57,6 +58,12 @@ class Row:
     tags: str = "{}"
     note: str = ""
     recorded_at: str = ""
+    #: a comparable measurement (deterministic on its stack, or a statistic with a stated run-to-run
+    #: drift) whose change between runs means something; False: information (counts, maxima over
+    #: random samples, unjudged timings, intermediate values), shown but never flagged
+    comparable: bool = False
+    #: for comparable rows: the relative run-to-run change that is still "the same" (0: deterministic)
+    drift: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", Outcome.parse(self.outcome))
@@ -88,8 +95,16 @@ def make_row(
     profile: str = "",
     tags: dict[str, Any] | None = None,
     note: str = "",
+    comparable: bool | None = None,
+    drift: float | None = None,
 ) -> Row:
-    """Build a row, normalising dtypes/devices to strings and tags to sorted JSON."""
+    """Build a row, normalising dtypes/devices to strings and tags to sorted JSON.
+
+    ``comparable`` defaults to whether the row is judged (pass, fail, or a known finding: values a
+    verdict was decided on, deterministic on their stack unless ``drift`` says how much they move);
+    information, unjudged, noisy, skipped and inconclusive rows are not comparable."""
+    judged = Outcome.parse(outcome) in (Outcome.PASS, Outcome.FAIL, Outcome.KNOWN)
+    is_comparable = judged if comparable is None else comparable
     return Row(
         run_id=run_id,
         nodeid=nodeid,
@@ -107,6 +122,8 @@ def make_row(
         tags=json.dumps(tags or {}, sort_keys=True, default=str),
         note=note,
         recorded_at=now_iso(),
+        comparable=is_comparable,
+        drift=(drift if drift is not None else 0.0) if is_comparable else None,
     )
 
 
@@ -122,12 +139,16 @@ def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
     df = pd.DataFrame(list(rows), columns=list(COLUMNS))
-    for col in ("value", "expected", "allowance"):
+    for col in NUMERIC_COLUMNS:
         df[col] = pd.to_numeric(df[col], errors="raise").astype("float64")
+    df["comparable"] = df["comparable"].fillna(False).astype("bool")
     for col in COLUMNS:
-        if col not in ("value", "expected", "allowance"):
+        if col not in (*NUMERIC_COLUMNS, "comparable"):
             df[col] = df[col].astype("string")
     return df
+
+
+NUMERIC_COLUMNS = ("value", "expected", "allowance", "drift")
 
 
 def write(report_dir: Path, run_id: str, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> Path:
@@ -200,6 +221,10 @@ def load(path: str | os.PathLike[str]) -> LoadedReport:
         rows = pd.read_parquet(parquet)
     except Exception as exc:  # pyarrow raises several unrelated types for damaged files
         raise ReportError(f"{parquet}: unreadable parquet ({exc})") from None
+    if "comparable" not in rows.columns:  # before schema 3: information only
+        rows["comparable"] = False
+    if "drift" not in rows.columns:
+        rows["drift"] = float("nan")
     return LoadedReport(run_dir, rows, meta)
 
 

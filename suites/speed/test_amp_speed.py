@@ -128,13 +128,15 @@ def _judge(
             tags={"speedup": timing.speedup},
             note=thresholds.pays_off(name, dtype_name, timing.speedup, prof.hardware_class),
         )
+    drift = thresholds.TREND_DRIFT
     if v.outcome in (Outcome.PASS, Outcome.FAIL):
-        amp_record.require(v.claim(), dtype=dtype, device=amp_device, tags=tags)
+        amp_record.require(v.claim(), dtype=dtype, device=amp_device, tags=tags, drift=drift)
     if amp_require_speedup and v.outcome is not Outcome.NOISY:
         amp_record.require(
             thresholds.pays_off_claim(name, dtype_name, timing.speedup, prof.hardware_class),
             dtype=dtype,
             device=amp_device,
+            drift=drift,
         )
     if v.outcome in (Outcome.PASS, Outcome.FAIL):
         return

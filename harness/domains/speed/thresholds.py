@@ -52,6 +52,13 @@ class Threshold:
         return self.expect == "judge" and self.min_speedup is not None
 
 
+#: A judged speedup as a trend (the dashboard): a change by more than this factor (either way) from
+#: the median of the previous runs of its class is flagged. Half the DETECT_SLOWDOWN gap on a log
+#: scale: a 1.3x slower AMP path moves the speedup twice as far, while clean runs scatter 1-5%
+#: (compute-bound) and up to 14% (layer_norm) here. Stored in rows as a relative drift.
+TREND_DRIFT = DETECT_SLOWDOWN**0.5 - 1.0
+
+
 def threshold_from_calibration(speedups: list[float]) -> Threshold:
     """Place a threshold from repeated measurements of one (workload, dtype) on one class.
 
