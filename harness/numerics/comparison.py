@@ -399,11 +399,13 @@ def compare_curves(
     allowance: Mapping[str, Sequence[float]],
     max_outliers: int,
     origin: str,
+    max_run: int | None = None,
 ) -> DataComparison:
-    """Per-step curves: each step within its allowance, up to ``max_outliers`` steps per curve excepted.
+    """Per-step curves: each step within its allowance, up to ``max_outliers`` steps per curve
+    excepted, of which at most ``max_run`` in a row (None: any).
 
-    A curve with more outliers contributes all of them as differences; a missing or new curve,
-    or one of another length, is a difference of its own.
+    A curve with more outliers (or a longer run of them) contributes all of them as differences;
+    a missing or new curve, or one of another length, is a difference of its own.
     """
     diffs: list[DataDifference] = []
     total = 0
@@ -423,10 +425,16 @@ def compare_curves(
             for t, (ev, av, al) in enumerate(zip(e, a, tol, strict=True))
             if not (abs(av - ev) <= al)
         ]
-        if len(out) > max_outliers:
+        outside = [t for t, (ev, av, al) in enumerate(zip(e, a, tol, strict=True)) if not (abs(av - ev) <= al)]
+        longest, run = 0, 0
+        for i, t in enumerate(outside):
+            run = run + 1 if i and t == outside[i - 1] + 1 else 1
+            longest = max(longest, run)
+        if len(out) > max_outliers or (max_run is not None and longest > max_run):
             diffs += out
+    runs = f", at most {max_run} in a row" if max_run is not None else ""
     return DataComparison(
-        name, total, tuple(diffs), Tolerance(0.0, 0.0, f"{origin}; up to {max_outliers} outlier steps per curve")
+        name, total, tuple(diffs), Tolerance(0.0, 0.0, f"{origin}; up to {max_outliers} outlier steps per curve{runs}")
     )
 
 

@@ -105,7 +105,10 @@ class Baselines:
         tolerance: Tolerance = EXACT,
         device: str | None = None,
         comparator: Callable[[Any, Any], DataComparison] | None = None,
+        tags: dict[str, Any] | None = None,
     ) -> None:
+        """``tags`` are added to the baseline row; the mapping is read after the comparison, so a
+        comparator may fill it (the golden curves record which lane judged them)."""
         __tracebackhide__ = True
         dev = device or self._ctx.primary_device
         result = bl.check(
@@ -131,7 +134,12 @@ class Baselines:
             allowance=0,
             outcome=Outcome.of(result.passed),
             device=dev,
-            tags={"baseline": display(result.path), "mode": self._ctx.mode.value, "status": result.status.value},
+            tags={
+                "baseline": display(result.path),
+                "mode": self._ctx.mode.value,
+                "status": result.status.value,
+                **(tags or {}),
+            },
             note=result.summary,
         )
         if not result.passed:
@@ -219,13 +227,18 @@ class TrainingChecks:
             )
 
     def check(
-        self, setup: Setup, recipes: Sequence[Recipe], seeds: int = 3, determinism: bool = True, census: bool = True
+        self,
+        setup: Setup,
+        recipes: Sequence[Recipe],
+        seeds: int | None = None,
+        determinism: bool = True,
+        census: bool = True,
     ) -> ParityReport:
         __tracebackhide__ = True
         from harness.domains import training as T
         from harness.numerics.comparison import explain
 
-        report = T.check_parity(setup, recipes, seeds=seeds, device=self._device)
+        report = T.check_parity(setup, recipes, seeds=seeds or T.DEFAULT_SEEDS, device=self._device)
         failures: list[str] = []
         for r in report.results:
             failure = self.parity_verdict(setup, r, report.band)

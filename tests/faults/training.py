@@ -48,3 +48,22 @@ def scaler_silently_skipping_every_third_step(real: Step) -> Step:
         return real(self, optimizer, *args, **kwargs)
 
     return step
+
+
+def adamw_losing_fp32_update_precision(real: Step, keep_bits: int = 16) -> Step:
+    """AdamW whose float32 update keeps only ``keep_bits`` significand bits of each parameter (an
+    fp32 kernel regression; float64 parameters are untouched): fp32 and AMP training both run it,
+    so parity moves with it and only the fp64 precision lane can see it."""
+    drop = 24 - keep_bits
+
+    def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        out = real(self, *args, **kwargs)
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.dtype is torch.float32:
+                        bits = p.view(torch.int32)
+                        bits.copy_((bits >> drop) << drop)  # truncate the low significand bits
+        return out
+
+    return step

@@ -42,6 +42,8 @@ INIT_SEED = 0
 DATA_SEED_OFFSET = 10_000
 #: Seed of the fixed evaluation batch (never used for training data).
 EVAL_SEED = 99_999
+#: Generators of injected gradient noise (Recipe.grad_noise) start here: apart from all the above.
+NOISE_SEED_OFFSET = 200_000
 
 
 def evaluate(model: nn.Module, setup: Setup, inputs: Any, targets: Any) -> float:
@@ -143,6 +145,12 @@ def train(
         if acc is not None:
             for p, a in zip(params, acc, strict=True):
                 p.grad = a.to(p.dtype)
+        if recipe.grad_noise is not None:
+            # a numerical fault of known size (relative, per element), seeded by (seed, step)
+            noise = torch.Generator().manual_seed(NOISE_SEED_OFFSET + 1_000_000 * recipe.noise_seed + 1000 * seed + step)
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(1 + recipe.grad_noise * torch.randn(p.grad.shape, generator=noise).to(p.grad))
         if scaler is not None and recipe.clip is not None:
             scaler.unscale_(opt)
         if recipe.clip is not None:

@@ -42,6 +42,10 @@ class Recipe:
     grad_accum_dtype: torch.dtype | None = None  # control: micro-batch gradients summed in this dtype
     loss_factor: float = 1.0  # small-gradient regime: loss x factor, lr / factor (SGD: same training in exact math)
     static_scale: float | None = None  # static loss scaling (Micikevicius et al.): loss x S, gradients / S
+    #: fault injection for measuring detection: every gradient element x (1 + grad_noise x N(0, 1))
+    grad_noise: float | None = None
+    #: which noise stream (members of a perturbation ensemble differ here, not in their data)
+    noise_seed: int = 0
     control: bool = False
 
     @property
@@ -96,7 +100,7 @@ BF16_GRAD_ACCUM = Recipe(
 class Setup:
     """A training problem: model, data, loss, optimizer and length.
 
-    ``loss`` takes the output tensor (``output(model_output)``, in fp32) and the targets; None means
+    ``loss`` takes the output tensor (``output(model_output)``, in fp32 or wider) and the targets; None means
     the model computes its own (``.loss`` / ``["loss"]`` of its output, labels in the inputs).
     ``optimizer`` is a name from :data:`OPTIMIZERS` or a factory ``(params, lr) -> Optimizer``;
     ``weight_decay`` applies to the named ones; ``schedule`` builds an LR scheduler.
@@ -146,8 +150,13 @@ class Setup:
     def loss_from(self, output: Any, targets: Any) -> torch.Tensor:
         """The loss of a model output: the Setup's loss on the output tensor in fp32, or the model's own."""
         if self.loss is None:
-            return loss_of(output).float()
-        return self.loss(self.output(output).float(), targets)
+            return _at_least_fp32(loss_of(output))
+        return self.loss(_at_least_fp32(self.output(output)), targets)
+
+
+def _at_least_fp32(t: torch.Tensor) -> torch.Tensor:
+    """Low-precision outputs upcast to fp32; fp64 kept (the fp64 reference trajectory)."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 #: The optimizers a :class:`Setup` can name, and how each is built: (params, lr, weight decay).
