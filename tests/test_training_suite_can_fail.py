@@ -85,9 +85,7 @@ def test_a_precision_regression_shared_by_fp32_and_amp_passes_parity_and_fails_t
     """AdamW keeping 20 of fp32's 24 significand bits in its update: fp32 and bf16 both run it, so
     parity cannot see it; fp32's distance from the fp64 run exposes it."""
     _setup(pytester, suite_copy, PARITY, CURVES)
-    inject(
-        pytester, "", patches={"torch.optim.AdamW.step": "faults.training.adamw_losing_fp32_update_precision"}
-    )
+    inject(pytester, "", patches={"torch.optim.AdamW.step": "faults.training.adamw_losing_fp32_update_precision"})
     result = pytester.runpytest(
         *INNER_ARGS, "-k", "(well_inside and cnn_bn-bf16]) or (fp64_run and cnn_bn) or (fp64_run and tiny_lm)"
     )

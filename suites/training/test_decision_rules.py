@@ -17,23 +17,28 @@ from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("training parity")
 
-#: The detection limit each rule is stated to reach (relative gradient noise caught in every run),
-#: from the thorough measurement in the README. Parity compares AMP with fp32 against the data-order
-#: spread: it catches only gross faults. The precision lane compares fp32 with fp64.
-STATED_LIMIT = {"parity": 1.0, "precision": 2.0**-12}
+#: The detection limit each rule is stated to reach (relative gradient noise caught in every run)
+#: and the false-alarm rate it is stated not to exceed, from the thorough measurement in the README.
+#: Parity compares AMP with fp32 against the data-order spread: it catches only gross faults. The
+#: precision lane compares fp32 with fp64. The approximate golden-curve lane is measured leave-one-
+#: out, a different data order judged as if it were the stored curve: its harshest case.
+STATED_LIMIT = {"parity": 1.0, "precision": 2.0**-12, "golden curves (approximate lane)": 4.0}
+STATED_FALSE_ALARMS = {"parity": 0.0, "precision": 0.0, "golden curves (approximate lane)": 0.25}
 
-DEFAULT = [pytest.param("mlp", 8, 2, id="mlp")]
+DEFAULT = [pytest.param("mlp", 6, 3, id="mlp")]
 THOROUGH = [
-    pytest.param(name, 16, 4, id=f"{name}-thorough", marks=pytest.mark.amp_thorough) for name in ("mlp", "cnn_bn", "tiny_lm")
+    pytest.param(name, 18, 6, id=f"{name}-thorough", marks=pytest.mark.amp_thorough)
+    for name in ("mlp", "cnn_bn", "tiny_lm")
 ]
 
 
 def _record(amp_record, r: rates.Rates, amp_device) -> None:
     ladder = {f"{d.level:.3g}": f"{d.caught}/{d.runs}" for d in r.ladder}
     limit = r.detection_limit
-    stated = STATED_LIMIT[r.rule]
+    stated, alarms = STATED_LIMIT[r.rule], STATED_FALSE_ALARMS[r.rule]
+    rule = r.rule.split(" ")[0].replace("golden", "golden_curves")
     amp_record(
-        f"{r.setup}.{r.rule}.false_alarm_rate",
+        f"{r.setup}.{rule}.false_alarm_rate",
         r.false_alarm_rate,
         unit="share",
         device=amp_device,
@@ -42,10 +47,11 @@ def _record(amp_record, r: rates.Rates, amp_device) -> None:
     )
     amp_record.require(
         compare_claim(
-            f"{r.setup}.{r.rule}.error_rates",
+            f"{r.setup}.{rule}.error_rates",
             limit if limit is not None else float("inf"),
-            r.false_alarms == 0 and limit is not None and limit <= stated,
-            f"no clean run fails the {r.rule} rule, and gradient noise of {stated:.3g} (relative) is caught in every run",
+            r.false_alarm_rate <= alarms and limit is not None and limit <= stated,
+            f"at most {alarms:.0%} of clean runs fail the {r.rule} rule, and gradient noise of {stated:.3g} (relative) "
+            "is caught in every run",
             detail=(
                 f"{r.setup} / {r.rule}: {r.false_alarms} of {r.clean_runs} clean runs failed; detection limit "
                 f"{limit}; caught per noise level: {ladder}",
@@ -73,4 +79,12 @@ def test_the_fp64_precision_lane_fails_no_clean_fp32_run_and_catches_small_gradi
     setup_name, clean_seeds, fault_seeds, amp_device, amp_record
 ):
     r = rates.precision_rates(T.SETUPS[setup_name], clean_seeds, fault_seeds, device=amp_device)
+    _record(amp_record, r, amp_device)
+
+
+@pytest.mark.parametrize(("setup_name", "clean_seeds", "fault_seeds"), DEFAULT + THOROUGH)
+def test_the_approximate_golden_curve_lane_passes_every_left_out_seed_and_catches_gross_noise(
+    setup_name, clean_seeds, fault_seeds, amp_device, amp_record
+):
+    r = rates.curve_rates(T.SETUPS[setup_name], clean_seeds, fault_seeds, device=amp_device)
     _record(amp_record, r, amp_device)

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from harness.domains import training as T
-from harness.domains.training.precision import judge_precision, precision_lane
+from harness.domains.training.precision import PRECISION_SEEDS, judge_precision, precision_lane
 from harness.numerics.comparison import compare_curves
 from harness.storage.baselines import KeyKind
 
@@ -34,7 +34,11 @@ CURVES = {"mlp": [T.BF16, T.FP16_SCALER], "tiny_lm": [T.BF16, T.FP16_SCALER], "c
 
 def _lane_key(amp_hardware_profile) -> dict[str, str | None]:
     """What the deterministic lane requires to be unchanged: hardware class and software stack."""
-    return {"hardware_class": amp_hardware_profile.hardware_class, "torch": torch.__version__, "cuda": torch.version.cuda}
+    return {
+        "hardware_class": amp_hardware_profile.hardware_class,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
 
 
 @pytest.mark.parametrize("setup_name", sorted(CURVES))
@@ -119,19 +123,24 @@ def test_loss_curves_match_the_golden_curves_of_this_profile(
 @pytest.mark.parametrize("setup_name", sorted(CURVES))
 def test_fp32_stays_within_rounding_distance_of_an_fp64_run(setup_name, train_cached, amp_device, amp_record):
     setup = T.SETUPS[setup_name]
-    lane = precision_lane(
-        setup,
-        0,
-        amp_device,
-        fp32_run=train_cached(setup, T.FP32, 0, amp_device),
-        low_run=train_cached(setup, T.BF16, 0, amp_device),
+    lanes = [
+        precision_lane(
+            setup,
+            seed,
+            amp_device,
+            fp32_run=train_cached(setup, T.FP32, seed, amp_device),
+            low_run=train_cached(setup, T.BF16, seed, amp_device),
+        )
+        for seed in range(PRECISION_SEEDS)
+    ]
+    for lane in lanes:
+        amp_record(
+            f"{setup_name}.fp32_distance_from_fp64",
+            lane.d32,
+            unit="loss",
+            device=amp_device,
+            tags={"seed": lane.seed, "per_checkpoint": lane.fp32_distance, "bf16_per_checkpoint": lane.low_distance},
+        )
+    amp_record.require(
+        judge_precision(lanes), device=amp_device, tags={"lane": "precision", "ratios": [x.ratio for x in lanes]}
     )
-    amp_record(
-        f"{setup_name}.fp32_distance_from_fp64",
-        lane.d32,
-        unit="loss",
-        device=amp_device,
-        tags={"per_checkpoint": lane.fp32_distance, "bf16_per_checkpoint": lane.low_distance},
-        comparable=True,  # deterministic on its stack
-    )
-    amp_record.require(judge_precision(lane), device=amp_device, tags={"lane": "precision", "bf16_distance": lane.dlow})

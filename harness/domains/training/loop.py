@@ -147,7 +147,9 @@ def train(
                 p.grad = a.to(p.dtype)
         if recipe.grad_noise is not None:
             # a numerical fault of known size (relative, per element), seeded by (seed, step)
-            noise = torch.Generator().manual_seed(NOISE_SEED_OFFSET + 1_000_000 * recipe.noise_seed + 1000 * seed + step)
+            noise = torch.Generator().manual_seed(
+                NOISE_SEED_OFFSET + 1_000_000 * recipe.noise_seed + 1000 * seed + step
+            )
             for p in params:
                 if p.grad is not None:
                     p.grad.mul_(1 + recipe.grad_noise * torch.randn(p.grad.shape, generator=noise).to(p.grad))

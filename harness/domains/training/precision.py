@@ -11,13 +11,20 @@ trajectories happen to cross, a per-checkpoint distance is near 0.
 
 ``PRECISION_FRACTION = sqrt(u_fp32 / u_bf16) = 2^-8``: the geometric midpoint between "fp32's
 error scales with its unit roundoff" (2^-16 of bf16's) and "fp32 as far off as bf16" (1). A
-regression that costs fp32 about half of the 16 bits it has over bf16 fails. Measured error rates
-are in :mod:`harness.domains.training.rates` and the README.
+regression that costs fp32 about half of the 16 bits it has over bf16 fails.
+
+The verdict is the median ratio over PRECISION_SEEDS data orders: the lane is a property of the
+stack, while a single data order can meet a discrete event (a ReLU or BatchNorm statistic flipping)
+after which fp32 and fp64 part ways exponentially (measured: 2 of 16 seeds of the CNN). A median of
+3 needs two such seeds to fail. Measured error rates are in :mod:`harness.domains.training.rates`
+and the README.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +38,8 @@ from harness.numerics.formats import BF16 as BF16_FORMAT
 from harness.numerics.formats import FP32 as FP32_FORMAT
 
 PRECISION_FRACTION = math.sqrt(FP32_FORMAT.unit_roundoff / BF16_FORMAT.unit_roundoff)
+#: Data orders (seeds 0..n-1) whose median ratio is judged.
+PRECISION_SEEDS = 3
 
 
 def fp64_setup(setup: Setup) -> Setup:
@@ -104,18 +113,24 @@ def precision_lane(
     )
 
 
-def judge_precision(lane: PrecisionLane) -> ClaimComparison:
-    """fp32 at most PRECISION_FRACTION as far from the fp64 run as bf16 autocast is."""
-    worst = max(range(len(lane.steps)), key=lambda i: lane.fp32_distance[i])
+def judge_precision(lanes: Sequence[PrecisionLane]) -> ClaimComparison:
+    """The median over seeds of D32 / Dbf16 at most PRECISION_FRACTION."""
+    if not lanes:
+        raise ValueError("judge_precision needs the lanes of at least one seed")
+    ratios = sorted(lane.ratio for lane in lanes)
+    median = statistics.median(ratios)
+    first = lanes[0]
+    per_seed = ", ".join(f"seed {lane.seed}: {lane.ratio:.3g} ({lane.d32:.3g} vs {lane.dlow:.3g})" for lane in lanes)
     return compare_claim(
-        f"{lane.setup}.fp32_over_{lane.low}_distance_from_fp64",
-        lane.ratio,
-        lane.ratio <= PRECISION_FRACTION,
-        f"max_t |L_fp32 - L_fp64| <= sqrt(u_fp32/u_bf16) = 2^-8 x max_t |L_{lane.low} - L_fp64| (seed {lane.seed})",
+        f"{first.setup}.fp32_over_{first.low}_distance_from_fp64",
+        median,
+        median <= PRECISION_FRACTION,
+        f"median over {len(lanes)} seeds of max_t |L_fp32 - L_fp64| / max_t |L_{first.low} - L_fp64| <= "
+        "sqrt(u_fp32/u_bf16) = 2^-8",
         detail=(
-            f"{lane.setup}: fp32 is {lane.d32:.3g} from the fp64 run (worst at step {lane.steps[worst]}), "
-            f"{lane.ratio:.3g} of {lane.low} autocast's {lane.dlow:.3g}: fp32 lost precision on this stack (a "
-            "regression shared by fp32 and AMP, invisible to parity)",
+            f"{first.setup}: fp32's distance from the fp64 run is a median {median:.3g} of {first.low} autocast's "
+            f"(allowed {PRECISION_FRACTION:.3g}): fp32 lost precision on this stack (a regression shared by fp32 and "
+            f"AMP, invisible to parity); per seed: {per_seed}",
         ),
         allowance=PRECISION_FRACTION,
         unit="x",

@@ -15,12 +15,27 @@ from dataclasses import dataclass, replace
 import torch
 
 from harness.domains.training.loop import Run, train
-from harness.domains.training.parity import RecipeResult, judge, parity, seed_band
-from harness.domains.training.precision import fp64_setup, judge_precision, precision_lane
+from harness.domains.training.parity import (
+    RecipeResult,
+    judge,
+    outlier_allowance,
+    parity,
+    per_step_spread,
+    seed_band,
+)
+from harness.domains.training.precision import (
+    PRECISION_SEEDS,
+    PrecisionLane,
+    fp64_setup,
+    judge_precision,
+    precision_lane,
+)
 from harness.domains.training.recipes import BF16, FP32, Recipe, Setup
+from harness.numerics.comparison import compare_curves
 
-#: Gradient-noise levels tried, smallest first (relative standard deviation per element).
-NOISE_LADDER: tuple[float, ...] = tuple(2.0**-k for k in (20, 16, 12, 8, 4, 2, 0))
+#: Gradient-noise levels tried, smallest first (relative standard deviation per element): from
+#: rounding level (2^-20) to several times the gradient itself (2^3).
+NOISE_LADDER: tuple[float, ...] = tuple(2.0**k for k in (-20, -16, -12, -8, -4, -2, 0, 1, 2, 3))
 
 
 @dataclass(frozen=True)
@@ -90,21 +105,57 @@ def parity_rates(
 
 def precision_rates(
     setup: Setup,
-    clean_seeds: int = 8,
-    fault_seeds: int = 4,
+    clean_seeds: int = 6,
+    fault_seeds: int = 3,
     ladder: Sequence[float] = NOISE_LADDER,
     device: torch.device | str = "cpu",
 ) -> Rates:
-    """The fp64 precision lane: clean fp32 on ``clean_seeds`` seeds, and fp32 with gradient noise."""
+    """The fp64 precision lane, judged as the suite judges it (median of PRECISION_SEEDS seeds):
+    clean fp32 over ``clean_seeds`` seeds in disjoint groups, and fp32 with gradient noise."""
+    n = PRECISION_SEEDS
     seeds = range(max(clean_seeds, fault_seeds))
     refs = {s: train(fp64_setup(setup), FP32, s, device) for s in seeds}
     lows = {s: train(setup, BF16, s, device) for s in seeds}
 
-    def lane(s: int, recipe: Recipe) -> bool:
-        return judge_precision(
-            precision_lane(setup, s, device, fp32_recipe=recipe, low_run=lows[s], reference=refs[s])
-        ).passed
+    def lane(s: int, recipe: Recipe) -> PrecisionLane:
+        return precision_lane(setup, s, device, fp32_recipe=recipe, low_run=lows[s], reference=refs[s])
 
-    alarms = sum(not lane(s, FP32) for s in range(clean_seeds))
-    found = [Detection(level, sum(not lane(s, _noisy(level)) for s in range(fault_seeds)), fault_seeds) for level in ladder]
-    return Rates("precision", setup.name, clean_seeds, alarms, tuple(found))
+    groups = [range(g, g + n) for g in range(0, clean_seeds - n + 1, n)]
+    alarms = sum(not judge_precision([lane(s, FP32) for s in group]).passed for group in groups)
+    found = []
+    for level in ladder:
+        faulty = [range(g, g + n) for g in range(0, fault_seeds - n + 1, n)]
+        caught = sum(not judge_precision([lane(s, _noisy(level)) for s in group]).passed for group in faulty)
+        found.append(Detection(level, caught, len(faulty)))
+    return Rates("precision", setup.name, len(groups), alarms, tuple(found))
+
+
+def curve_rates(
+    setup: Setup,
+    seeds: int = 8,
+    fault_seeds: int = 4,
+    ladder: Sequence[float] = NOISE_LADDER,
+    device: torch.device | str = "cpu",
+) -> Rates:
+    """The golden curves' approximate lane, leave-one-out: each fp32 seed's curve judged against
+    seed 0's (the stored curve) within the spread and outlier allowance of the other seeds; and
+    fp32 with gradient noise (data order of seed 0) against the same."""
+    fp = [train(setup, FP32, s, device) for s in range(seeds + 1)]
+    allowed = outlier_allowance(setup.steps, seeds)
+
+    def within(curve: Run, others: Sequence[Run]) -> bool:
+        band = per_step_spread([fp[0], *others])
+        result = compare_curves(
+            "loo", {"c": fp[0].losses}, {"c": curve.losses}, {"c": band}, allowed.steps, "", allowed.longest_run
+        )
+        return result.passed
+
+    alarms = sum(not within(fp[i], [r for j, r in enumerate(fp[1:], 1) if j != i]) for i in range(1, seeds + 1))
+    found = []
+    for level in ladder:
+        caught = 0
+        for k in range(fault_seeds):
+            noisy = train(setup, replace(_noisy(level), noise_seed=k + 1), 0, device)
+            caught += not within(noisy, fp[1:seeds])
+        found.append(Detection(level, caught, fault_seeds))
+    return Rates("golden curves (approximate lane)", setup.name, seeds, alarms, tuple(found))
