@@ -232,6 +232,7 @@ def build_machine(
         def documented_misuse_raises(self, misuse):
             counts[f"misuse:{misuse}"] += 1
             self._backward()
+            overflowed = any(self._found_inf())  # near the top of float32 a scaled loss overflows by itself
             opt = self.opts[0]
             messages = {
                 "unscale_twice": "unscale_() has already been called on this optimizer since the last update()",
@@ -260,7 +261,7 @@ def build_machine(
                 if misuse == "closure" or other is not opt or misuse == "unscale_twice":
                     self.scaler.step(other)
             self.scaler.update()
-            self.ref = scaling.update("torch", self.cfg, self.ref, False)
+            self.ref = scaling.update("torch", self.cfg, self.ref, overflowed)
 
         # -- invariants ------------------------------------------------------------------------
         @invariant()
