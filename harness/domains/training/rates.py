@@ -9,7 +9,7 @@ order (seed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -70,6 +70,11 @@ class Rates:
         return limit
 
 
+def _ladder(ladder: Sequence[float], caught: Callable[[float], tuple[int, int]]) -> tuple[Detection, ...]:
+    """The detection ladder: at each noise level, (runs that failed the rule, runs)."""
+    return tuple(Detection(level, *caught(level)) for level in ladder)
+
+
 def _noisy(level: float) -> Recipe:
     return replace(FP32, name=f"fp32+grad_noise({level:.3g})", grad_noise=level)
 
@@ -96,11 +101,14 @@ def parity_rates(
             verdict = judge(setup.name, RecipeResult(recipe, run, ref, parity(run, ref, band)))
             runs += 1
             alarms += not verdict.passed
-    found = []
-    for level in ladder:
-        caught = sum(not parity(train(setup, _noisy(level), s, device), fp[s], band).passed for s in range(fault_seeds))
-        found.append(Detection(level, caught, fault_seeds))
-    return Rates("parity", setup.name, runs, alarms, tuple(found))
+    found = _ladder(
+        ladder,
+        lambda level: (
+            sum(not parity(train(setup, _noisy(level), s, device), fp[s], band).passed for s in range(fault_seeds)),
+            fault_seeds,
+        ),
+    )
+    return Rates("parity", setup.name, runs, alarms, found)
 
 
 def precision_rates(
@@ -122,12 +130,15 @@ def precision_rates(
 
     groups = [range(g, g + n) for g in range(0, clean_seeds - n + 1, n)]
     alarms = sum(not judge_precision([lane(s, FP32) for s in group]).passed for group in groups)
-    found = []
-    for level in ladder:
-        faulty = [range(g, g + n) for g in range(0, fault_seeds - n + 1, n)]
-        caught = sum(not judge_precision([lane(s, _noisy(level)) for s in group]).passed for group in faulty)
-        found.append(Detection(level, caught, len(faulty)))
-    return Rates("precision", setup.name, len(groups), alarms, tuple(found))
+    faulty = [range(g, g + n) for g in range(0, fault_seeds - n + 1, n)]
+    found = _ladder(
+        ladder,
+        lambda level: (
+            sum(not judge_precision([lane(s, _noisy(level)) for s in group]).passed for group in faulty),
+            len(faulty),
+        ),
+    )
+    return Rates("precision", setup.name, len(groups), alarms, found)
 
 
 def curve_rates(
@@ -151,11 +162,10 @@ def curve_rates(
         return result.passed
 
     alarms = sum(not within(fp[i], [r for j, r in enumerate(fp[1:], 1) if j != i]) for i in range(1, seeds + 1))
-    found = []
-    for level in ladder:
-        caught = 0
-        for k in range(fault_seeds):
-            noisy = train(setup, replace(_noisy(level), noise_seed=k + 1), 0, device)
-            caught += not within(noisy, fp[1:seeds])
-        found.append(Detection(level, caught, fault_seeds))
-    return Rates("golden curves (approximate lane)", setup.name, seeds, alarms, tuple(found))
+
+    def caught(level: float) -> tuple[int, int]:
+        noisy = [train(setup, replace(_noisy(level), noise_seed=k + 1), 0, device) for k in range(fault_seeds)]
+        return sum(not within(run, fp[1:seeds]) for run in noisy), fault_seeds
+
+    found = _ladder(ladder, caught)
+    return Rates("golden curves (approximate lane)", setup.name, seeds, alarms, found)
