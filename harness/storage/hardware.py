@@ -26,6 +26,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.domains.versions import minor
+
 #: CPU flags that decide low-precision speed on x86 (bf16/fp16 dot products, AMX tiles).
 RELEVANT_CPU_FLAGS = (
     "avx2",
@@ -229,8 +231,10 @@ class Fingerprint:
     @property
     def torch_minor(self) -> str:
         """``torch-2.13``: the software-stack key of baselines that change between releases."""
-        m = re.match(r"(\d+)\.(\d+)", self.torch_version)
-        return f"torch-{m.group(1)}.{m.group(2)}" if m else f"torch-{self.torch_version}"
+        try:
+            return f"torch-{minor(self.torch_version)}"
+        except ValueError:
+            return f"torch-{self.torch_version}"
 
     @property
     def cpu_class(self) -> HardwareClass:

@@ -17,13 +17,10 @@ import torch
 
 from harness.domains.autocast import oracle
 from harness.domains.autocast.probe import policy_table
+from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("autocast policy")
-
-
-def _minor() -> str:
-    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
 
 
 def test_the_catalogue_reaches_every_op_pytorch_lists(amp_device, amp_record, autocast_lists_source):
@@ -50,7 +47,7 @@ def test_observed_policy_agrees_with_pytorchs_own_lists(amp_device, amp_dtype, a
     expectations = oracle.read_lists(amp_device.type, autocast_lists_source)
     result = oracle.judge(expectations, policy_table(amp_device, amp_dtype), amp_device.type, amp_dtype)
     dtype = str(amp_dtype).removeprefix("torch.")
-    findings = oracle.registered(amp_device.type, _minor(), dtype)
+    findings = oracle.registered(amp_device.type, minor(torch.__version__), dtype)
     unexplained, known = [], []
     for d in result.disagreements:
         finding = findings.get(d.case)
@@ -78,7 +75,7 @@ def test_observed_policy_agrees_with_pytorchs_own_lists(amp_device, amp_dtype, a
             detail=[
                 *(d.describe() for d in unexplained),
                 *(
-                    f"{case}: registered as disagreeing in torch {_minor()}, but agrees now: remove it from "
+                    f"{case}: registered as disagreeing in torch {minor(torch.__version__)}, but agrees now: remove it from "
                     "KNOWN_DISAGREEMENTS in harness/domains/autocast/oracle.py"
                     for case in fixed
                 ),

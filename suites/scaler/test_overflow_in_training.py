@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from harness.domains.scaling import reference as scaling
+from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP16
 from harness.storage.baselines import KeyKind
@@ -241,7 +242,7 @@ def test_finding_a_nan_loss_with_finite_gradients_is_not_skipped(amp_device, sca
 
 # -- known issues registry --------------------------------------------------------------------
 def _torch_minor() -> str:
-    return scaling.minor_of(torch.__version__)
+    return minor(torch.__version__)
 
 
 def _observe(issue_id: str, device: torch.device, scaler_cls: type[torch.amp.GradScaler]) -> bool:

@@ -33,10 +33,11 @@ tensor. Named semantics and their sources:
 from __future__ import annotations
 
 import math
-import re
 import struct
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
+
+from harness.domains.versions import minor, release
 
 Semantics = Literal["torch", "megatron", "deepspeed<=0.17.0", "deepspeed>=0.17.1", "apex"]
 SEMANTICS: tuple[Semantics, ...] = ("torch", "megatron", "deepspeed<=0.17.0", "deepspeed>=0.17.1", "apex")
@@ -100,24 +101,16 @@ SOURCES: dict[Semantics, SemanticsSource] = {
 }
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """(major, minor, patch) of a version string such as ``0.17.1+cpu`` or ``0.16.1rc2``."""
-    match = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", version.strip())
-    if match is None:
-        raise ValueError(f"not a release version: {version!r}")
-    return tuple(int(g or 0) for g in match.groups())
-
-
 def semantics_for(framework: str, version: str) -> Semantics:
     """The semantics of ``framework`` at release ``version`` (e.g. ``("deepspeed", "0.19.8")``)."""
     known = sorted({src.framework for src in SOURCES.values()})
     if framework not in known:
         raise ValueError(f"no scaler semantics for framework {framework!r}; known: {', '.join(known)}")
-    v = _release(version)
+    v = release(version)
     for name, src in SOURCES.items():
         if src.framework != framework:
             continue
-        if (src.first is None or v >= _release(src.first)) and (src.last is None or v <= _release(src.last)):
+        if (src.first is None or v >= release(src.first)) and (src.last is None or v <= release(src.last)):
             return name
     raise ValueError(f"{framework} {version}: no semantics covers this release ({', '.join(SEMANTICS)})")
 
@@ -418,15 +411,10 @@ class KnownIssue:
     def applies(self, torch_version: str, scaler: type, device_type: str) -> bool:
         """Whether the registry says this issue is present for that release, scaler and device."""
         return (
-            minor_of(torch_version) in self.affected
+            minor(torch_version) in self.affected
             and scaler_kind(scaler) in self.scalers
             and device_type in self.devices
         )
-
-
-def minor_of(version: str) -> str:
-    """``"2.13"`` of ``"2.13.0+cpu"``: known issues are keyed by minor release."""
-    return ".".join(str(n) for n in _release(version)[:2])
 
 
 #: torch's scaler classes, most derived first: what a (possibly broken) subclass is judged as.
