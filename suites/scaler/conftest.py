@@ -8,22 +8,13 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-
-def _single_rank_group() -> bool:
-    """ShardedGradScaler all-reduces its found-inf flags over a process group: give it one rank
-    (gloo over an in-memory store). True when this call created the group."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return False
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return True
+from harness.domains.distributed.ranks import single_rank_group
 
 
 @pytest.fixture(params=["GradScaler", "ShardedGradScaler"])
 def scaler_factory(request: pytest.FixtureRequest) -> Iterator[type[torch.amp.GradScaler]]:
     """The loss scaler the suite judges: ``torch.amp.GradScaler`` and FSDP's ``ShardedGradScaler``
-    (in a single-rank process group, which it needs even unsharded)."""
+    (in a single-rank gloo group, which it needs even unsharded)."""
     if request.param == "GradScaler":
         yield torch.amp.GradScaler
         return
@@ -33,7 +24,7 @@ def scaler_factory(request: pytest.FixtureRequest) -> Iterator[type[torch.amp.Gr
         pytest.skip("ShardedGradScaler needs torch.distributed, which this torch build lacks")
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-    created = _single_rank_group()
+    created = single_rank_group()
     try:
         yield ShardedGradScaler
     finally:

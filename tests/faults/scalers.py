@@ -12,9 +12,10 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler, OptState, _refresh_per_optimizer_state
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+from harness.domains.distributed.ranks import single_rank_group
 
 
 def _scale(s: GradScaler) -> torch.Tensor:
@@ -182,8 +183,7 @@ class ShardedGradScalerCappedOnCpu(ShardedGradScaler):
     single-rank process group it needs (the caller destroys it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if not dist.is_initialized():
-            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+        single_rank_group()
         super().__init__(*args, **kwargs)
 
     def _amp_update_scale_cpu_(self, found_inf: torch.Tensor) -> None:

@@ -39,6 +39,18 @@ def resolve(spec: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
+def single_rank_group() -> bool:
+    """Give this process a one-rank gloo group (an in-memory store) if it has no process group,
+    for code that all-reduces even unsharded (ShardedGradScaler). True when this call created it:
+    the caller destroys it (``torch.distributed.destroy_process_group()``)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    return True
+
+
 def _entry(rank: int, world: int, spec: str, kwargs: dict[str, Any], workdir: str, backend: str) -> None:
     out = Path(workdir) / f"rank{rank}.json"
     try:
