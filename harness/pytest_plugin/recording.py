@@ -241,40 +241,21 @@ def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]
         tags = {"examples": tally.examples, "elements": tally.elements, **kw.pop("tags", {})}
         if tally.detail:
             tags["derivation"] = tally.detail
-        comparable = _derandomized()
+        name, value, allowance, unit, comparable = metric, tally.worst, tally.bound, tally.unit, _derandomized()
         if tally.worst is not None and tally.bound:
             tags.update(worst=tally.worst, bound=tally.bound, bound_unit=tally.unit)
-            recorder(
-                metric if tally.bound == 1.0 else f"{metric}.worst_over_bound",
-                tally.worst / tally.bound,
-                allowance=1.0,
-                unit="x bound",
-                outcome=outcome,
-                tags=tags,
-                note=criterion,
-                comparable=comparable,
-                **kw,
-            )
-        elif tally.worst is not None:
-            recorder(
-                metric,
-                tally.worst,
-                allowance=tally.bound,
-                unit=tally.unit,
-                outcome=outcome,
-                tags=tags,
-                note=criterion,
-                comparable=comparable,
-                **kw,
-            )
-        else:
-            recorder(
-                metric,
-                tally.elements,
-                unit="elements checked",
-                outcome=outcome,
-                tags=tags,
-                note=criterion,
-                comparable=False,
-                **kw,
-            )
+            name = metric if tally.bound == 1.0 else f"{metric}.worst_over_bound"
+            value, allowance, unit = tally.worst / tally.bound, 1.0, "x bound"
+        elif tally.worst is None:  # nothing measured but elements: a count, information
+            value, allowance, unit, comparable = tally.elements, None, "elements checked", False
+        recorder(
+            name,
+            value,
+            allowance=allowance,
+            unit=unit,
+            outcome=outcome,
+            tags=tags,
+            note=criterion,
+            comparable=comparable,
+            **kw,
+        )

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.batches import tensors, to_device
+from harness.domains.training.batches import tensors, to_device, tree_map
 from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
 from harness.domains.training.parity import Band, RecipeResult, parity
 from harness.domains.training.recipes import Recipe, Setup
@@ -142,8 +142,6 @@ def _observe(
     handles = []
 
     def snapshot(obj: Any) -> Any:
-        from harness.domains.training.batches import tree_map
-
         return tree_map(lambda t: t.detach().clone(), obj)
 
     for name, module in model.named_modules():
@@ -222,8 +220,6 @@ def attribute(
 
 def _like(values: Any, dtypes_of: Any) -> Any:
     """``values`` (the fp32 run's inputs) in the dtypes of ``dtypes_of`` (the AMP run's inputs)."""
-    from harness.domains.training.batches import tensors, tree_map
-
     dtypes = iter([t.dtype for t in tensors(dtypes_of)])
     return tree_map(lambda t: t.to(next(dtypes, t.dtype)), values)
 
