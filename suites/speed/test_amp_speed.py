@@ -54,7 +54,15 @@ def _measure(workload, device, dtype, slowdown, pedantic=None) -> bench.Timing:
     return bench.interleaved(fp32, amp, device, rounds=ROUNDS)
 
 
-def _judge(
+#: The default tier's cases, then the wider sweep (thorough tier).
+CASES = [
+    *thresholds.DEFAULT_CASES,
+    *(pytest.param(c, marks=pytest.mark.amp_thorough) for c in THOROUGH),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_amp_speedup_meets_the_class_threshold(
     case,
     amp_device,
     amp_hardware_profile,
@@ -159,35 +167,3 @@ def _judge(
             f"NOISY: {name}/{dtype_name} speedup {timing.speedup:.3g}x with IQR {timing.spread:.3g} "
             f"straddles the threshold {v.limit}"
         )
-
-
-#: The default tier's cases, then the wider sweep (thorough tier).
-CASES = [
-    *thresholds.DEFAULT_CASES,
-    *(pytest.param(c, marks=pytest.mark.amp_thorough) for c in THOROUGH),
-]
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
-def test_amp_speedup_meets_the_class_threshold(
-    case,
-    amp_device,
-    amp_hardware_profile,
-    amp_record,
-    amp_slowdown,
-    amp_calibrate_command,
-    request,
-    benchmark,
-    amp_require_speedup,
-):
-    _judge(
-        case,
-        amp_device,
-        amp_hardware_profile,
-        amp_record,
-        amp_slowdown,
-        amp_calibrate_command,
-        request,
-        benchmark,
-        amp_require_speedup,
-    )
