@@ -205,9 +205,8 @@ def flag_history(
     direction = "up" if last > 0 else "down" if last < 0 else ""
     if last and before == last:
         return {"flag": "regression", "direction": direction, "reference": ref}
-    statistic = (
-        drift[n - 1] is not None and not math.isnan(float(drift[n - 1] or 0.0)) and float(drift[n - 1] or 0.0) > 0
-    )
+    latest_drift = drift[n - 1]
+    statistic = latest_drift is not None and latest_drift > 0  # NaN compares False: no stated drift
     if last and not statistic:
         return {"flag": "suspicious", "direction": direction, "reference": ref}
     # a statistic's single excursion is the noise its drift does not cover: flagged only when repeated
