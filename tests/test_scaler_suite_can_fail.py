@@ -88,16 +88,17 @@ def test_a_fixed_sharded_scaler_makes_the_known_issue_check_say_fixed(pytester, 
 
 # -- the conformance API: declining, exception mapping, versioned semantics --------------------
 def _run(machine):
-    """Find one counterexample, without shrinking it (the message is the point, not the minimum)."""
-    from hypothesis import Phase, settings
+    """Find one counterexample, without shrinking it (the message is the point, not the minimum):
+    the negative-control profile, with the conformance suite's step count."""
+    from faults import NEGATIVE_CONTROL_PROFILE
+    from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
     quick = settings(
+        settings.get_profile(NEGATIVE_CONTROL_PROFILE),
         stateful_step_count=30,
         max_examples=60,
-        print_blob=False,
         report_multiple_bugs=False,
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
     )
     run_state_machine_as_test(machine, settings=quick)
 
