@@ -43,7 +43,7 @@ def conftest_source(*, fixtures: Mapping[str, str] | None = None, patches: Mappi
         "import pytest",
         "import torch",
         "import torch.nn.functional",
-        "import faults.autocast, faults.casts, faults.distributed, faults.scalers, faults.training",
+        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.scalers, faults.training",
         "import harness.domains.autocast.oracle",
         "",
     ]

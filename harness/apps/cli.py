@@ -111,14 +111,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     hc = fp.class_for(str(device))
     profile_id = fp.cuda_profile if device.type == "cuda" else fp.cpu_profile
     root = Path(args.baseline_dir)
-    cases = thresholds.DEFAULT_CASES
+    from harness.domains.compiled import speed as compiled_speed
+
+    workloads = {**bench.WORKLOADS, **compiled_speed.workloads("inductor")}
+    known_cases = (*thresholds.DEFAULT_CASES, *compiled_speed.DEFAULT_CASES, *compiled_speed.THOROUGH_CASES)
+    cases = (*thresholds.DEFAULT_CASES, *(compiled_speed.DEFAULT_CASES if args.compiled else ()))
     if args.cases:
         wanted = [tuple(c.split("/", 1)) for c in args.cases]
-        unknown = [("/".join(c)) for c in wanted if c not in cases]
+        unknown = [("/".join(c)) for c in wanted if c not in known_cases]
         if unknown:
             print(
                 f"amp-harness calibrate: unknown case(s) {', '.join(unknown)}; "
-                f"choose from {', '.join(w + '/' + d for w, d in cases)}",
+                f"choose from {', '.join(w + '/' + d for w, d in known_cases)}",
                 file=sys.stderr,
             )
             return 2
@@ -139,9 +143,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     speedups: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
     for run in range(args.runs):
         for workload, dtype in cases:
-            w = bench.WORKLOADS[workload]
+            w = workloads[workload]
             dt = getattr(torch, dtype)
-            t = bench.interleaved(w.make(device, None), w.make(device, dt), device, rounds=args.rounds)
+            t = bench.interleaved(*w.pair(device, dt), device, rounds=args.rounds)
             speedups[(workload, dtype)].append(t.speedup)
             print(
                 f"  run {run + 1}/{args.runs} {workload}/{dtype}: speedup {t.speedup:.3g} (IQR {t.spread:.3g})",
@@ -151,7 +155,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         th = thresholds.for_device(thresholds.threshold_from_calibration(runs), workload, device, getattr(torch, dtype))
         assert th is not None
         prof.thresholds[f"{workload}/{dtype}"] = th
-        print(f"  -> {thresholds.pays_off(workload, dtype, th.calibrated_median or 0.0, hc.id)}; {th.origin}")
+        said = thresholds.pays_off(
+            workload, dtype, th.calibrated_median or 0.0, hc.id, workloads[workload].baseline_name
+        )
+        print(f"  -> {said}; {th.origin}")
     prof.provenance = {
         **provenance(fp, device=str(device), profile=hc.id, commit=git_commit(Path.cwd())),
         "runs": args.runs,
@@ -210,6 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         metavar="WORKLOAD/DTYPE",
         help="calibrate only these cases (default: all of the default tier); others already in the file are kept",
+    )
+    k.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also calibrate compiled AMP (torch.compile with Inductor: against eager AMP and compiled fp32)",
     )
     k.add_argument("--runs", type=int, default=5, help="independent measurements per workload (default 5)")
     k.add_argument("--rounds", type=int, default=7, help="interleaved rounds per measurement (default 7)")

@@ -16,4 +16,5 @@ CAPABILITIES: tuple[str, ...] = (
     "speed",
     "memory",
     "distributed",
+    "compiled AMP",
 )

@@ -5,6 +5,9 @@ One parser for torch, DeepSpeed and megatron-core version strings."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+from harness.numerics.comparison import ClaimComparison, compare_claim
 
 
 def release(version: str) -> tuple[int, ...]:
@@ -18,3 +21,48 @@ def release(version: str) -> tuple[int, ...]:
 def minor(version: str) -> str:
     """``"2.13"`` of ``"2.13.0+cpu"``."""
     return ".".join(str(n) for n in release(version)[:2])
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """A behaviour of some torch releases, registered with the minor releases it was observed in.
+    A suite observes it on every run and :func:`registry_claim` fails when observation and
+    registry disagree: a release that fixes it ("appears fixed") or one it newly affects."""
+
+    id: str
+    summary: str
+    #: torch minor versions (e.g. "2.13") where the behaviour was observed
+    affected: tuple[str, ...]
+    reference: str
+    #: the device types it concerns
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    def listed(self, torch_version: str, device_type: str) -> bool:
+        """Whether the registry says this issue is present for that release and device."""
+        return minor(torch_version) in self.affected and device_type in self.devices
+
+
+def registry_claim(
+    issue: KnownIssue, present: bool, listed: bool, torch_version: str, where: str, context: str = ""
+) -> ClaimComparison:
+    """KNOWN while the issue occurs exactly where the registry says; a failure naming the edit to
+    make when it does not (``where``: the registry's place in the source, for the message)."""
+    release = minor(torch_version)
+    if present and not listed:
+        detail = (
+            f"known issue {issue.id} ({issue.summary}) occurs in torch {torch_version}{context}, which the registry "
+            f"does not list: add {release!r} to its affected releases (or this case to its scope) in {where}"
+        )
+    else:
+        detail = (
+            f"known issue {issue.id} appears fixed in torch {torch_version}{context}: remove {release!r} from its "
+            f"affected releases in {where}"
+        )
+    return compare_claim(
+        f"known_issue.{issue.id}",
+        present,
+        present == listed,
+        "the issue occurs exactly in the torch releases the registry lists",
+        detail=detail,
+        finding=present,
+    )

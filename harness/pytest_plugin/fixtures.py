@@ -7,7 +7,7 @@ runs that use none of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,6 +27,7 @@ __all__ = [
     "CAPABILITY_PROPERTY",
     "amp_baseline",
     "amp_calibrate_command",
+    "amp_compile_backend",
     "amp_device",
     "amp_dtype",
     "amp_fingerprint",
@@ -127,6 +128,22 @@ def amp_record(request: pytest.FixtureRequest) -> Recorder:
 
     who = TestIdentity(item.nodeid, suite_of(item), getattr(item, "originalname", item.name))
     return Recorder(who, st.run_id, st.add_row, st.profile_for, label)
+
+
+@pytest.fixture
+def amp_compile_backend(request: pytest.FixtureRequest) -> Any:
+    """The ``torch.compile`` backend the compiled-AMP suite judges against eager: ``"inductor"``.
+    Override it in a ``conftest.py`` to judge another backend (a name or a backend callable); the
+    harness's own tests hand it faulty backends to show the checks fail.
+
+    Example::
+
+        @pytest.fixture
+        def amp_compile_backend():
+            return my_backend  # (gm, example_inputs) -> callable, as torch.compile takes
+    """
+    _active(request)
+    return "inductor"
 
 
 @pytest.fixture

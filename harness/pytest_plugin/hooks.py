@@ -26,6 +26,8 @@ from harness.storage import report as rp
 MARKERS = (
     "amp_quick: part of the quick tier (runs in every tier)",
     "amp_thorough: heavy check, runs only with --amp-tier=thorough",
+    "amp_thorough_dtypes(*names): the check's amp_dtype parameters with these names (bf16, fp16) are "
+    "amp_thorough (the others stay in the default tier)",
     "amp_cuda: needs a CUDA device; skipped with the reason when none is present",
     "amp_suite(name): the suite name used for baselines and report rows (default: the directory under suites/)",
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
@@ -86,7 +88,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # ids without the index: every xdist worker must collect the same test ids
         metafunc.parametrize("amp_device", devices, indirect=True, ids=[d.split(":")[0] for d in devices])
     if "amp_dtype" in metafunc.fixturenames:
-        metafunc.parametrize("amp_dtype", list(st.options.dtypes), indirect=True)
+        marker = metafunc.definition.get_closest_marker("amp_thorough_dtypes")
+        heavy = set(marker.args) if marker is not None else set()
+        unknown = heavy - set(opts.DTYPE_NAMES)
+        if unknown:
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid}: amp_thorough_dtypes({', '.join(sorted(unknown))}): "
+                f"not a dtype; choose from {', '.join(opts.DTYPE_NAMES)}"
+            )
+        metafunc.parametrize(
+            "amp_dtype",
+            [pytest.param(d, marks=pytest.mark.amp_thorough) if d in heavy else d for d in st.options.dtypes],
+            indirect=True,
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

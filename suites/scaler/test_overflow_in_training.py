@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from harness.domains import versions
 from harness.domains.scaling import reference as scaling
 from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
@@ -280,27 +281,15 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
     issue = scaling.KNOWN_ISSUES[issue_id]
     present = _observe(issue_id, amp_device, scaler_factory)
     listed = issue.applies(torch.__version__, scaler_factory, amp_device.type)
-    where = "KNOWN_ISSUES in harness/domains/scaling/reference.py"
-    if present and not listed:
-        detail = (
-            f"known issue {issue_id} ({issue.summary}) occurs in torch {torch.__version__} with "
-            f"{scaling.scaler_kind(scaler_factory)} on {amp_device.type}, which the registry does not list: add "
-            f"{_torch_minor()!r} to KNOWN_ISSUES[{issue_id!r}].affected, or the scaler/device to its scalers/devices "
-            f"({where})"
-        )
-    else:
-        detail = (
-            f"known issue {issue_id} appears fixed in torch {torch.__version__}: remove {_torch_minor()!r} from "
-            f"KNOWN_ISSUES[{issue_id!r}].affected ({where})"
-        )
+    kind = scaling.scaler_kind(scaler_factory)
     amp_record.require(
-        compare_claim(
-            f"known_issue.{issue_id}",
+        versions.registry_claim(
+            issue,
             present,
-            present == listed,
-            "the issue occurs exactly in the torch releases the registry lists",
-            detail=detail,
-            finding=present,
+            listed,
+            torch.__version__,
+            f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaling/reference.py)",
+            context=f" with {kind} on {amp_device.type}",
         ),
         device=amp_device,
         tags={"torch": torch.__version__, "listed_as_affected": listed, "scaler": scaling.scaler_kind(scaler_factory)},

@@ -37,7 +37,8 @@ import struct
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-from harness.domains.versions import minor, release
+from harness.domains import versions
+from harness.domains.versions import release
 
 Semantics = Literal["torch", "megatron", "deepspeed<=0.17.0", "deepspeed>=0.17.1", "apex"]
 SEMANTICS: tuple[Semantics, ...] = ("torch", "megatron", "deepspeed<=0.17.0", "deepspeed>=0.17.1", "apex")
@@ -397,24 +398,13 @@ def reference_adapter(semantics: Semantics, cfg: ScalerConfig) -> ScalerAdapter:
 
 # -- known behaviour differences between torch releases ----------------------------------------
 @dataclass(frozen=True)
-class KnownIssue:
-    id: str
-    summary: str
-    #: torch minor versions (e.g. "2.13") where the behaviour was observed
-    affected: tuple[str, ...]
-    reference: str
+class KnownIssue(versions.KnownIssue):
     #: the scaler classes it concerns (a subclass counts as its torch base class)
     scalers: tuple[str, ...] = ("GradScaler", "ShardedGradScaler")
-    #: the device types it concerns
-    devices: tuple[str, ...] = ("cpu", "cuda")
 
     def applies(self, torch_version: str, scaler: type, device_type: str) -> bool:
         """Whether the registry says this issue is present for that release, scaler and device."""
-        return (
-            minor(torch_version) in self.affected
-            and scaler_kind(scaler) in self.scalers
-            and device_type in self.devices
-        )
+        return self.listed(torch_version, device_type) and scaler_kind(scaler) in self.scalers
 
 
 #: torch's scaler classes, most derived first: what a (possibly broken) subclass is judged as.

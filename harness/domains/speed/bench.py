@@ -32,6 +32,16 @@ class Workload:
     #: the catalogue op whose autocast policy decides whether AMP changes this workload at all
     #: (None: it always does). Where autocast leaves it in fp32, the two paths are one computation.
     autocast_op: str | None = None
+    #: (device, autocast dtype) -> the function the AMP path is compared with, where it is not the
+    #: workload in fp32 (compiled AMP against eager AMP, for one)
+    baseline: Callable[[torch.device, torch.dtype], Fn] | None = None
+    #: what the baseline is, in words (the speedup's denominator)
+    baseline_name: str = "fp32"
+
+    def pair(self, device: torch.device, dtype: torch.dtype) -> tuple[Fn, Fn]:
+        """(baseline, AMP path): the two functions timed interleaved; the speedup is their ratio."""
+        base = self.baseline(device, dtype) if self.baseline is not None else self.make(device, None)
+        return base, self.make(device, dtype)
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
@@ -188,10 +198,18 @@ BLOCK_S = 0.02
 
 def _warm_up(fp32: Fn, amp: Fn, device: torch.device, warmup: int, number: int | None = None) -> int:
     """Run both ``warmup`` times; the iterations per timed block (enough for BLOCK_S of the slower
-    one, unless ``number`` is given)."""
-    for _ in range(warmup):
-        fp32()
-        amp()
+    one, unless ``number`` is given). On the CPU the warm-up runs on the timing's CPU_THREADS: a
+    compiled function is specialised to the thread count (Dynamo guards on it), so warming it up on
+    another count would leave its recompilation inside the first timed block."""
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(CPU_THREADS)
+    try:
+        for _ in range(warmup):
+            fp32()
+            amp()
+    finally:
+        torch.set_num_threads(threads)
     if number is not None:
         return number
     slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))

@@ -93,7 +93,8 @@ def unchanged_by_autocast(workload: str, device: torch.device, dtype: torch.dtyp
     op in float32 (layer_norm on CPU, unlike CUDA), the fp32 and AMP paths are one computation and
     their ratio is noise: on these shared machines it wandered from 1.06 to 0.74 between calibration
     and a clean run, twice in a row. Decided by the autocast probe, not by a list of names."""
-    op = WORKLOADS[workload].autocast_op
+    known = WORKLOADS.get(workload)
+    op = known.autocast_op if known is not None else None
     if op is None:
         return None
     from harness.domains.autocast.catalogue import CATALOGUE
@@ -120,21 +121,24 @@ def for_device(
     return threshold if unchanged is None else Threshold("record", None, unchanged, threshold.calibrated_median)
 
 
-def pays_off_claim(workload: str, dtype: str, speedup: float, hardware_class: str) -> ClaimComparison:
-    """The qualification policy's claim (``--amp-require-speedup``): AMP is faster than fp32."""
+def pays_off_claim(
+    workload: str, dtype: str, speedup: float, hardware_class: str, baseline: str = "fp32"
+) -> ClaimComparison:
+    """The qualification policy's claim (``--amp-require-speedup``): AMP is faster than its
+    baseline (fp32, or eager AMP for a compiled workload)."""
     return compare_claim(
         f"{workload}.amp_pays_off",
         speedup,
         speedup >= 1.0,
-        "qualification policy --amp-require-speedup: AMP faster than fp32 (speedup >= 1)",
-        detail=pays_off(workload, dtype, speedup, hardware_class),
+        f"qualification policy --amp-require-speedup: AMP faster than {baseline} (speedup >= 1)",
+        detail=pays_off(workload, dtype, speedup, hardware_class, baseline),
         allowance=1.0,
         unit="x",
     )
 
 
-def pays_off(workload: str, dtype: str, speedup: float, hardware_class: str) -> str:
+def pays_off(workload: str, dtype: str, speedup: float, hardware_class: str, baseline: str = "fp32") -> str:
     """The finding, in words: does AMP pay off for this workload on this class?"""
     if speedup >= 1.0:
-        return f"{dtype} autocast {workload} is {speedup:.2g}x faster than fp32 on {hardware_class}"
-    return f"{dtype} autocast {workload} is {1 / speedup:.2g}x slower than fp32 on {hardware_class}"
+        return f"{dtype} autocast {workload} is {speedup:.2g}x faster than {baseline} on {hardware_class}"
+    return f"{dtype} autocast {workload} is {1 / speedup:.2g}x slower than {baseline} on {hardware_class}"

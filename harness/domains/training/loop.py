@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.batches import cast_floating, split, tensors, to_device
+from harness.domains.training.batches import cast_floating, split, tensors, to_device, tree_map
 from harness.domains.training.recipes import Recipe, Setup
 
 
@@ -44,6 +44,17 @@ DATA_SEED_OFFSET = 10_000
 EVAL_SEED = 99_999
 #: Generators of injected gradient noise (Recipe.grad_noise) start here: apart from all the above.
 NOISE_SEED_OFFSET = 200_000
+
+
+#: Inputs of an ``overflow_at`` step are multiplied by this: the largest float16 (65504), so a
+#: first layer's outputs of order one times it exceed float16's range, while the inputs stay finite
+#: (the overflow happens in the forward pass, not in the data).
+OVERFLOW_FACTOR = 65504.0
+
+
+def scale_floating(tree: Any, factor: float) -> Any:
+    """Floating tensors of a batch structure multiplied by ``factor``, others unchanged."""
+    return tree_map(lambda t: t * factor if t.is_floating_point() else t, tree)
 
 
 def evaluate(model: nn.Module, setup: Setup, inputs: Any, targets: Any) -> float:
@@ -91,6 +102,8 @@ def train(
     skip_steps: frozenset[int] = frozenset(),
     fp32_modules: Sequence[str] = (),
     keep_weights_at: frozenset[int] = frozenset(),
+    compile: Callable[[nn.Module], nn.Module] | None = None,
+    overflow_at: frozenset[int] = frozenset(),
 ) -> Run:
     """Run ``setup`` with ``recipe``; deterministic for a given seed on a given stack.
 
@@ -98,6 +111,10 @@ def train(
     so that parity compares numerics, not the scaler's calibration of its first steps.
     ``fp32_modules`` runs those submodules outside autocast; ``keep_weights_at`` keeps copies of
     the parameters after those steps (both for :mod:`harness.domains.training.diagnosis`).
+    ``compile`` wraps the model for the forward and backward passes (``torch.compile``: the model's
+    parameters stay the ones the optimizer steps). ``overflow_at`` scales those steps' floating
+    inputs by :data:`OVERFLOW_FACTOR`, so the low-precision forward pass overflows where it runs (inside
+    a compiled graph when compiled) and a scaler must skip the step.
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
@@ -106,6 +123,7 @@ def train(
         model = model.to(recipe.params_dtype)
     outside_autocast(model, fp32_modules)
     params = [p for p in model.parameters() if p.requires_grad]
+    forward_model = compile(model) if compile is not None else model
     initial = _param_vector(params)
     lr = setup.lr / recipe.loss_factor if setup.plain_sgd else setup.lr
     opt = setup.make_optimizer(params, lr)
@@ -118,13 +136,15 @@ def train(
     zero, total = 0, 0
     for step in range(setup.steps):
         inputs, targets = to_device(setup.batch(step, gen), dev)
+        if step in overflow_at:
+            inputs = scale_floating(inputs, OVERFLOW_FACTOR)
         opt.zero_grad(set_to_none=True)
         acc: list[torch.Tensor] | None = None
         step_loss = 0.0
         for xs, ys in zip(split(inputs, recipe.micro_batches), split(targets, recipe.micro_batches), strict=True):
             with torch.autocast(dev.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
                 out = setup.forward(
-                    model, cast_floating(xs, recipe.params_dtype) if recipe.params_dtype is not None else xs
+                    forward_model, cast_floating(xs, recipe.params_dtype) if recipe.params_dtype is not None else xs
                 )
                 loss = setup.loss_from(out, ys) / recipe.micro_batches
             step_loss += loss.detach().item()

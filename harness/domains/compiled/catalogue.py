@@ -1,0 +1,70 @@
+"""The autocast catalogue under ``torch.compile``: each op, called as users call it, compiled on its
+own with fp32 inputs under autocast; its output dtype against eager's.
+
+An op Dynamo cannot capture (a graph break with nothing compiled, or an error while compiling)
+runs eagerly and would agree with eager trivially, so it is reported as not compiled rather than
+as agreeing: the claim counts only ops that went through the backend.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.domains.autocast.catalogue import CATALOGUE, OpCase
+from harness.domains.autocast.probe import dtype_name
+from harness.domains.compiled.runs import Backend, compile_fn
+
+
+@dataclass(frozen=True)
+class CompiledOp:
+    name: str
+    eager: str
+    #: the compiled output's dtype; None when nothing was compiled (see ``why``)
+    compiled: str | None
+    why: str = ""
+
+
+def _first_tensor(out: Any) -> torch.Tensor:
+    while isinstance(out, (tuple, list)):
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"op returned {type(out).__name__}, not a tensor")
+    return out
+
+
+def _call(fn: Any, args: Sequence[Any], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.autocast(device.type, dtype=dtype):
+            return _first_tensor(fn(*args))
+
+
+def observe(case: OpCase, device: torch.device, dtype: torch.dtype, backend: Backend) -> CompiledOp | None:
+    """Eager and compiled output dtype of one op (None where the op raises eagerly: nothing to compare)."""
+    args = case.make(torch.Generator().manual_seed(0), device)
+    try:
+        eager = dtype_name(_call(case.fn, args, device, dtype).dtype)
+    except RuntimeError:
+        return None
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    try:
+        compiled = _call(compile_fn(case.fn, backend), args, device, dtype)
+    except Exception as exc:  # a compile failure is a finding about the op, not a crash of the sweep
+        return CompiledOp(case.name, eager, None, f"compiling failed: {type(exc).__name__}: {str(exc)[:160]}")
+    if counters["stats"]["unique_graphs"] == before:
+        return CompiledOp(case.name, eager, None, "Dynamo captured no graph (ran eagerly)")
+    return CompiledOp(case.name, eager, dtype_name(compiled.dtype))
+
+
+def sweep(device: torch.device, dtype: torch.dtype, backend: Backend) -> list[CompiledOp]:
+    """Every catalogue op of ``device``, compiled one by one."""
+    found = [observe(c, device, dtype, backend) for c in CATALOGUE if device.type in c.devices]
+    return [f for f in found if f is not None]

@@ -1,0 +1,125 @@
+"""Compiling the probe under a backend and a configuration variant, and observing it.
+
+A *backend* is what ``torch.compile`` is given: ``"inductor"`` in the suite; the harness's own
+tests pass faulty custom backends to show the checks fail. A *variant* is the configuration the
+stack offers around it: the default (what a user gets), Inductor's ``emulate_precision_casts``
+(keep eager's down/up-cast pairs), and AOTAutograd's ``backward_pass_autocast`` (which autocast
+state the compiled backward is traced under). Every compile starts from a reset Dynamo cache, so
+that a variant can never be served a graph compiled for another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.domains.compiled.budget import Budget, derive
+from harness.domains.compiled.probe import Observation, call_block, make_block, make_inputs, observe
+
+Backend = str | Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    #: Inductor configuration of this compile (``torch._inductor.config``)
+    inductor: Mapping[str, Any] = field(default_factory=dict)
+    #: AOTAutograd configuration (``torch._functorch.config``), in force while tracing and running
+    functorch: Mapping[str, Any] = field(default_factory=dict)
+
+    def available(self) -> str | None:
+        """Why this stack cannot run the variant (a switch it does not have), or None."""
+        import torch._functorch.config as fc
+        import torch._inductor.config as ic
+
+        for module, wanted in ((ic, self.inductor), (fc, self.functorch)):
+            missing = [k for k in wanted if not hasattr(module, k)]
+            if missing:
+                return f"torch {torch.__version__} has no {module.__name__}.{missing[0]}"
+        return None
+
+
+DEFAULT = Variant("default")
+#: Inductor keeps eager's rounding of every fused intermediate (to compare against eager exactly).
+EMULATED_CASTS = Variant("emulated_casts", inductor={"emulate_precision_casts": True})
+#: The compiled backward traced without autocast, as eager runs a backward called outside autocast
+#: (torch's documented remedy for known issue ``compiled-backward-under-forward-autocast``).
+BACKWARD_AUTOCAST_OFF = Variant("backward_autocast_off", functorch={"backward_pass_autocast": "off"})
+
+
+@contextlib.contextmanager
+def configured(variant: Variant) -> Iterator[None]:
+    """The variant's configuration in force (tracing happens at the first call, inside this)."""
+    import torch._functorch.config as fc
+    import torch._inductor.config as ic
+
+    with ic.patch(dict(variant.inductor)), fc.patch(dict(variant.functorch)):
+        yield
+
+
+def compile_fn(fn: Callable[..., Any], backend: Backend) -> Callable[..., Any]:
+    """``torch.compile(fn)`` with ``backend`` after a Dynamo reset (no graph of another variant is
+    reused: Dynamo caches per code object, and every variant compiles the same code)."""
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=backend)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    observation: Observation
+    #: seconds of the first call (tracing + compiling + running forward and backward once)
+    compile_s: float
+
+
+def observe_compiled(
+    backend: Backend,
+    variant: Variant,
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dtype: torch.dtype | None,
+    fn: Callable[..., Any] = call_block,
+) -> Compiled:
+    """The block compiled with ``backend`` under ``variant``, run once forward and backward."""
+    with configured(variant):
+        compiled = compile_fn(fn, backend)
+        start = time.perf_counter()
+        obs = observe(compiled, model, x, y, dtype)
+        return Compiled(obs, time.perf_counter() - start)
+
+
+class BlockRuns:
+    """Every observation of the probe block one session needs, each made once: eager, float64 (with
+    its budget) and compiled per (dtype, variant), for one device and backend. The suite's checks
+    share it, so the block is compiled once per dtype and variant however many checks read it."""
+
+    def __init__(self, device: torch.device, backend: Backend) -> None:
+        self.device = device
+        self.backend = backend
+        self.model = make_block(device)
+        self.x, self.y = make_inputs(device)
+        self._eager: dict[torch.dtype | None, Observation] = {}
+        self._reference: dict[torch.dtype, tuple[Observation, Budget]] = {}
+        self._compiled: dict[tuple[torch.dtype | None, str], Compiled] = {}
+
+    def eager(self, dtype: torch.dtype | None) -> Observation:
+        if dtype not in self._eager:
+            self._eager[dtype] = observe(call_block, self.model, self.x, self.y, dtype)
+        return self._eager[dtype]
+
+    def reference(self, dtype: torch.dtype) -> tuple[Observation, Budget]:
+        """The float64 observation and the numerics budget for ``dtype``."""
+        if dtype not in self._reference:
+            self._reference[dtype] = derive(self.model, self.x, self.y, dtype)
+        return self._reference[dtype]
+
+    def compiled(self, dtype: torch.dtype | None, variant: Variant = DEFAULT) -> Compiled:
+        key = (dtype, variant.name)
+        if key not in self._compiled:
+            self._compiled[key] = observe_compiled(self.backend, variant, self.model, self.x, self.y, dtype)
+        return self._compiled[key]

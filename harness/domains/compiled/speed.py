@@ -1,0 +1,89 @@
+"""Speed of compiled AMP: the probe block's forward and backward, compiled AMP against eager AMP and
+against compiled fp32, as speed workloads (:class:`harness.domains.speed.bench.Workload`) judged
+per hardware class exactly as the speed suite judges eager AMP against fp32.
+
+The block is the one the policy and numerics checks compile (same shapes), so the AMP path reuses
+their graphs; at this size a step is dominated by per-op overhead and memory traffic, which is
+what compilation removes, so the figure is the benefit of compiling AMP here, not peak FLOP/s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from harness.domains.compiled.probe import call_block, make_block, make_inputs
+from harness.domains.compiled.runs import Backend, compile_fn
+from harness.domains.speed.bench import Fn, Workload
+
+#: Seconds of the first call (trace + compile + run) of each compiled path made here, by
+#: (workload, dtype name or "float32"): the compile time the suite records beside the speedup.
+COMPILE_SECONDS: dict[tuple[str, str], float] = {}
+
+
+def _step(fn: Any, device: torch.device, dtype: torch.dtype | None) -> Fn:
+    model = make_block(device)
+    x, y = make_inputs(device)
+
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            out = fn(model, x, y)
+        out["loss"].backward()
+
+    return run
+
+
+def _compiled(name: str, backend: Backend, device: torch.device, dtype: torch.dtype | None) -> Fn:
+    step = _step(compile_fn(call_block, backend), device, dtype)
+    key = (name, str(dtype or torch.float32).removeprefix("torch."))
+    first = True
+
+    def run() -> None:
+        nonlocal first
+        if first:
+            start = time.perf_counter()
+            step()
+            COMPILE_SECONDS[key] = time.perf_counter() - start
+            first = False
+            return
+        step()
+
+    return run
+
+
+VS_EAGER = "compiled_block_vs_eager"
+VS_COMPILED_FP32 = "compiled_block_vs_compiled_fp32"
+
+
+def workloads(backend: Backend = "inductor") -> dict[str, Workload]:
+    """The compiled-AMP workloads for ``backend``: the speedup of compiled AMP over eager AMP, and
+    over the same block compiled in fp32."""
+
+    def amp(name: str) -> Any:
+        return lambda device, dtype: _compiled(name, backend, device, dtype)
+
+    return {
+        VS_EAGER: Workload(
+            VS_EAGER,
+            amp(VS_EAGER),
+            None,
+            baseline=lambda device, dtype: _step(call_block, device, dtype),
+            baseline_name="eager AMP",
+        ),
+        VS_COMPILED_FP32: Workload(
+            VS_COMPILED_FP32,
+            amp(VS_COMPILED_FP32),
+            None,
+            baseline=lambda device, dtype: _compiled(VS_COMPILED_FP32, backend, device, None),
+            baseline_name="compiled fp32",
+        ),
+    }
+
+
+#: (workload, dtype) pairs of the default tier (bf16: the format of CPU autocast and of training on
+#: current GPUs); the thorough tier adds float16.
+DEFAULT_CASES: tuple[tuple[str, str], ...] = ((VS_EAGER, "bfloat16"), (VS_COMPILED_FP32, "bfloat16"))
+THOROUGH_CASES: tuple[tuple[str, str], ...] = ((VS_EAGER, "float16"), (VS_COMPILED_FP32, "float16"))

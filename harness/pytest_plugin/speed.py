@@ -1,0 +1,174 @@
+"""Measuring and judging an AMP speedup, the one way every speed check does it.
+
+The speed suite and the compiled suite call :func:`check_speedup` with their workload; it measures
+the workload's AMP path against its baseline interleaved (through pytest-benchmark when enabled),
+judges it against the hardware class's calibrated threshold (a failure confirmed by a second
+measurement, NOISY when the spread straddles the threshold twice, NOT JUDGED where uncalibrated),
+and records the rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from harness.domains.speed import bench, thresholds
+from harness.domains.speed import verdict as speed
+from harness.numerics.verdict import Outcome
+from harness.pytest_plugin.recording import Recorder
+from harness.storage.profiles import Profile
+
+#: Interleaved rounds per measurement: 7 gives a median and quartiles.
+ROUNDS = 7
+
+
+def _pedantic(benchmark: Any, group: str | None = None) -> bench.Pedantic | None:
+    """pytest-benchmark's pedantic runner as the narrow callback bench.interleaved_pedantic takes:
+    the AMP blocks become the test's pytest-benchmark result (--benchmark-json, --benchmark-autosave,
+    --benchmark-compare ...). None when pytest-benchmark is disabled (then the harness times alone)."""
+    if benchmark is None:
+        return None
+    if getattr(benchmark, "disabled", True):
+        benchmark(lambda: None)  # disabled (--benchmark-disable, or under xdist): used, times nothing
+        return None
+
+    benchmark.group = group  # before the run: pytest-benchmark files the result under it
+
+    def run(target: bench.Fn, setup: bench.Fn, rounds: int) -> list[float]:
+        benchmark.pedantic(target, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
+        return list(benchmark.stats.stats.data)
+
+    return run
+
+
+def _measure(
+    workload: bench.Workload,
+    device: torch.device,
+    dtype: torch.dtype,
+    slowdown: float,
+    pedantic: bench.Pedantic | None = None,
+) -> bench.Timing:
+    fp32, amp = workload.pair(device, dtype)
+    if slowdown != 1.0:
+        probe = bench.interleaved(fp32, amp, device, rounds=3)
+        amp = bench.slowed(amp, slowdown, probe.amp_median_s)
+    if pedantic is not None:
+        return bench.interleaved_pedantic(fp32, amp, device, ROUNDS, pedantic)
+    return bench.interleaved(fp32, amp, device, rounds=ROUNDS)
+
+
+def check_speedup(
+    name: str,
+    dtype_name: str,
+    *,
+    workload: bench.Workload,
+    device: torch.device,
+    profile: Profile,
+    record: Recorder,
+    slowdown: float,
+    calibrate_command: str,
+    benchmark: Any,
+    require_speedup: bool,
+    under_xdist: bool,
+) -> None:
+    """Measure ``workload``'s AMP speedup over its baseline and judge it (see the module docstring)."""
+    __tracebackhide__ = True
+    if under_xdist:
+        _pedantic(benchmark)  # pytest-benchmark disables itself under xdist: mark its fixture used
+        pytest.skip("speed is measured one test at a time: run the speed suite without -n (xdist shares the cores)")
+    dtype = getattr(torch, dtype_name)
+    prof = profile
+    th = thresholds.for_device(prof.threshold(name, dtype_name), name, device, dtype)
+
+    def decide(t: bench.Timing) -> speed.SpeedVerdict:
+        return speed.judge(name, dtype_name, prof.hardware_class, t, th, calibrate_command)
+
+    pedantic = _pedantic(benchmark, f"{name}/{dtype_name}")
+    first = decide(_measure(workload, device, dtype, slowdown, pedantic))
+    v = first
+    if first.outcome in (Outcome.NOISY, Outcome.FAIL):
+        # A failure must be confirmed by a second measurement, and a noisy one is measured once
+        # more (the PyTorch HUD's rule: a regression only after 2 consecutive violations). On a
+        # shared 2-core VM one clean case in about 60 falls below its threshold once; twice in a
+        # row, none was seen; a 1.3x slower path still fails both (tests/test_speed_and_qualify.py).
+        v = decide(_measure(workload, device, dtype, slowdown))  # the harness times the rerun
+    timing = v.timing
+    tags = {
+        "workload": name,
+        "baseline": workload.baseline_name,
+        "rounds": ROUNDS,
+        "iqr": timing.spread,
+        "fp32_s": timing.fp32_median_s,
+        "amp_s": timing.amp_median_s,
+        "hardware_class": prof.hardware_class,
+        "calibrated_median": th.calibrated_median if th else None,
+        "first_measurement": {"outcome": first.outcome.value, "speedup": first.timing.speedup},
+    }
+    if pedantic is not None:
+        benchmark.extra_info.update(
+            {
+                "timed": "AMP blocks (the pytest-benchmark result) interleaved with fp32 blocks (extra_info)",
+                "fp32_s_per_iteration": list(first.timing.fp32_s),
+                "amp_s_per_iteration": list(first.timing.amp_s),
+                "speedup_first_measurement": first.timing.speedup,
+                "speedup_judged": timing.speedup,
+                "verdict": v.outcome.value,
+                "threshold": v.limit,
+                "hardware_class": prof.hardware_class,
+            }
+        )
+    if workload.flops:
+        for label, secs, dt in (("fp32", timing.fp32_median_s, "float32"), ("amp", timing.amp_median_s, dtype_name)):
+            rate = workload.flops / secs
+            peak = prof.peak_flops.get(dt)
+            record(
+                f"{name}.{label}.flops_per_s",
+                rate,
+                unit="FLOP/s",
+                dtype=dt,
+                device=device,
+                expected=peak,
+                note=f"fraction of peak {rate / peak:.3g} ({prof.peak_origin})" if peak else "no published peak",
+            )
+    if not require_speedup:
+        record(
+            f"{name}.amp_pays_off",
+            timing.speedup >= 1.0,
+            dtype=dtype,
+            device=device,
+            tags={"speedup": timing.speedup},
+            note=thresholds.pays_off(name, dtype_name, timing.speedup, prof.hardware_class, workload.baseline_name),
+        )
+    drift = thresholds.TREND_DRIFT
+    if v.outcome in (Outcome.PASS, Outcome.FAIL):
+        record.require(v.claim(), dtype=dtype, device=device, tags=tags, drift=drift)
+    if require_speedup and v.outcome is not Outcome.NOISY:
+        record.require(
+            thresholds.pays_off_claim(name, dtype_name, timing.speedup, prof.hardware_class, workload.baseline_name),
+            dtype=dtype,
+            device=device,
+            drift=drift,
+        )
+    if v.outcome in (Outcome.PASS, Outcome.FAIL):
+        return
+    record(
+        f"{name}.speedup",
+        timing.speedup,
+        allowance=v.limit,
+        unit="x",
+        outcome=v.outcome,
+        dtype=dtype,
+        device=device,
+        tags=tags,
+        note=v.reason,
+        # a NOISY speedup is no verdict against the threshold, but the same statistic as a trend
+        comparable=v.outcome is Outcome.NOISY,
+        drift=drift if v.outcome is Outcome.NOISY else None,
+    )
+    if v.outcome is Outcome.NOISY:
+        pytest.skip(
+            f"NOISY: {name}/{dtype_name} speedup {timing.speedup:.3g}x with IQR {timing.spread:.3g} "
+            f"straddles the threshold {v.limit}"
+        )

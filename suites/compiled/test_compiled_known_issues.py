@@ -1,0 +1,56 @@
+"""Claim family: compiled-AMP behaviour of the installed torch release is what the registry says.
+
+Each registered issue (``harness/domains/compiled/known_issues.py``, keyed by torch minor release)
+is observed on every run: present where listed is KNOWN (recorded, not a regression); absent where
+listed fails with "appears fixed" (update the registry: the remedy may be dropped); present where
+not listed fails as a new regression.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.domains import versions
+from harness.domains.compiled import runs
+from harness.domains.compiled.known_issues import KNOWN_ISSUES, WHERE
+from harness.domains.compiled.probe import STAGE_NAMES
+
+pytestmark = pytest.mark.amp_capability("compiled AMP")
+
+
+def _observe(issue_id, request, dtype):
+    """Whether the issue shows on this stack, and what was seen."""
+    if issue_id == "compiled-backward-under-forward-autocast":
+        cmp = request.getfixturevalue("region_runs").comparison(dtype, runs.DEFAULT)
+        worst = max(v for k, v in cmp.ratios.items() if k.startswith("grad"))
+        return not cmp.claim(
+            "grad"
+        ).holds, f"region's fp32 gradients differ from eager by {worst:.3g}x twice the fp32 bound"
+    if issue_id == "inductor-elides-eager-roundings":
+        request.getfixturevalue("inductor_only")
+        block = request.getfixturevalue("block_runs")
+        if runs.EMULATED_CASTS.available():
+            return False, "no emulate_precision_casts switch"
+        default = block.compiled(dtype).observation.outputs
+        emulated = block.compiled(dtype, runs.EMULATED_CASTS).observation.outputs
+        stages = [s for s in STAGE_NAMES if not torch.equal(default[s], emulated[s])]
+        return bool(stages), f"stages changed by emulate_precision_casts: {', '.join(stages) or 'none'}"
+    raise KeyError(issue_id)
+
+
+@pytest.mark.amp_thorough_dtypes("fp16")  # each issue shows in bf16; fp16 costs two more compiles
+@pytest.mark.parametrize("issue_id", sorted(KNOWN_ISSUES))
+def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, amp_dtype, amp_record):
+    issue = KNOWN_ISSUES[issue_id]
+    present, seen = _observe(issue_id, request, amp_dtype)
+    listed = issue.listed(torch.__version__, amp_device.type)
+    amp_record.require(
+        versions.registry_claim(
+            issue, present, listed, torch.__version__, f"{WHERE} ({issue_id!r})", context=f" on {amp_device.type}"
+        ),
+        dtype=amp_dtype,
+        device=amp_device,
+        tags={"torch": torch.__version__, "listed_as_affected": listed, "seen": seen},
+        note=issue.summary,
+    )

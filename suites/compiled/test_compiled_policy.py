@@ -1,0 +1,86 @@
+"""Claim family: torch.compile keeps autocast's dtype policy.
+
+Autocast decides each op's dtype; under ``torch.compile`` the decision is traced into the graph
+(AOTAutograd) and Inductor lowers it. The compiled block (linear -> layer_norm -> attention ->
+projection -> gelu -> logits -> softmax, cross-entropy loss) must produce eager's dtype at every
+stage and for every gradient. A region with autocast disabled inside an autocast forward must stay
+fp32 in the compiled forward, and in the compiled backward too once the backward is traced outside
+autocast, as eager runs it (torch 2.13's default traces it under the forward's autocast: known
+issue ``compiled-backward-under-forward-autocast``, ``test_compiled_known_issues.py``). The thorough
+tier compiles every op of the autocast catalogue on its own and compares its output dtype.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.domains.compiled import catalogue, runs
+from harness.numerics.comparison import compare_data
+
+pytestmark = pytest.mark.amp_capability("compiled AMP")
+
+
+def test_compiled_amp_has_eager_dtypes_at_every_stage_and_gradient(block_runs, amp_device, amp_dtype, amp_record):
+    eager = block_runs.eager(amp_dtype)
+    compiled = block_runs.compiled(amp_dtype)
+    amp_record(
+        "compiled.default.compile_s",
+        compiled.compile_s,
+        unit="s",
+        dtype=amp_dtype,
+        device=amp_device,
+        note="first call of the compiled block (trace + compile + forward and backward); Inductor's cache may be warm",
+    )
+    amp_record.require(
+        compare_data("compiled block dtypes (stage outputs, gradients)", eager.dtypes(), compiled.observation.dtypes()),
+        dtype=amp_dtype,
+        device=amp_device,
+    )
+
+
+def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_forward(region_runs, amp_device, amp_dtype, amp_record):
+    amp_record.require(
+        region_runs.comparison(amp_dtype, runs.DEFAULT).claim("forward"), dtype=amp_dtype, device=amp_device
+    )
+
+
+def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_backward_traced_outside_autocast(
+    region_runs, amp_device, amp_dtype, amp_record
+):
+    variant = runs.BACKWARD_AUTOCAST_OFF
+    missing = variant.available()
+    if missing:
+        pytest.skip(f"{missing}: the compiled backward cannot be traced outside autocast on this stack")
+    amp_record.require(
+        region_runs.comparison(amp_dtype, variant).claim("grad"),
+        dtype=amp_dtype,
+        device=amp_device,
+        tags={"variant": variant.name, "functorch_config": dict(variant.functorch)},
+    )
+
+
+@pytest.mark.amp_thorough  # one compile per op: minutes on two cores
+def test_every_catalogue_op_keeps_its_eager_dtype_when_compiled(
+    amp_device, amp_dtype, compiler, amp_compile_backend, amp_record
+):
+    ops = catalogue.sweep(amp_device, amp_dtype, amp_compile_backend)
+    judged = [o for o in ops if o.compiled is not None]
+    skipped = [o for o in ops if o.compiled is None]
+    amp_record(
+        "compiled.catalogue.ops_not_compiled",
+        len(skipped),
+        dtype=amp_dtype,
+        device=amp_device,
+        tags={o.name: o.why for o in skipped},
+        note=f"{len(judged)} of {len(ops)} catalogue ops compiled and compared; not compiled: "
+        + (", ".join(o.name for o in skipped) or "none"),
+    )
+    amp_record.require(
+        compare_data(
+            f"catalogue ops compiled under autocast ({len(judged)} ops)",
+            {o.name: o.eager for o in judged},
+            {o.name: o.compiled for o in judged},
+        ),
+        dtype=amp_dtype,
+        device=amp_device,
+    )

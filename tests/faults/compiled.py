@@ -1,0 +1,187 @@
+"""Compile-only faults: ``torch.compile`` backends that differ from a correct one in exactly one way,
+handed to the compiled suite through the ``amp_compile_backend`` fixture. Eager is untouched, so
+every difference the suite sees comes from the "compiler".
+
+They are AOTAutograd backends (as Inductor is) whose graph passes rewrite the traced ATen graph
+and then run it as it is (no C++ compile, so the controls stay cheap); :data:`CLEAN` is the same
+backend with no pass, which must pass the same checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch._aot_autograd.utils import make_boxed_func
+
+aten = torch.ops.aten
+LOW = (torch.bfloat16, torch.float16)
+GraphPass = Callable[[torch.fx.GraphModule], None]
+
+
+def _dtype(node: torch.fx.Node) -> torch.dtype | None:
+    val = node.meta.get("val")
+    return val.dtype if isinstance(val, torch.Tensor) else None
+
+
+def _replace(
+    gm: torch.fx.GraphModule, targets: dict[Any, Callable[..., Any]], when: Callable[[torch.fx.Node], bool]
+) -> None:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in targets and when(node):
+            node.target = targets[node.target]
+    gm.recompile()
+
+
+def _backend(fw_pass: GraphPass | None, bw_pass: GraphPass | None = None) -> Any:
+    def compiler(graph_pass: GraphPass | None) -> Callable[[torch.fx.GraphModule, Any], Any]:
+        def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+            if graph_pass is not None:
+                graph_pass(gm)
+            return make_boxed_func(gm.forward)
+
+        return compile_graph
+
+    return aot_autograd(fw_compiler=compiler(fw_pass), bw_compiler=compiler(bw_pass))
+
+
+# -- a low-precision GEMM that accumulates in low precision ---------------------------------------
+def _mm_low_accumulation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Products and running sums rounded to the inputs' dtype at every step (no fp32 accumulator)."""
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k : k + 1] * b[k : k + 1, :]
+    return acc
+
+
+def _addmm_low_accumulation(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **_: Any) -> torch.Tensor:
+    return bias + _mm_low_accumulation(a, b)
+
+
+def _bmm_low_accumulation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.stack([_mm_low_accumulation(x, y) for x, y in zip(a, b, strict=True)])
+
+
+def _low_accumulation(gm: torch.fx.GraphModule) -> None:
+    _replace(
+        gm,
+        {
+            aten.mm.default: _mm_low_accumulation,
+            aten.addmm.default: _addmm_low_accumulation,
+            aten.bmm.default: _bmm_low_accumulation,
+        },
+        lambda n: _dtype(n) in LOW,
+    )
+
+
+#: A compiler whose low-precision matrix products accumulate in bf16/fp16 (forward and backward):
+#: dtypes as eager, values not. Must fail the numerics check against fp64.
+LOW_PRECISION_ACCUMULATION = _backend(_low_accumulation, _low_accumulation)
+
+
+# -- autocast dropped by the compiler ------------------------------------------------------------
+def _without_autocast(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """Runs Dynamo's captured graph with autocast disabled: every low-precision op in fp32."""
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)} or {"cpu"}
+
+    def run(*args: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            for device in devices:
+                stack.enter_context(torch.autocast(device, enabled=False))
+            return gm(*args)
+
+    return run
+
+
+#: A compiler that drops autocast: the ops autocast runs in low precision run (and stay) in fp32, so
+#: the compiled dtypes differ from eager's. Must fail the dtype-policy check.
+AUTOCAST_DROPPED = _without_autocast
+
+
+# -- autocast leaking into a region that disabled it ---------------------------------------------
+def _rounded(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+def _mm_leaky(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.mm(_rounded(a), _rounded(b))
+
+
+def _addmm_leaky(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **_: Any) -> torch.Tensor:
+    return torch.addmm(bias, _rounded(a), _rounded(b))
+
+
+def _leaky(gm: torch.fx.GraphModule) -> None:
+    _replace(gm, {aten.mm.default: _mm_leaky, aten.addmm.default: _addmm_leaky}, lambda n: _dtype(n) == torch.float32)
+
+
+#: fp32 matrix products computed from bf16-rounded inputs (dtype fp32, precision bf16): autocast
+#: leaking into a region that disabled it, forward and backward. Must fail the region checks.
+AUTOCAST_LEAKING_INTO_DISABLED_REGIONS = _backend(_leaky, _leaky)
+
+
+# -- the backward traced under the forward's autocast ------------------------------------------------
+@contextlib.contextmanager
+def _functorch(**config: Any) -> Iterator[None]:
+    import torch._functorch.config as fc
+
+    with fc.patch(config):
+        yield
+
+
+def _traced_with(**config: Any) -> Any:
+    inner = _backend(None)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        with _functorch(**config):
+            return inner(gm, example_inputs)
+
+    return backend
+
+
+#: A compiler that traces every backward under the forward's autocast, whatever it is asked: the
+#: fp32 region's backward runs in low precision. Must fail the backward region check.
+BACKWARD_UNDER_AUTOCAST = _traced_with(backward_pass_autocast="same_as_forward")
+#: A compiler that always traces the backward outside autocast: on torch 2.13 the known issue
+#: ``compiled-backward-under-forward-autocast`` is then absent, and its registry check must say
+#: "appears fixed".
+BACKWARD_OUTSIDE_AUTOCAST = _traced_with(backward_pass_autocast="off")
+
+
+# -- overflow saturated inside the compiled step ---------------------------------------------------
+def _saturate(gm: torch.fx.GraphModule) -> None:
+    """Every floating output of the graph with inf/NaN replaced by its dtype's largest finite value
+    (a "safe" kernel that clamps): the overflow never reaches the scaler."""
+    (output,) = (n for n in gm.graph.nodes if n.op == "output")
+    values = output.args[0]
+    with gm.graph.inserting_before(output):
+        new = [
+            gm.graph.call_function(torch.nan_to_num, (v,))
+            if isinstance(v, torch.fx.Node) and (dt := _dtype(v)) is not None and dt.is_floating_point
+            else v
+            for v in values
+        ]
+    output.args = (type(values)(new),)
+    gm.recompile()
+
+
+#: A compiled step whose outputs (forward and backward) saturate instead of
+#: overflowing: GradScaler never sees the injected overflow. Must fail the compiled training
+#: check's scaler-state comparison.
+SATURATING_OVERFLOW = _backend(_saturate, _saturate)
+
+#: The same AOTAutograd backend with no pass: must pass every check the faults fail.
+CLEAN = _backend(None)
+
+
+# -- a machine without a compiler toolchain --------------------------------------------------------
+def toolchain_missing(real: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``harness.domains.compiled.toolchain.unavailable`` on a machine without g++ (Inductor needs it)."""
+
+    def unavailable(device_type: str) -> str | None:
+        return "Inductor's CPU backend needs a C++ compiler: 'g++' (from $CXX or the default) is not on PATH"
+
+    return unavailable

@@ -1,0 +1,148 @@
+"""Negative controls: compile-only faults, handed to the real compiled suite as its backend
+(``amp_compile_backend``), fail the check named for them; the same AOTAutograd backend without
+the fault passes those checks. Eager is never touched: whatever fails, the "compiler" caused it."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import INNER_ARGS, inject
+
+from harness.apps.cli import main
+from harness.domains.compiled import speed as compiled_speed
+from harness.domains.speed import bench
+from harness.storage import profiles
+from harness.storage.hardware import detect
+
+FILES = (
+    "compiled/test_compiled_policy.py",
+    "compiled/test_compiled_numerics.py",
+    "compiled/test_compiled_training.py",
+    "compiled/test_compiled_known_issues.py",
+)
+
+
+def _suite(pytester, suite_copy, backend: str, **fixtures: str) -> None:
+    suite_copy(*FILES)  # with the suite's conftest; the backend is injected above it
+    inject(pytester, "", fixtures={"amp_compile_backend": f"faults.compiled.{backend}", **fixtures})
+
+
+def test_the_named_checks_pass_with_the_fault_free_backend(pytester, suite_copy):
+    _suite(pytester, suite_copy, "CLEAN")
+    result = pytester.runpytest(
+        *INNER_ARGS,
+        "-k",
+        "eager_dtypes or error_stays_within or autocast_disabled_region or compiled_training or "
+        "(known_issue and compiled-backward)",
+    )
+    # policy 2 + numerics 2 + region forward 2 + region backward 2 + training 2 + known issue 1 (bf16);
+    # the rest of the selection is the thorough tier
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("passed", 0), outcomes.get("failed", 0)) == (11, 0), result.stdout.str()[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("backend", "selection", "failed", "lines"),
+    [
+        pytest.param(
+            "AUTOCAST_DROPPED",
+            "eager_dtypes",
+            2,
+            ["*compiled block dtypes*FAILED*", "*forward.logits*bfloat16*float32*"],
+            id="autocast dropped: low-precision ops left in fp32",
+        ),
+        pytest.param(
+            "LOW_PRECISION_ACCUMULATION",
+            "error_stays_within",
+            2,
+            ["*forward.linear (bfloat16, default): compiled error * vs eager *: excess * > budget *"],
+            id="GEMMs accumulating in low precision",
+        ),
+        pytest.param(
+            "AUTOCAST_LEAKING_INTO_DISABLED_REGIONS",
+            "stays_fp32_in_the_compiled_forward",
+            2,
+            ["*forward.out: |compiled - eager| is *x twice the fp32 evaluation bound*"],
+            id="autocast leaking into a disabled region",
+        ),
+        pytest.param(
+            "BACKWARD_UNDER_AUTOCAST",
+            "stays_fp32_in_the_compiled_backward",
+            2,
+            ["*grad.fp32.weight: |compiled - eager| is *x twice the fp32 evaluation bound*"],
+            id="backward traced under the forward's autocast",
+        ),
+        pytest.param(
+            "SATURATING_OVERFLOW",
+            "compiled_training and fp16",
+            1,
+            ["*GradScaler state against eager: FAILED*", "*final_scale: expected *, got *"],
+            id="overflow saturated inside the compiled step",
+        ),
+        pytest.param(
+            "BACKWARD_OUTSIDE_AUTOCAST",
+            "known_issue and compiled-backward",
+            1,
+            ["*known issue compiled-backward-under-forward-autocast appears fixed in torch *"],
+            id="a release that fixes a registered issue",
+        ),
+    ],
+)
+def test_a_compile_only_fault_fails_the_check_named_for_it(pytester, suite_copy, backend, selection, failed, lines):
+    _suite(pytester, suite_copy, backend)
+    result = pytester.runpytest(*INNER_ARGS, "-k", selection)
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("failed", 0), outcomes.get("passed", 0)) == (failed, 0), result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(lines, consecutive=False)
+
+
+def test_a_compiled_amp_path_made_1_3x_slower_fails_the_calibrated_threshold(pytester, suite_copy, tmp_path):
+    """Calibrated into a temporary baseline dir (so this holds on any CPU kind): the compiled-AMP
+    speedup over eager AMP, with the compiled path slowed by the speed gate's DETECT_SLOWDOWN,
+    fails; a case whose calibration scattered too much to be judged cannot show it and skips."""
+    case = compiled_speed.DEFAULT_CASES[0]
+    root = tmp_path / "baselines"
+    assert main(["calibrate", "--baseline-dir", str(root), "--runs", "3", "--cases", "/".join(case)]) == 0
+    th = profiles.load(root, detect().cpu_class.id).threshold(*case)
+    if th is None or not th.judged:
+        pytest.skip(f"calibration here was too noisy to judge {case}: {th}")
+    suite_copy("compiled/test_compiled_speed.py")
+    inject(pytester, "", fixtures={"amp_slowdown": repr(bench.DETECT_SLOWDOWN)})
+    (pytester.path / "suites" / "compiled" / "conftest.py").write_text(
+        (pytester.path / "suites" / "compiled" / "conftest.py")
+        .read_text()
+        .replace("    return 1.0\n", f"    return {bench.DETECT_SLOWDOWN}\n"),
+        encoding="utf-8",
+    )
+    result = pytester.runpytest(*INNER_ARGS, f"--amp-baseline-dir={root}", "-k", f"{case[0]}-{case[1]}", "-rA")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) == 0, result.stdout.str()[-3000:]
+    if outcomes.get("failed", 0):
+        result.stdout.fnmatch_lines(["*AMP speedup *x is below the cpu-* threshold *x*"], consecutive=False)
+
+
+def test_without_a_compiler_toolchain_the_suite_skips_saying_what_is_missing(pytester, suite_copy):
+    suite_copy(*FILES)
+    inject(
+        pytester, "", patches={"harness.domains.compiled.toolchain.unavailable": "faults.compiled.toolchain_missing"}
+    )
+    result = pytester.runpytest(*INNER_ARGS, "-rs", "-k", "eager_dtypes or stays_fp32 or compiled_training")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) == 0 and outcomes.get("failed", 0) == 0, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(
+        ["*no working compiler toolchain: Inductor's CPU backend needs a C++ compiler: 'g++'*not on PATH*"],
+        consecutive=False,
+    )
+
+
+def test_the_toolchain_probe_names_a_missing_compiler(monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    from harness.domains.compiled import toolchain
+
+    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/g++",))
+    toolchain.unavailable.cache_clear()
+    try:
+        reason = toolchain.unavailable("cpu")
+    finally:
+        toolchain.unavailable.cache_clear()
+    assert reason is not None and "C++ compiler" in reason, reason
