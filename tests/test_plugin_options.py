@@ -115,6 +115,28 @@ def test_device_and_dtype_parametrization_follows_the_options(pytester):
     one.stdout.fnmatch_lines(["*PARAM cpu torch.float16 cpu-*"])
 
 
+HEAVY_FP16 = """
+import pytest
+
+@pytest.mark.amp_thorough_dtypes("fp16")
+def test_heavy(amp_dtype):
+    pass
+"""
+
+
+def test_a_dtype_marked_thorough_runs_only_in_the_thorough_tier(pytester):
+    pytester.makepyfile(test_heavy=HEAVY_FP16)
+    default = pytester.runpytest(*QUIET, "--amp-device=cpu", "-rs", "-v", "--amp-no-report")
+    default.stdout.fnmatch_lines(["*test_heavy[[]bf16] PASSED*", "*test_heavy[[]fp16] SKIPPED*"])
+    default.stdout.fnmatch_lines(["*thorough tier: run with --amp-tier=thorough*"])
+    thorough = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-tier=thorough", "--amp-no-report")
+    thorough.assert_outcomes(passed=2)
+    pytester.makepyfile(test_heavy=HEAVY_FP16.replace('"fp16"', '"fp8"'))
+    wrong = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
+    wrong.assert_outcomes(errors=1)
+    wrong.stdout.fnmatch_lines(["*amp_thorough_dtypes(fp8): not a dtype; choose from bf16, fp16*"])
+
+
 def test_profile_override_lands_in_rows_and_run_metadata(pytester):
     pytester.makepyfile(
         test_p="def test_p(amp_record, amp_profile):\n    amp_record('m', 1.0)\n    print('PROFILE', amp_profile)\n"

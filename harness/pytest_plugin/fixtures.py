@@ -7,6 +7,7 @@ runs that use none of them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,9 +19,13 @@ from harness.pytest_plugin.state import State, state_of, suite_of
 from harness.storage import baselines as bl
 from harness.storage.hardware import Fingerprint
 
+#: ``amp_speedup``'s callback: ``(workload, dtype_name, calibrate_flags="") -> None``.
+SpeedCheck = Callable[..., None]
+
 if TYPE_CHECKING:
     import torch
 
+    from harness.domains.speed.bench import Workload
     from harness.storage.profiles import Profile
 
 __all__ = [
@@ -35,6 +40,8 @@ __all__ = [
     "amp_profile",
     "amp_record",
     "amp_require_speedup",
+    "amp_slowdown",
+    "amp_speedup",
     "amp_training",
 ]
 
@@ -193,6 +200,63 @@ def amp_calibrate_command(request: pytest.FixtureRequest) -> str:
     st = _active(request)
     device = str(request.getfixturevalue("amp_device")) if "amp_device" in request.fixturenames else st.primary_device
     return f"amp-harness calibrate --device {device} --baseline-dir {shlex.quote(str(st.options.baseline_dir))}"
+
+
+@pytest.fixture
+def amp_slowdown() -> float:
+    """Factor by which ``amp_speedup`` slows the AMP path: 1.0, as it is. The harness's own tests
+    override it (1.3, the slowdown the speed gate must catch) to show a speed check can fail.
+
+    Example::
+
+        @pytest.fixture
+        def amp_slowdown():  # in a conftest.py: every speed check of the directory slowed 1.3x
+            return 1.3
+    """
+    return 1.0
+
+
+@pytest.fixture
+def amp_speedup(
+    request: pytest.FixtureRequest,
+    amp_device: torch.device,
+    amp_hardware_profile: Profile,
+    amp_record: Recorder,
+    amp_calibrate_command: str,
+    amp_require_speedup: bool,
+    amp_slowdown: float,
+    benchmark: Any,
+) -> SpeedCheck:
+    """``amp_speedup(workload, dtype_name, calibrate_flags="")``: measure a speed workload's AMP path
+    against its baseline, interleaved, and judge it against the device's calibrated hardware class
+    (:func:`harness.pytest_plugin.speed.check_speedup`: rows, a confirmed FAIL, NOISY, NOT JUDGED).
+    The AMP path is slowed by ``amp_slowdown``'s factor (1.0; the harness's negative controls
+    override it); pytest-benchmark's ``benchmark`` fixture times the AMP blocks.
+
+    Example::
+
+        def test_my_speed(amp_speedup):
+            amp_speedup(Workload("mm", make_mm, flops=2 * 1024**3), "bfloat16")
+    """
+    from harness.pytest_plugin.speed import check_speedup
+
+    def check(workload: Workload, dtype_name: str, calibrate_flags: str = "") -> None:
+        __tracebackhide__ = True
+        check_speedup(
+            workload.name,
+            dtype_name,
+            workload=workload,
+            device=amp_device,
+            profile=amp_hardware_profile,
+            record=amp_record,
+            slowdown=amp_slowdown,
+            calibrate_command=f"{amp_calibrate_command} {calibrate_flags}".strip(),
+            benchmark=benchmark,
+            require_speedup=amp_require_speedup,
+            under_xdist=hasattr(request.config, "workerinput"),
+        )
+
+    return check
 
 
 @pytest.fixture

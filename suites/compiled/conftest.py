@@ -21,18 +21,29 @@ def require_compiler(device: torch.device, backend: Any) -> None:
 
 
 @pytest.fixture(scope="session")
-def _block_runs_cache() -> dict[tuple[str, int], runs.BlockRuns]:
+def _shared_runs() -> dict[tuple[str, str, int], Any]:
+    """Observations made once per session: (kind, device, backend) -> the runs object."""
     return {}
 
 
+def _shared(cache: dict[tuple[str, str, int], Any], factory: Any, device: torch.device, backend: Any) -> Any:
+    require_compiler(device, backend)
+    key = (factory.__qualname__, str(device), id(backend))
+    if key not in cache:
+        cache[key] = factory(device, backend)
+    return cache[key]
+
+
 @pytest.fixture
-def block_runs(amp_device, amp_compile_backend, _block_runs_cache) -> runs.BlockRuns:
+def block_runs(amp_device, amp_compile_backend, _shared_runs) -> runs.BlockRuns:
     """The probe block's observations on the device under test with the backend under test."""
-    require_compiler(amp_device, amp_compile_backend)
-    key = (str(amp_device), id(amp_compile_backend))
-    if key not in _block_runs_cache:
-        _block_runs_cache[key] = runs.BlockRuns(amp_device, amp_compile_backend)
-    return _block_runs_cache[key]
+    return _shared(_shared_runs, runs.BlockRuns, amp_device, amp_compile_backend)
+
+
+@pytest.fixture
+def region_runs(amp_device, amp_compile_backend, _shared_runs) -> nested.RegionRuns:
+    """The autocast-disabled region's runs on the device under test with the backend under test."""
+    return _shared(_shared_runs, nested.RegionRuns, amp_device, amp_compile_backend)
 
 
 @pytest.fixture
@@ -47,27 +58,6 @@ def inductor_only(amp_compile_backend) -> None:
     """Skip checks of Inductor's own switches when the backend under test is another one."""
     if amp_compile_backend != "inductor":
         pytest.skip(f"an Inductor configuration switch: the backend under test is {amp_compile_backend!r}")
-
-
-@pytest.fixture(scope="session")
-def _region_runs_cache() -> dict[tuple[str, int], nested.RegionRuns]:
-    return {}
-
-
-@pytest.fixture
-def region_runs(amp_device, amp_compile_backend, _region_runs_cache) -> nested.RegionRuns:
-    """The autocast-disabled region's runs on the device under test with the backend under test."""
-    require_compiler(amp_device, amp_compile_backend)
-    key = (str(amp_device), id(amp_compile_backend))
-    if key not in _region_runs_cache:
-        _region_runs_cache[key] = nested.RegionRuns(amp_device, amp_compile_backend)
-    return _region_runs_cache[key]
-
-
-@pytest.fixture
-def amp_slowdown() -> float:
-    """Factor by which the compiled AMP path is slowed (1.0: as it is; the harness's tests inject 1.3)."""
-    return 1.0
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 
 from harness.domains.compiled import speed as compiled_speed
-from harness.pytest_plugin.speed import check_speedup
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
 
@@ -25,33 +24,11 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_compiled_amp_speedup_meets_the_class_threshold(
-    case,
-    amp_device,
-    amp_compile_backend,
-    compiler,
-    amp_hardware_profile,
-    amp_record,
-    amp_slowdown,
-    amp_calibrate_command,
-    request,
-    benchmark,
-    amp_require_speedup,
+    case, amp_device, amp_compile_backend, compiler, amp_speedup, amp_record
 ):
     name, dtype_name = case
     compiled_speed.COMPILE_SECONDS.clear()
-    check_speedup(
-        name,
-        dtype_name,
-        workload=compiled_speed.workloads(amp_compile_backend)[name],
-        device=amp_device,
-        profile=amp_hardware_profile,
-        record=amp_record,
-        slowdown=amp_slowdown,
-        calibrate_command=f"{amp_calibrate_command} --compiled",
-        benchmark=benchmark,
-        require_speedup=amp_require_speedup,
-        under_xdist=hasattr(request.config, "workerinput"),
-    )
+    amp_speedup(compiled_speed.workloads(amp_compile_backend)[name], dtype_name, calibrate_flags="--compiled")
     for (_, path_dtype), seconds in sorted(compiled_speed.COMPILE_SECONDS.items()):
         amp_record(
             f"{name}.compile_s",

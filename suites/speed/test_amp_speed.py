@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 
 from harness.domains.speed import bench, thresholds
-from harness.pytest_plugin.speed import check_speedup
 
 pytestmark = pytest.mark.amp_capability("speed")
 
@@ -28,28 +27,6 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
-def test_amp_speedup_meets_the_class_threshold(
-    case,
-    amp_device,
-    amp_hardware_profile,
-    amp_record,
-    amp_slowdown,
-    amp_calibrate_command,
-    request,
-    benchmark,
-    amp_require_speedup,
-):
+def test_amp_speedup_meets_the_class_threshold(case, amp_speedup):
     name, dtype_name = case
-    check_speedup(
-        name,
-        dtype_name,
-        workload=bench.WORKLOADS[name],
-        device=amp_device,
-        profile=amp_hardware_profile,
-        record=amp_record,
-        slowdown=amp_slowdown,
-        calibrate_command=amp_calibrate_command,
-        benchmark=benchmark,
-        require_speedup=amp_require_speedup,
-        under_xdist=hasattr(request.config, "workerinput"),
-    )
+    amp_speedup(bench.WORKLOADS[name], dtype_name)

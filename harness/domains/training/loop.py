@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.batches import cast_floating, split, tensors, to_device, tree_map
+from harness.domains.training.batches import cast_floating, split, tensors, to_device
 from harness.domains.training.recipes import Recipe, Setup
 
 
@@ -46,15 +47,15 @@ EVAL_SEED = 99_999
 NOISE_SEED_OFFSET = 200_000
 
 
-#: Inputs of an ``overflow_at`` step are multiplied by this: the largest float16 (65504), so a
-#: first layer's outputs of order one times it exceed float16's range, while the inputs stay finite
-#: (the overflow happens in the forward pass, not in the data).
-OVERFLOW_FACTOR = 65504.0
-
-
-def scale_floating(tree: Any, factor: float) -> Any:
-    """Floating tensors of a batch structure multiplied by ``factor``, others unchanged."""
-    return tree_map(lambda t: t * factor if t.is_floating_point() else t, tree)
+def overflow_gate(model: nn.Module) -> torch.Tensor:
+    """A scalar the output of the model's first module with parameters is multiplied by, inside the
+    forward pass (inside the compiled graph when the model is compiled): 1 normally; the loop sets
+    it to inf at ``overflow_at`` steps. Any model's forward overflows there (an embedding's output
+    scaled by a finite factor would be normalised away by a LayerNorm), and no input is touched."""
+    first = next(m for m in model.modules() if next(m.parameters(recurse=False), None) is not None)
+    gate = torch.ones((), device=next(first.parameters()).device)
+    first.register_forward_hook(lambda _m, _inputs, out: out * gate)
+    return gate
 
 
 def evaluate(model: nn.Module, setup: Setup, inputs: Any, targets: Any) -> float:
@@ -112,9 +113,9 @@ def train(
     ``fp32_modules`` runs those submodules outside autocast; ``keep_weights_at`` keeps copies of
     the parameters after those steps (both for :mod:`harness.domains.training.diagnosis`).
     ``compile`` wraps the model for the forward and backward passes (``torch.compile``: the model's
-    parameters stay the ones the optimizer steps). ``overflow_at`` scales those steps' floating
-    inputs by :data:`OVERFLOW_FACTOR`, so the low-precision forward pass overflows where it runs (inside
-    a compiled graph when compiled) and a scaler must skip the step.
+    parameters stay the ones the optimizer steps). ``overflow_at``: at those steps the forward pass
+    overflows (:func:`overflow_gate`: inside the compiled graph when compiled) and a scaler must
+    skip the step.
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
@@ -123,6 +124,7 @@ def train(
         model = model.to(recipe.params_dtype)
     outside_autocast(model, fp32_modules)
     params = [p for p in model.parameters() if p.requires_grad]
+    gate = overflow_gate(model) if overflow_at else None
     forward_model = compile(model) if compile is not None else model
     initial = _param_vector(params)
     lr = setup.lr / recipe.loss_factor if setup.plain_sgd else setup.lr
@@ -136,8 +138,8 @@ def train(
     zero, total = 0, 0
     for step in range(setup.steps):
         inputs, targets = to_device(setup.batch(step, gen), dev)
-        if step in overflow_at:
-            inputs = scale_floating(inputs, OVERFLOW_FACTOR)
+        if gate is not None:
+            gate.fill_(math.inf if step in overflow_at else 1.0)
         opt.zero_grad(set_to_none=True)
         acc: list[torch.Tensor] | None = None
         step_loss = 0.0
