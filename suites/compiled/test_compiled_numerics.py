@@ -9,6 +9,10 @@ low-precision rounding per op boundary, each propagated through the block in flo
 With Inductor's ``emulate_precision_casts`` (keep eager's roundings) the same rule holds, and the
 stages where the switch changes the compiled result are the ones Inductor computes at higher
 precision than eager: recorded per stage (known issue ``inductor-elides-eager-roundings``).
+
+The rule's error rates (thorough tier): no clean compile fails over 12 initialisations and inputs,
+and a compiler adding one rounding to one significand bit fewer than the format has, at every GEMM
+output, fails in every seed (``harness/domains/compiled/rates.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.compiled import budget, runs
+from harness.domains.compiled import budget, rates, runs
 from harness.domains.compiled.probe import STAGE_NAMES
+from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
 
@@ -85,3 +90,53 @@ def test_emulated_precision_casts_stay_within_the_budget_and_show_where_inductor
     result = _judge(block_runs, amp_dtype, variant)
     _record_errors(amp_record, result, amp_device, amp_dtype)
     amp_record.require(result.claim(), dtype=amp_dtype, device=amp_device, tags={"worst": result.worst()})
+
+
+#: Seeds (block initialisation and inputs) of the rate measurement, and the clean compiles that may
+#: fail (none: measured 0 of 12 per dtype, worst 0.18 / 0.25 of the budget).
+RATE_SEEDS, DETECTION_SEEDS = 12, 6
+STATED_FALSE_ALARMS = 0
+#: The rule is stated to catch, in every seed, a compiler that rounds every low-precision GEMM output
+#: once more to one significand bit fewer than the format has (bf16 8 -> 7, fp16 11 -> 10): an
+#: extra rounding of relative size 2^-7 / 2^-10, the format's own scale (measured: 6 of 6 each).
+FORMAT_BITS = {torch.bfloat16: 8, torch.float16: 11}
+
+
+@pytest.mark.amp_thorough  # 18 compiles per dtype (warm: about 15 s each dtype here)
+def test_the_numerics_rule_has_its_stated_error_rates(amp_device, amp_dtype, compiler, amp_compile_backend, amp_record):
+    clean = rates.false_alarms(amp_compile_backend, amp_device, amp_dtype, range(RATE_SEEDS))
+    alarms = [r for r in clean if r.worst_ratio > 1.0]
+    bits = FORMAT_BITS[amp_dtype]
+    ladder = rates.detection(amp_device, amp_dtype, (bits, bits - 1), range(DETECTION_SEEDS))
+    unchanged, one_bit = ladder[bits], ladder[bits - 1]
+    caught = [r for r in one_bit if r.worst_ratio > 1.0]
+    amp_record(
+        "compiled.numerics_rule.false_alarm_rate",
+        len(alarms) / len(clean),
+        unit="share",
+        dtype=amp_dtype,
+        device=amp_device,
+        tags={"worst_ratios": [round(r.worst_ratio, 3) for r in clean]},
+        note=f"clean compiles failing the numerics rule, over {RATE_SEEDS} initialisations and inputs",
+    )
+    amp_record.require(
+        compare_claim(
+            "compiled.numerics_rule.error_rates",
+            len(caught),
+            len(alarms) <= STATED_FALSE_ALARMS
+            and len(caught) == len(one_bit)
+            and all(r.worst_ratio <= 1.0 for r in unchanged),
+            f"no clean compile of {RATE_SEEDS} fails, and one extra rounding of every GEMM output to {bits - 1} "
+            f"significand bits (the format has {bits}) fails in all {DETECTION_SEEDS} seeds (the same rounding at "
+            f"{bits} bits, a no-op, passes)",
+            detail=(
+                f"clean: {len(alarms)} of {len(clean)} failed (worst ratios {[round(r.worst_ratio, 2) for r in clean]}); "
+                f"extra rounding to {bits - 1} bits caught in {len(caught)} of {len(one_bit)} "
+                f"(ratios {[round(r.worst_ratio, 2) for r in one_bit]}); at {bits} bits "
+                f"{[round(r.worst_ratio, 2) for r in unchanged]}",
+            ),
+            expected=len(one_bit),
+        ),
+        dtype=amp_dtype,
+        device=amp_device,
+    )

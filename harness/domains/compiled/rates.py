@@ -1,0 +1,86 @@
+"""The error rates of the compiled numerics rule, measured: how often it fails a clean compile
+(over block initialisations and inputs), and the smallest real fault it still catches.
+
+The fault is a compiler that rounds every low-precision matrix product's output once more, to
+``bits`` significand bits (bf16 keeps 8, fp16 11): an extra rounding of relative size up to
+2^-bits, of the kind a lowering that re-quantises an intermediate would add. ``bits`` at or above
+the format's own precision changes nothing; each bit fewer doubles the fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.domains.compiled import budget
+from harness.domains.compiled.probe import call_block, make_block, make_inputs, observe
+from harness.domains.compiled.runs import DEFAULT, Backend, observe_compiled
+
+LOW = (torch.bfloat16, torch.float16)
+
+
+def round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """``x`` rounded (to nearest) to ``bits`` significand bits, kept in its dtype."""
+    mantissa, exponent = torch.frexp(x.float())
+    scale = float(2**bits)
+    return torch.ldexp(torch.round(mantissa * scale) / scale, exponent).to(x.dtype)
+
+
+def extra_rounding_backend(bits: int) -> Any:
+    """An AOTAutograd backend (forward and backward graphs run as traced) whose low-precision
+    ``mm``/``addmm``/``bmm`` outputs are rounded again to ``bits`` significand bits."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch._aot_autograd.utils import make_boxed_func
+
+    aten = torch.ops.aten
+    targets = {aten.mm.default, aten.addmm.default, aten.bmm.default}
+
+    def rounded(op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def run(*args: Any, **kwargs: Any) -> torch.Tensor:
+            return round_to_bits(op(*args, **kwargs), bits)
+
+        return run
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if node.op == "call_function" and node.target in targets and getattr(val, "dtype", None) in LOW:
+                node.target = rounded(node.target)
+        gm.recompile()
+        return make_boxed_func(gm.forward)
+
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph)
+
+
+@dataclass(frozen=True)
+class RuleRun:
+    seed: int
+    #: the worst quantity's share of its budget (> 1 fails)
+    worst_ratio: float
+    worst: str
+
+
+def judge_seed(backend: Backend, device: torch.device, dtype: torch.dtype, seed: int) -> RuleRun:
+    """The numerics rule on the block initialised and fed with ``seed``, compiled with ``backend``."""
+    model = make_block(device, seed)
+    x, y = make_inputs(device, seed)
+    ref, bud = budget.derive(model, x, y, dtype)
+    eager = observe(call_block, model, x, y, dtype)
+    compiled = observe_compiled(backend, DEFAULT, model, x, y, dtype).observation
+    result = budget.judge("rate", dtype, eager, compiled, ref, bud)
+    worst = result.worst()
+    return RuleRun(seed, result.ratio(worst), worst)
+
+
+def false_alarms(backend: Backend, device: torch.device, dtype: torch.dtype, seeds: Sequence[int]) -> list[RuleRun]:
+    return [judge_seed(backend, device, dtype, s) for s in seeds]
+
+
+def detection(
+    device: torch.device, dtype: torch.dtype, bits: Sequence[int], seeds: Sequence[int]
+) -> dict[int, list[RuleRun]]:
+    """Per significand-bit count of the extra rounding, the rule on every seed."""
+    return {b: [judge_seed(extra_rounding_backend(b), device, dtype, s) for s in seeds] for b in bits}
