@@ -43,10 +43,10 @@ cp -r baselines "$OUT/baselines"
 run amp-harness profile --baseline-dir "$OUT/baselines"
 run amp-harness profile --json > "$OUT/fingerprint.json"
 
-step "calibrating the speed thresholds of this device's hardware class ($RUNS runs per case)"
+step "calibrating the speed thresholds of this device's hardware class, eager and compiled AMP ($RUNS runs per case)"
 CASES=()
 [ -n "${CALIBRATION_CASES:-}" ] && read -r -a CASES <<< "--cases ${CALIBRATION_CASES}"
-run amp-harness calibrate --device "$DEVICE" --runs "$RUNS" --baseline-dir "$OUT/baselines" "${CASES[@]}"
+run amp-harness calibrate --device "$DEVICE" --runs "$RUNS" --baseline-dir "$OUT/baselines" --compiled "${CASES[@]}"
 
 DEVICES="$DEVICE"
 [ "$DEVICE" != cpu ] && DEVICES=auto   # auto: the CPU and cuda:0
