@@ -92,11 +92,11 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _first_tensor(out: Any) -> torch.Tensor:
+def first_tensor(out: Any) -> torch.Tensor:
     if isinstance(out, torch.Tensor):
         return out
     if isinstance(out, (tuple, list)):
-        return _first_tensor(out[0])
+        return first_tensor(out[0])
     raise TypeError(f"op returned {type(out).__name__}, not a tensor")
 
 
@@ -129,7 +129,7 @@ def _run(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.dtype
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation chatter is not policy; results are what count
         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
-            return _first_tensor(case.fn(*args))
+            return first_tensor(case.fn(*args))
 
 
 def _observe(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.dtype, width: int) -> Observation:

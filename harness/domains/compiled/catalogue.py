@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
-from harness.domains.autocast.probe import dtype_name
+from harness.domains.autocast.probe import dtype_name, first_tensor
 from harness.domains.compiled.runs import Backend, compile_fn
 
 
@@ -29,20 +29,12 @@ class CompiledOp:
     why: str = ""
 
 
-def _first_tensor(out: Any) -> torch.Tensor:
-    while isinstance(out, (tuple, list)):
-        out = out[0]
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"op returned {type(out).__name__}, not a tensor")
-    return out
-
-
 def _call(fn: Any, args: Sequence[Any], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.autocast(device.type, dtype=dtype):
-            return _first_tensor(fn(*args))
+            return first_tensor(fn(*args))
 
 
 def observe(case: OpCase, device: torch.device, dtype: torch.dtype, backend: Backend) -> CompiledOp | None:
