@@ -41,25 +41,16 @@ def _warm_torch_imports() -> None:
 
 def _warm_compile_imports() -> None:
     """Compile one function, forward and backward, under autocast with the fault-free test backend
-    and with Inductor, so that the torch.compile modules (some register caches or operator
-    libraries once, at import; Inductor imports more, setuptools among them, when it first builds
-    C++) are imported by the outer process and survive pytester's in-process runs. The Inductor
-    compile is the process's first (about 12 s cold here), which the compiled suite would otherwise
-    pay; skipped where the toolchain is missing (the suite then skips too)."""
+    (AOTAutograd, no C++: about a second), so that the torch.compile modules it imports (some
+    register caches or operator libraries once, at import) are imported by the outer process: every
+    injected conftest imports ``faults.compiled``, and pytester's in-process runs drop the modules
+    they import. Inductor's own first compile is warmed up by the compiled negative controls."""
     from faults import compiled
 
-    from harness.domains.compiled import nested, runs, toolchain
-    from harness.domains.speed import bench
+    from harness.domains.compiled import nested, runs
 
     model, x = nested.make(torch.device("cpu"))
-    backends = [compiled.CLEAN] + (["inductor"] if toolchain.unavailable("cpu") is None else [])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(bench.CPU_THREADS)  # as the compiled suite compiles (its conftest says why)
-    try:
-        for backend in backends:
-            nested.run(runs.compile_fn(nested.call_region, backend), model, x, torch.bfloat16)
-    finally:
-        torch.set_num_threads(threads)
+    nested.run(runs.compile_fn(nested.call_region, compiled.CLEAN), model, x, torch.bfloat16)
     torch._dynamo.reset()
 
 

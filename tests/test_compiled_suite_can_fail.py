@@ -21,6 +21,29 @@ FILES = (
 )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _compile_modules_imported_outside_pytester():
+    """Compile one function with Inductor before any in-process run here (the speed control's run
+    compiles with it): Inductor imports more modules when it first builds C++ (setuptools among
+    them, and operator libraries registered once), and pytester's in-process runs drop the modules
+    they import. tests/conftest.py warms up the AOTAutograd part. Skipped where the toolchain is
+    missing (the suite then skips too)."""
+    import torch
+
+    from harness.domains.compiled import nested, runs, toolchain
+
+    if toolchain.unavailable("cpu") is not None:
+        return
+    model, x = nested.make(torch.device("cpu"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(bench.CPU_THREADS)  # as the compiled suite compiles (its conftest says why)
+    try:
+        nested.run(runs.compile_fn(nested.call_region, "inductor"), model, x, torch.bfloat16)
+    finally:
+        torch.set_num_threads(threads)
+    torch._dynamo.reset()
+
+
 def _suite(pytester, suite_copy, backend: str, **fixtures: str) -> None:
     suite_copy(*FILES)  # with the suite's conftest; the backend is injected above it
     inject(pytester, "", fixtures={"amp_compile_backend": f"faults.compiled.{backend}", **fixtures})
