@@ -79,11 +79,10 @@ def check_speedup(
         _pedantic(benchmark)  # pytest-benchmark disables itself under xdist: mark its fixture used
         pytest.skip("speed is measured one test at a time: run the speed suite without -n (xdist shares the cores)")
     dtype = getattr(torch, dtype_name)
-    prof = profile
-    th = thresholds.for_device(prof.threshold(name, dtype_name), name, device, dtype)
+    th = thresholds.for_device(profile.threshold(name, dtype_name), name, device, dtype)
 
     def decide(t: bench.Timing) -> speed.SpeedVerdict:
-        return speed.judge(name, dtype_name, prof.hardware_class, t, th, calibrate_command)
+        return speed.judge(name, dtype_name, profile.hardware_class, t, th, calibrate_command)
 
     pedantic = _pedantic(benchmark, f"{name}/{dtype_name}")
     first = decide(_measure(workload, device, dtype, slowdown, pedantic))
@@ -102,7 +101,7 @@ def check_speedup(
         "iqr": timing.spread,
         "fp32_s": timing.fp32_median_s,
         "amp_s": timing.amp_median_s,
-        "hardware_class": prof.hardware_class,
+        "hardware_class": profile.hardware_class,
         "calibrated_median": th.calibrated_median if th else None,
         "first_measurement": {"outcome": first.outcome.value, "speedup": first.timing.speedup},
     }
@@ -116,13 +115,13 @@ def check_speedup(
                 "speedup_judged": timing.speedup,
                 "verdict": v.outcome.value,
                 "threshold": v.limit,
-                "hardware_class": prof.hardware_class,
+                "hardware_class": profile.hardware_class,
             }
         )
     if workload.flops:
         for label, secs, dt in (("fp32", timing.fp32_median_s, "float32"), ("amp", timing.amp_median_s, dtype_name)):
             rate = workload.flops / secs
-            peak = prof.peak_flops.get(dt)
+            peak = profile.peak_flops.get(dt)
             record(
                 f"{name}.{label}.flops_per_s",
                 rate,
@@ -130,7 +129,7 @@ def check_speedup(
                 dtype=dt,
                 device=device,
                 expected=peak,
-                note=f"fraction of peak {rate / peak:.3g} ({prof.peak_origin})" if peak else "no published peak",
+                note=f"fraction of peak {rate / peak:.3g} ({profile.peak_origin})" if peak else "no published peak",
             )
     if not require_speedup:
         record(
@@ -139,14 +138,14 @@ def check_speedup(
             dtype=dtype,
             device=device,
             tags={"speedup": timing.speedup},
-            note=thresholds.pays_off(name, dtype_name, timing.speedup, prof.hardware_class, workload.baseline_name),
+            note=thresholds.pays_off(name, dtype_name, timing.speedup, profile.hardware_class, workload.baseline_name),
         )
     drift = thresholds.TREND_DRIFT
     if v.outcome in (Outcome.PASS, Outcome.FAIL):
         record.require(v.claim(), dtype=dtype, device=device, tags=tags, drift=drift)
     if require_speedup and v.outcome is not Outcome.NOISY:
         record.require(
-            thresholds.pays_off_claim(name, dtype_name, timing.speedup, prof.hardware_class, workload.baseline_name),
+            thresholds.pays_off_claim(name, dtype_name, timing.speedup, profile.hardware_class, workload.baseline_name),
             dtype=dtype,
             device=device,
             drift=drift,

@@ -10,42 +10,14 @@ backend with no pass, which must pass the same checks.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch._aot_autograd.utils import make_boxed_func
+
+from harness.domains.compiled.runs import LOW_PRECISION, Variant, configured, node_dtype, pass_backend, retarget
 
 aten = torch.ops.aten
-LOW = (torch.bfloat16, torch.float16)
-GraphPass = Callable[[torch.fx.GraphModule], None]
-
-
-def _dtype(node: torch.fx.Node) -> torch.dtype | None:
-    val = node.meta.get("val")
-    return val.dtype if isinstance(val, torch.Tensor) else None
-
-
-def _replace(
-    gm: torch.fx.GraphModule, targets: dict[Any, Callable[..., Any]], when: Callable[[torch.fx.Node], bool]
-) -> None:
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in targets and when(node):
-            node.target = targets[node.target]
-    gm.recompile()
-
-
-def _backend(fw_pass: GraphPass | None, bw_pass: GraphPass | None = None) -> Any:
-    def compiler(graph_pass: GraphPass | None) -> Callable[[torch.fx.GraphModule, Any], Any]:
-        def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            if graph_pass is not None:
-                graph_pass(gm)
-            return make_boxed_func(gm.forward)
-
-        return compile_graph
-
-    return aot_autograd(fw_compiler=compiler(fw_pass), bw_compiler=compiler(bw_pass))
 
 
 # -- a low-precision GEMM that accumulates in low precision ---------------------------------------
@@ -66,20 +38,20 @@ def _bmm_low_accumulation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _low_accumulation(gm: torch.fx.GraphModule) -> None:
-    _replace(
+    retarget(
         gm,
         {
             aten.mm.default: _mm_low_accumulation,
             aten.addmm.default: _addmm_low_accumulation,
             aten.bmm.default: _bmm_low_accumulation,
         },
-        lambda n: _dtype(n) in LOW,
+        lambda n: node_dtype(n) in LOW_PRECISION,
     )
 
 
 #: A compiler whose low-precision matrix products accumulate in bf16/fp16 (forward and backward):
 #: dtypes as eager, values not. Must fail the numerics check against fp64.
-LOW_PRECISION_ACCUMULATION = _backend(_low_accumulation, _low_accumulation)
+LOW_PRECISION_ACCUMULATION = pass_backend(_low_accumulation, _low_accumulation)
 
 
 # -- autocast dropped by the compiler ------------------------------------------------------------
@@ -115,28 +87,23 @@ def _addmm_leaky(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **_: Any)
 
 
 def _leaky(gm: torch.fx.GraphModule) -> None:
-    _replace(gm, {aten.mm.default: _mm_leaky, aten.addmm.default: _addmm_leaky}, lambda n: _dtype(n) == torch.float32)
+    retarget(
+        gm, {aten.mm.default: _mm_leaky, aten.addmm.default: _addmm_leaky}, lambda n: node_dtype(n) == torch.float32
+    )
 
 
 #: fp32 matrix products computed from bf16-rounded inputs (dtype fp32, precision bf16): autocast
 #: leaking into a region that disabled it, forward and backward. Must fail the region checks.
-AUTOCAST_LEAKING_INTO_DISABLED_REGIONS = _backend(_leaky, _leaky)
+AUTOCAST_LEAKING_INTO_DISABLED_REGIONS = pass_backend(_leaky, _leaky)
 
 
 # -- the backward traced under the forward's autocast ------------------------------------------------
-@contextlib.contextmanager
-def _functorch(**config: Any) -> Iterator[None]:
-    import torch._functorch.config as fc
-
-    with fc.patch(config):
-        yield
-
-
 def _traced_with(**config: Any) -> Any:
-    inner = _backend(None)
+    inner = pass_backend(None)
+    forced = Variant("forced by the backend", functorch=config)
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        with _functorch(**config):
+        with configured(forced):
             return inner(gm, example_inputs)
 
     return backend
@@ -160,7 +127,7 @@ def _saturate(gm: torch.fx.GraphModule) -> None:
     with gm.graph.inserting_before(output):
         new = [
             gm.graph.call_function(torch.nan_to_num, (v,))
-            if isinstance(v, torch.fx.Node) and (dt := _dtype(v)) is not None and dt.is_floating_point
+            if isinstance(v, torch.fx.Node) and (dt := node_dtype(v)) is not None and dt.is_floating_point
             else v
             for v in values
         ]
@@ -171,10 +138,10 @@ def _saturate(gm: torch.fx.GraphModule) -> None:
 #: A compiled step whose outputs (forward and backward) saturate instead of
 #: overflowing: GradScaler never sees the injected overflow. Must fail the compiled training
 #: check's scaler-state comparison.
-SATURATING_OVERFLOW = _backend(_saturate, _saturate)
+SATURATING_OVERFLOW = pass_backend(_saturate, _saturate)
 
 #: The same AOTAutograd backend with no pass: must pass every check the faults fail.
-CLEAN = _backend(None)
+CLEAN = pass_backend(None)
 
 
 # -- a machine without a compiler toolchain --------------------------------------------------------

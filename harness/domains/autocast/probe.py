@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -124,12 +124,20 @@ def _mixed(args: Sequence[Any], dtype: torch.dtype) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _run(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.dtype, enabled: bool) -> torch.Tensor:
+def run_op(
+    fn: Callable[..., Any], args: Sequence[Any], device_type: str, dtype: torch.dtype, enabled: bool = True
+) -> torch.Tensor:
+    """``fn(*args)`` under autocast (or with it disabled), its first tensor output: how every
+    catalogue op is called, eager here and compiled in :mod:`harness.domains.compiled.catalogue`."""
     torch.manual_seed(0)  # dropout and other random ops draw the same numbers in both runs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation chatter is not policy; results are what count
         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
-            return first_tensor(case.fn(*args))
+            return first_tensor(fn(*args))
+
+
+def _run(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.dtype, enabled: bool) -> torch.Tensor:
+    return run_op(case.fn, args, device_type, dtype, enabled)
 
 
 def _observe(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.dtype, width: int) -> Observation:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.domains.autocast.probe import dtype_name
 from harness.domains.compiled.probe import (
     LONGEST_REDUCTION,
     STAGE_NAMES,
@@ -105,7 +106,7 @@ def derive(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torc
     for k in base:
         own = low.unit_roundoff if k.startswith("grad.") else 0.0  # forward stages: counted at their own boundary
         allowance[k] = total[k] + own + accumulation
-    return ref, Budget(str(dtype).removeprefix("torch."), scale, allowance, {k: v[1] for k, v in largest.items()})
+    return ref, Budget(dtype_name(dtype), scale, allowance, {k: v[1] for k, v in largest.items()})
 
 
 def relative_error(obs: Observation, ref: Observation, budget: Budget) -> dict[str, float]:
@@ -163,7 +164,7 @@ def judge(
 ) -> NumericsResult:
     return NumericsResult(
         variant,
-        str(dtype).removeprefix("torch."),
+        dtype_name(dtype),
         relative_error(eager, ref, budget),
         relative_error(compiled, ref, budget),
         budget,

@@ -8,15 +8,12 @@ as agreeing: the claim counts only ops that went through the backend.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
-from harness.domains.autocast.probe import dtype_name, first_tensor
+from harness.domains.autocast.probe import dtype_name, run_op
 from harness.domains.compiled.runs import Backend, compile_fn
 
 
@@ -29,26 +26,18 @@ class CompiledOp:
     why: str = ""
 
 
-def _call(fn: Any, args: Sequence[Any], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with torch.autocast(device.type, dtype=dtype):
-            return first_tensor(fn(*args))
-
-
 def observe(case: OpCase, device: torch.device, dtype: torch.dtype, backend: Backend) -> CompiledOp | None:
     """Eager and compiled output dtype of one op (None where the op raises eagerly: nothing to compare)."""
     args = case.make(torch.Generator().manual_seed(0), device)
     try:
-        eager = dtype_name(_call(case.fn, args, device, dtype).dtype)
+        eager = dtype_name(run_op(case.fn, args, device.type, dtype).dtype)
     except RuntimeError:
         return None
     from torch._dynamo.utils import counters
 
     before = counters["stats"]["unique_graphs"]
     try:
-        compiled = _call(compile_fn(case.fn, backend), args, device, dtype)
+        compiled = run_op(compile_fn(case.fn, backend), args, device.type, dtype)
     except Exception as exc:  # a compile failure is a finding about the op, not a crash of the sweep
         return CompiledOp(case.name, eager, None, f"compiling failed: {type(exc).__name__}: {str(exc)[:160]}")
     if counters["stats"]["unique_graphs"] == before:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.domains.autocast.probe import dtype_name
 from harness.domains.compiled.runs import Variant, compile_fn, configured
 from harness.numerics import budgets
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -92,10 +93,6 @@ class RegionComparison:
     dtypes: dict[str, tuple[str, str]]
     ratios: dict[str, float]
 
-    @property
-    def honoured(self) -> bool:
-        return all(e == c for e, c in self.dtypes.values()) and all(r <= 1.0 for r in self.ratios.values())
-
     def explain(self) -> tuple[str, ...]:
         lines = [f"{k}: eager {e}, compiled {c}" for k, (e, c) in self.dtypes.items() if e != c]
         lines += [
@@ -124,14 +121,12 @@ def compare(eager: RegionRun, compiled: RegionRun, model: Region, dtype: torch.d
     bounds = _bounds(eager, model)
     pairs = {"forward.out": (eager.out, compiled.out)}
     pairs.update({f"grad.{k}": (eager.grads[k], compiled.grads[k]) for k in ("fp32.weight", "fp32.bias")})
-    dtypes = {
-        k: (str(e.dtype).removeprefix("torch."), str(c.dtype).removeprefix("torch.")) for k, (e, c) in pairs.items()
-    }
+    dtypes = {k: (dtype_name(e.dtype), dtype_name(c.dtype)) for k, (e, c) in pairs.items()}
     ratios = {}
     for k, (e, c) in pairs.items():
         diff = (c.double() - e.double()).abs()
         ratios[k] = float((diff / (2 * bounds[k])).max())
-    return RegionComparison(str(dtype).removeprefix("torch."), variant, dtypes, ratios)
+    return RegionComparison(dtype_name(dtype), variant, dtypes, ratios)
 
 
 class RegionRuns:

@@ -19,20 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: The stages in order, each with the catalogue name of the op that produces it (the autocast rule
-#: that decides its dtype; ``harness.domains.autocast.catalogue``).
-STAGES: tuple[tuple[str, str], ...] = (
-    ("linear", "nn.Linear"),
-    ("layer_norm", "nn.LayerNorm"),
-    ("qkv", "nn.Linear"),
-    ("attention", "F.scaled_dot_product_attention"),
-    ("projection", "nn.Linear"),
-    ("gelu", "F.gelu"),
-    ("logits", "nn.Linear"),
-    ("softmax", "torch.softmax"),
-    ("loss", "F.cross_entropy"),
+from harness.domains.autocast.probe import dtype_name
+
+#: The block's stages in order: the outputs of :class:`Block` and the boundaries a ``tap`` sees.
+STAGE_NAMES: tuple[str, ...] = (
+    "linear",
+    "layer_norm",
+    "qkv",
+    "attention",
+    "projection",
+    "gelu",
+    "logits",
+    "softmax",
+    "loss",
 )
-STAGE_NAMES: tuple[str, ...] = tuple(name for name, _ in STAGES)
 
 Tap = Callable[[str, torch.Tensor], torch.Tensor]
 
@@ -100,9 +100,7 @@ class Observation:
     grads: Mapping[str, torch.Tensor]
 
     def dtypes(self) -> dict[str, str]:
-        found = {f"forward.{k}": str(v.dtype).removeprefix("torch.") for k, v in self.outputs.items()}
-        found.update({f"grad.{k}": str(v.dtype).removeprefix("torch.") for k, v in self.grads.items()})
-        return found
+        return {k: dtype_name(v.dtype) for k, v in self.values().items()}
 
     def values(self) -> dict[str, torch.Tensor]:
         found = {f"forward.{k}": v for k, v in self.outputs.items()}
@@ -144,8 +142,3 @@ def float64_copy(model: nn.Module) -> nn.Module:
     import copy
 
     return copy.deepcopy(model).double()
-
-
-def reference(model: nn.Module, x: torch.Tensor, y: torch.Tensor, tap: Tap | None = None) -> Observation:
-    """The float64 reference: the same weights and inputs in float64, no autocast."""
-    return observe(call_block, float64_copy(model), x.double(), y, None, tap)

@@ -16,10 +16,7 @@ from typing import Any
 import torch
 
 from harness.domains.compiled import budget
-from harness.domains.compiled.probe import call_block, make_block, make_inputs, observe
-from harness.domains.compiled.runs import DEFAULT, Backend, observe_compiled
-
-LOW = (torch.bfloat16, torch.float16)
+from harness.domains.compiled.runs import LOW_PRECISION, Backend, BlockRuns, node_dtype, pass_backend, retarget
 
 
 def round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -30,13 +27,9 @@ def round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def extra_rounding_backend(bits: int) -> Any:
-    """An AOTAutograd backend (forward and backward graphs run as traced) whose low-precision
-    ``mm``/``addmm``/``bmm`` outputs are rounded again to ``bits`` significand bits."""
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch._aot_autograd.utils import make_boxed_func
-
+    """A compiler (forward and backward graphs run as traced) whose low-precision ``mm``/``addmm``/
+    ``bmm`` outputs are rounded again to ``bits`` significand bits."""
     aten = torch.ops.aten
-    targets = {aten.mm.default, aten.addmm.default, aten.bmm.default}
 
     def rounded(op: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         def run(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -44,15 +37,11 @@ def extra_rounding_backend(bits: int) -> Any:
 
         return run
 
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        for node in gm.graph.nodes:
-            val = node.meta.get("val")
-            if node.op == "call_function" and node.target in targets and getattr(val, "dtype", None) in LOW:
-                node.target = rounded(node.target)
-        gm.recompile()
-        return make_boxed_func(gm.forward)
+    def extra_rounding(gm: torch.fx.GraphModule) -> None:
+        ops = (aten.mm.default, aten.addmm.default, aten.bmm.default)
+        retarget(gm, {op: rounded(op) for op in ops}, lambda n: node_dtype(n) in LOW_PRECISION)
 
-    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph)
+    return pass_backend(extra_rounding, extra_rounding)
 
 
 @dataclass(frozen=True)
@@ -65,12 +54,9 @@ class RuleRun:
 
 def judge_seed(backend: Backend, device: torch.device, dtype: torch.dtype, seed: int) -> RuleRun:
     """The numerics rule on the block initialised and fed with ``seed``, compiled with ``backend``."""
-    model = make_block(device, seed)
-    x, y = make_inputs(device, seed)
-    ref, bud = budget.derive(model, x, y, dtype)
-    eager = observe(call_block, model, x, y, dtype)
-    compiled = observe_compiled(backend, DEFAULT, model, x, y, dtype).observation
-    result = budget.judge("rate", dtype, eager, compiled, ref, bud)
+    block = BlockRuns(device, backend, seed)
+    ref, bud = block.reference(dtype)
+    result = budget.judge("rate", dtype, block.eager(dtype), block.compiled(dtype).observation, ref, bud)
     worst = result.worst()
     return RuleRun(seed, result.ratio(worst), worst)
 

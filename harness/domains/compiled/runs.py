@@ -62,6 +62,45 @@ def configured(variant: Variant) -> Iterator[None]:
         yield
 
 
+#: The autocast dtypes a graph pass treats as low precision.
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+GraphPass = Callable[[torch.fx.GraphModule], None]
+
+
+def node_dtype(node: torch.fx.Node) -> torch.dtype | None:
+    """The dtype of a traced node's value (its fake tensor), None for a non-tensor."""
+    val = node.meta.get("val")
+    return val.dtype if isinstance(val, torch.Tensor) else None
+
+
+def retarget(
+    gm: torch.fx.GraphModule, targets: Mapping[Any, Callable[..., Any]], when: Callable[[torch.fx.Node], bool]
+) -> None:
+    """Every call of an op in ``targets`` for which ``when(node)`` holds calls its replacement."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in targets and when(node):
+            node.target = targets[node.target]
+    gm.recompile()
+
+
+def pass_backend(fw_pass: GraphPass | None, bw_pass: GraphPass | None = None) -> Any:
+    """An AOTAutograd backend that applies ``fw_pass``/``bw_pass`` to the traced forward/backward
+    ATen graphs and runs them as they are (no C++ compile): a compiler that differs from a correct
+    one in exactly what the passes change (the harness's measured faults and negative controls)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch._aot_autograd.utils import make_boxed_func
+
+    def compiler(graph_pass: GraphPass | None) -> Callable[[torch.fx.GraphModule, Any], Any]:
+        def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+            if graph_pass is not None:
+                graph_pass(gm)
+            return make_boxed_func(gm.forward)
+
+        return compile_graph
+
+    return aot_autograd(fw_compiler=compiler(fw_pass), bw_compiler=compiler(bw_pass))
+
+
 def compile_fn(fn: Callable[..., Any], backend: Backend) -> Callable[..., Any]:
     """``torch.compile(fn)`` with ``backend`` after a Dynamo reset (no graph of another variant is
     reused: Dynamo caches per code object, and every variant compiles the same code)."""
@@ -83,11 +122,10 @@ def observe_compiled(
     x: torch.Tensor,
     y: torch.Tensor,
     dtype: torch.dtype | None,
-    fn: Callable[..., Any] = call_block,
 ) -> Compiled:
     """The block compiled with ``backend`` under ``variant``, run once forward and backward."""
     with configured(variant):
-        compiled = compile_fn(fn, backend)
+        compiled = compile_fn(call_block, backend)
         start = time.perf_counter()
         obs = observe(compiled, model, x, y, dtype)
         return Compiled(obs, time.perf_counter() - start)
@@ -98,11 +136,11 @@ class BlockRuns:
     its budget) and compiled per (dtype, variant), for one device and backend. The suite's checks
     share it, so the block is compiled once per dtype and variant however many checks read it."""
 
-    def __init__(self, device: torch.device, backend: Backend) -> None:
+    def __init__(self, device: torch.device, backend: Backend, seed: int = 0) -> None:
         self.device = device
         self.backend = backend
-        self.model = make_block(device)
-        self.x, self.y = make_inputs(device)
+        self.model = make_block(device, seed)
+        self.x, self.y = make_inputs(device, seed)
         self._eager: dict[torch.dtype | None, Observation] = {}
         self._reference: dict[torch.dtype, tuple[Observation, Budget]] = {}
         self._compiled: dict[tuple[torch.dtype | None, str], Compiled] = {}

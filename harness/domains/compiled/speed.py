@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from harness.domains.autocast.probe import dtype_name
 from harness.domains.compiled.probe import call_block, make_block, make_inputs
 from harness.domains.compiled.runs import Backend, compile_fn
 from harness.domains.speed.bench import Fn, Workload
@@ -38,7 +39,7 @@ def _step(fn: Any, device: torch.device, dtype: torch.dtype | None) -> Fn:
 
 def _compiled(name: str, backend: Backend, device: torch.device, dtype: torch.dtype | None) -> Fn:
     step = _step(compile_fn(call_block, backend), device, dtype)
-    key = (name, str(dtype or torch.float32).removeprefix("torch."))
+    key = (name, dtype_name(dtype or torch.float32))
     first = True
 
     def run() -> None:
