@@ -30,7 +30,7 @@ pytestmark = pytest.mark.amp_capability("compiled AMP")
 def _judge(block_runs, dtype, variant):
     ref, bud = block_runs.reference(dtype)
     return budget.judge(
-        variant.name, dtype, block_runs.eager(dtype), block_runs.compiled(dtype, variant).observation, ref, bud
+        variant.name, block_runs.eager(dtype), block_runs.compiled(dtype, variant).observation, ref, bud
     )
 
 

@@ -123,10 +123,13 @@ class NumericsResult:
     """Compiled against eager, both against float64, per quantity, for one dtype and variant."""
 
     variant: str
-    dtype: str
     eager: Mapping[str, float]
     compiled: Mapping[str, float]
     budget: Budget
+
+    @property
+    def dtype(self) -> str:
+        return self.budget.dtype
 
     def ratio(self, k: str) -> float:
         """How much of its allowance the compiled error's excess over eager's uses (<= 1 passes)."""
@@ -159,12 +162,10 @@ class NumericsResult:
         )
 
 
-def judge(
-    variant: str, dtype: torch.dtype, eager: Observation, compiled: Observation, ref: Observation, budget: Budget
-) -> NumericsResult:
+def judge(variant: str, eager: Observation, compiled: Observation, ref: Observation, budget: Budget) -> NumericsResult:
+    """Eager and compiled against the float64 reference ``ref``, under the ``budget`` derived with it."""
     return NumericsResult(
         variant,
-        dtype_name(dtype),
         relative_error(eager, ref, budget),
         relative_error(compiled, ref, budget),
         budget,

@@ -56,7 +56,7 @@ def judge_seed(backend: Backend, device: torch.device, dtype: torch.dtype, seed:
     """The numerics rule on the block initialised and fed with ``seed``, compiled with ``backend``."""
     block = BlockRuns(device, backend, seed)
     ref, bud = block.reference(dtype)
-    result = budget.judge("rate", dtype, block.eager(dtype), block.compiled(dtype).observation, ref, bud)
+    result = budget.judge("rate", block.eager(dtype), block.compiled(dtype).observation, ref, bud)
     worst = result.worst()
     return RuleRun(seed, result.ratio(worst), worst)
 
