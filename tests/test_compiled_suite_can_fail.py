@@ -34,13 +34,10 @@ def _compile_modules_imported_outside_pytester():
 
     if toolchain.unavailable("cpu") is not None:
         return
-    model, x = nested.make(torch.device("cpu"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(bench.CPU_THREADS)  # as the compiled suite compiles (its conftest says why)
-    try:
+    cpu = torch.device("cpu")
+    model, x = nested.make(cpu)
+    with bench.timing_threads(cpu):  # as the compiled suite compiles (its conftest says why)
         nested.run(runs.compile_fn(nested.call_region, "inductor"), model, x, torch.bfloat16)
-    finally:
-        torch.set_num_threads(threads)
     torch._dynamo.reset()
 
 

@@ -243,9 +243,8 @@ def amp_speedup(
     def check(workload: Workload, dtype_name: str, calibrate_flags: str = "") -> None:
         __tracebackhide__ = True
         check_speedup(
-            workload.name,
+            workload,
             dtype_name,
-            workload=workload,
             device=amp_device,
             profile=amp_hardware_profile,
             record=amp_record,

@@ -60,10 +60,9 @@ def _measure(
 
 
 def check_speedup(
-    name: str,
+    workload: bench.Workload,
     dtype_name: str,
     *,
-    workload: bench.Workload,
     device: torch.device,
     profile: Profile,
     record: Recorder,
@@ -78,7 +77,7 @@ def check_speedup(
     if under_xdist:
         _pedantic(benchmark)  # pytest-benchmark disables itself under xdist: mark its fixture used
         pytest.skip("speed is measured one test at a time: run the speed suite without -n (xdist shares the cores)")
-    dtype = getattr(torch, dtype_name)
+    name, dtype = workload.name, getattr(torch, dtype_name)
     th = thresholds.for_device(profile.threshold(name, dtype_name), name, device, dtype)
 
     def decide(t: bench.Timing) -> speed.SpeedVerdict:

@@ -67,12 +67,5 @@ def _timing_threads(amp_device, amp_fingerprint):
     compiled on two threads is compiled again when timed on one: on two cores, two more cold
     compiles (about 12 s) for nothing. The run's fingerprint is taken first: a CPU's hardware class
     counts the threads torch uses in the process, not the timing's."""
-    if amp_device.type != "cpu":
+    with bench.timing_threads(amp_device):
         yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(bench.CPU_THREADS)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

@@ -7,8 +7,9 @@ the speedup is the median of the per-round ratios.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,20 +197,30 @@ CPU_THREADS = 1
 BLOCK_S = 0.02
 
 
+@contextlib.contextmanager
+def timing_threads(device: torch.device) -> Iterator[None]:
+    """On the CPU, torch runs on CPU_THREADS inside (what every timed block runs on); the thread
+    count before comes back after. Nothing changes on CUDA."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(CPU_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _warm_up(fp32: Fn, amp: Fn, device: torch.device, warmup: int, number: int | None = None) -> int:
     """Run both ``warmup`` times; the iterations per timed block (enough for BLOCK_S of the slower
     one, unless ``number`` is given). On the CPU the warm-up runs on the timing's CPU_THREADS: a
     compiled function is specialised to the thread count (Dynamo guards on it), so warming it up on
     another count would leave its recompilation inside the first timed block."""
-    threads = torch.get_num_threads()
-    if device.type == "cpu":
-        torch.set_num_threads(CPU_THREADS)
-    try:
+    with timing_threads(device):
         for _ in range(warmup):
             fp32()
             amp()
-    finally:
-        torch.set_num_threads(threads)
     if number is not None:
         return number
     slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))
@@ -249,18 +260,11 @@ def interleaved_pedantic(
         fp32_s.append(_time_block(fp32, device, number))
 
     def target() -> None:
+        with timing_threads(device):  # as _time_block times the fp32 blocks
+            for _ in range(number):
+                amp()
         if device.type == "cuda":
-            for _ in range(number):
-                amp()
             torch.cuda.synchronize(device)
-            return
-        threads = torch.get_num_threads()
-        torch.set_num_threads(CPU_THREADS)  # as _time_block times the fp32 blocks
-        try:
-            for _ in range(number):
-                amp()
-        finally:
-            torch.set_num_threads(threads)
 
     amp_block_s = pedantic(target, setup, rounds)
     if len(amp_block_s) != len(fp32_s) or not amp_block_s:
