@@ -47,7 +47,7 @@ def test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread(
     compiled = T.train(setup, recipe, 0, amp_device, overflow_at=overflow, compile=compiler)
     fp32 = [T.train(setup, T.FP32, s, amp_device) for s in range(T.DEFAULT_SEEDS)]
     band = T.seed_band(fp32)
-    reference = T.train(setup, recipe.fp32_counterpart(), 0, amp_device, frozenset(compiled.skipped_at))
+    reference = T.reference_for(setup, recipe, compiled, fp32[0], amp_device)
     tags = {"setup": setup_name, "recipe": recipe.name, "skipped_at": compiled.skipped_at, "band_seeds": band.seeds}
     failures = []
     if recipe.scaler:

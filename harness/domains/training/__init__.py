@@ -37,6 +37,7 @@ from harness.domains.training.parity import (
     outlier_allowance,
     parity,
     per_step_spread,
+    reference_for,
     seed_band,
 )
 from harness.domains.training.recipes import (
@@ -122,6 +123,7 @@ __all__ = [
     "outlier_allowance",
     "parity",
     "per_step_spread",
+    "reference_for",
     "seed_band",
     "train",
 ]

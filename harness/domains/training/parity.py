@@ -156,6 +156,17 @@ class ParityReport:
     results: list[RecipeResult]
 
 
+def reference_for(setup: Setup, recipe: Recipe, run: Run, fp32_run: Run, device: torch.device | str = "cpu") -> Run:
+    """The fp32 run ``run`` (of ``recipe``, on ``fp32_run``'s seed) is compared with: ``fp32_run``
+    itself where the recipe's fp32 counterpart is plain fp32 and no step was skipped; else that
+    counterpart (same accumulation, clipping, loss factor) on the seed with the skipped steps replayed."""
+    cp = recipe.fp32_counterpart()
+    plain = cp.micro_batches == 1 and cp.clip is None and cp.loss_factor == 1.0
+    if plain and not run.skipped_at:
+        return fp32_run
+    return train(setup, cp, fp32_run.seed, device, frozenset(run.skipped_at))
+
+
 #: fp32 seeds of a band where the caller does not say (the suite uses more on its cheap models).
 DEFAULT_SEEDS = 5
 
@@ -176,9 +187,7 @@ def check_parity(
     results = []
     for recipe in recipes:
         run = train(setup, recipe, 0, device)
-        cp = recipe.fp32_counterpart()
-        plain = cp.micro_batches == 1 and cp.clip is None and cp.loss_factor == 1.0
-        ref = fp[0] if plain and not run.skipped_at else train(setup, cp, 0, device, frozenset(run.skipped_at))
+        ref = reference_for(setup, recipe, run, fp[0], device)
         results.append(RecipeResult(recipe, run, ref, parity(run, ref, band)))
     return ParityReport(setup.name, band, fp, results)
 

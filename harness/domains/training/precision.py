@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from harness.domains.training.batches import tree_map
+from harness.domains.training.batches import cast_floating
 from harness.domains.training.loop import Run, train
 from harness.domains.training.recipes import BF16, FP32, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -49,7 +49,7 @@ def fp64_setup(setup: Setup) -> Setup:
         return _make(seed).double()  # type: ignore[no-any-return]
 
     def batch(step: int, gen: torch.Generator, _make: Any = setup.batch) -> Any:
-        return tree_map(lambda t: t.double() if t.is_floating_point() else t, _make(step, gen))
+        return cast_floating(_make(step, gen), torch.float64)
 
     return replace(setup, name=f"{setup.name}[fp64]", model=model, batch=batch)
 

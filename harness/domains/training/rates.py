@@ -21,6 +21,7 @@ from harness.domains.training.parity import (
     outlier_allowance,
     parity,
     per_step_spread,
+    reference_for,
     seed_band,
 )
 from harness.domains.training.precision import (
@@ -96,8 +97,7 @@ def parity_rates(
     for recipe in recipes:
         for s in range(clean_seeds):
             run = train(setup, recipe, s, device)
-            cp = recipe.fp32_counterpart()
-            ref = fp[s] if not run.skipped_at else train(setup, cp, s, device, frozenset(run.skipped_at))
+            ref = reference_for(setup, recipe, run, fp[s], device)
             verdict = judge(setup.name, RecipeResult(recipe, run, ref, parity(run, ref, band)))
             runs += 1
             alarms += not verdict.passed
