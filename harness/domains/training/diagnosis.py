@@ -32,7 +32,7 @@ from harness.domains.training.batches import tensors, to_device, tree_map
 from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
 from harness.domains.training.parity import Band, RecipeResult, parity
 from harness.domains.training.recipes import Recipe, Setup
-from harness.numerics.formats import BF16, FP16
+from harness.numerics.formats import format_of
 
 ROOT = "(model)"
 
@@ -200,7 +200,7 @@ def attribute(
     amp_model = copy.deepcopy(base)
     ref_calls, ref_grads = _observe(setup, copy.deepcopy(base), inputs, targets, None, 1.0)
     amp_calls, amp_grads = _observe(setup, amp_model, inputs, targets, recipe.dtype, loss_scale)
-    u = (FP16 if recipe.dtype is torch.float16 else BF16).unit_roundoff
+    u = format_of(recipe.dtype or torch.bfloat16).unit_roundoff
     reference = {c.label: c for c in ref_calls}
     named = dict(amp_model.named_modules())
     modules: list[ModuleError] = []
