@@ -129,7 +129,12 @@ def run_op(
 ) -> torch.Tensor:
     """``fn(*args)`` under autocast (or with it disabled), its first tensor output: how every
     catalogue op is called, eager here and compiled in :mod:`harness.domains.compiled.catalogue`."""
-    torch.manual_seed(0)  # dropout and other random ops draw the same numbers in both runs
+    # dropout and other random ops draw the same numbers in both runs. The device's own generator:
+    # torch.manual_seed also queues seeds for every uninitialised accelerator (CUDA, XPU, MTIA),
+    # formatting the Python stack for each (measured: 1-4 ms a call, most of a policy table's time)
+    torch.default_generator.manual_seed(0)
+    if device_type == "cuda":
+        torch.cuda.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation chatter is not policy; results are what count
         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
