@@ -31,6 +31,17 @@ def test_a_broken_compression_hook_fails(pytester, suite_copy, hook, message):
     result.stdout.fnmatch_lines([message], consecutive=False)
 
 
+def test_a_lossy_ddp_communication_path_fails_the_single_process_fp32_reference(pytester, suite_copy):
+    """DDP's "plain" all-reduce replaced by one that rounds through bf16: the check that holds DDP's
+    averaged gradients to the single-process fp32 computation fails (the compression checks, which
+    compare DDP with DDP, could not see it)."""
+    suite_copy(SUITE, conftest=False)
+    _override(pytester, "ddp_plain_hook", "faults.distributed:compress_hook_losing_mantissa")
+    result = pytester.runpytest(*INNER_ARGS, "-k", "fp32_allreduce")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["*DDP fp32 all-reduce, tensor *: FAILED: mismatched elements*"], consecutive=False)
+
+
 def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite_copy):
     suite_copy(SUITE, conftest=False)
     _override(pytester, "sharded_scaler", "faults.distributed:LocalInfScaler")

@@ -10,6 +10,12 @@ _TORCH_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"
 
 
 @pytest.fixture
+def ddp_plain_hook() -> str | None:
+    """DDP's uncompressed communication path: None is DDP's own fp32 all-reduce."""
+    return None
+
+
+@pytest.fixture
 def ddp_hook() -> dict[str, str]:
     """DDP gradient-compression hooks, by format."""
     return {"fp16": f"{_TORCH_HOOKS}:fp16_compress_hook", "bf16": f"{_TORCH_HOOKS}:bf16_compress_hook"}

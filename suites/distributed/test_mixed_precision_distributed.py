@@ -49,6 +49,32 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
             amp_record.require(result, dtype=fmt.name, tags={"world": WORLD, "rank": rank})
 
 
+def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_process(ddp_plain_hook, amp_record):
+    """DDP's averaged gradients against the single-process computation (each rank's local
+    gradient, averaged exactly in float64), within the fp32 reduce budget, as FSDP2's reduce is held:
+    a precision loss anywhere in DDP's communication path fails here, where the compression checks
+    above only compare DDP with DDP."""
+    results = dist_h.launch(
+        "harness.domains.distributed.ranks:ddp_gradients",
+        world=WORLD,
+        hook=f"{dist_h.DEFAULT_HOOKS}:allreduce_hook",
+        plain_hook=ddp_plain_hook,
+    )
+    for tensor_i in range(len(results[0]["plain"])):
+        locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
+        budget = budgets.fp32_reduce(locals_, WORLD)
+        for rank, r in enumerate(results):
+            result = compare_within(
+                f"DDP fp32 all-reduce, tensor {tensor_i}, rank {rank}",
+                torch.tensor(r["plain"][tensor_i]),
+                locals_.mean(0),
+                budget.bound,
+                budget.origin,
+                what="|DDP averaged gradient - exact mean of the ranks' local gradients|",
+            )
+            amp_record.require(result, dtype="float32", tags={"world": WORLD, "rank": rank})
+
+
 def test_ddp_autocast_gradscaler_training_matches_one_process(amp_record):
     steps = 6
     ranks = dist_h.launch("harness.domains.distributed.ranks:ddp_amp_training", world=WORLD, steps=steps)

@@ -138,9 +138,15 @@ def _grads(model: torch.nn.Module) -> list[list[float]]:
 
 
 # -- rank programs ------------------------------------------------------------------------------------
-def ddp_gradients(rank: int, world: int, hook: str) -> dict[str, Any]:
+#: torch's own DDP communication hooks (``module:function`` names for the ranks to import)
+DEFAULT_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"
+
+
+def ddp_gradients(rank: int, world: int, hook: str, plain_hook: str | None = None) -> dict[str, Any]:
     """One backward of DDP with plain fp32 all-reduce and one with a compression hook
-    (``module:function``): both averaged gradients, and this rank's local gradients."""
+    (``module:function``): both averaged gradients, and this rank's local gradients.
+    ``plain_hook``: the communication path of the "plain" run (None: DDP's own all-reduce; the
+    harness's negative controls put a lossy one there)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dev = _device(rank)
@@ -148,7 +154,7 @@ def ddp_gradients(rank: int, world: int, hook: str) -> dict[str, Any]:
     x, y = _batch(rank)
     torch.nn.functional.mse_loss(local(x.to(dev)), y.to(dev)).backward()  # type: ignore[no-untyped-call]
     out: dict[str, Any] = {"local": _grads(local)}
-    for name, h in (("plain", None), ("hooked", hook)):
+    for name, h in (("plain", plain_hook), ("hooked", hook)):
         ddp = DDP(_model().to(dev), device_ids=[rank] if dev.type == "cuda" else None)
         if h is not None:
             ddp.register_comm_hook(None, resolve(h))
