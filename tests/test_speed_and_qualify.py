@@ -68,7 +68,11 @@ def test_an_amp_path_made_1_3x_slower_fails_every_calibrated_case(pytester, suit
     args = _speed_suite(pytester, suite_copy, bench.DETECT_SLOWDOWN, calibrated)
     prof = profiles.load(calibrated, detect().cpu_class.id)
     judged = [f"{w}-{d}" for (w, d) in thresholds.DEFAULT_CASES if prof.threshold(w, d) and prof.threshold(w, d).judged]
-    assert judged, f"no case calibrated steadily enough to be judged here: {prof.thresholds}"
+    if not judged:
+        pytest.skip(
+            f"no speed case calibrated steadily enough to be judged on {detect().cpu_class.id}, so a slowed path has "
+            f"nothing to fail here (calibration: {prof.thresholds})"
+        )
     result = pytester.runpytest(*INNER_ARGS, *args, "-k", "meets_the_class_threshold", "-rA")
     if result.parseoutcomes().get("failed", 0):
         result.stdout.fnmatch_lines(["*AMP speedup *x is below the cpu-* threshold *x*"], consecutive=False)
