@@ -8,8 +8,12 @@ counted twice), and each module's own parameter gradients are compared. Errors a
 
 - *propagated*: the module's output in the AMP run against the fp32 run (what the run sees:
   everything upstream plus the module's own part);
-- *local* (modules without children): the module alone, fed the fp32 run's inputs in the dtypes
-  the AMP run gave it, under autocast, against its fp32 output: its own contribution.
+- *local*: the module alone, fed the fp32 run's inputs in the dtypes the AMP run gave it, under
+  autocast, against its fp32 output: its own contribution. For a container (a module with
+  children) its children run exactly (in fp32, outside autocast) and hand on their outputs in the
+  dtypes the AMP run gave them, so what remains is what the container's own ``forward`` adds
+  beyond its children's error: an overflow written inline (``z.pow(2).mean(-1)``) is found in the
+  block that writes it, not in the next module with parameters.
 
 Local errors are stated in units of ``u``, the unit roundoff of the autocast dtype: a module that
 only rounds its output to that dtype contributes ~1 u. The *departure* is the module with the
@@ -20,15 +24,17 @@ inputs and computation), and the parity ratio before and after is reported.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from harness.domains.training.batches import tensors, to_device, tree_map
+from harness.domains.training.batches import cast_floating, tensors, to_device, tree_map
 from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
 from harness.domains.training.parity import Band, RecipeResult, parity
 from harness.domains.training.recipes import Recipe, Setup
@@ -48,7 +54,7 @@ class ModuleError:
     forward: float
     #: None where the module has no parameters of its own
     grad: float | None
-    #: its own contribution (leaf modules; None for containers), relative
+    #: its own contribution (a container's: beyond its children's), relative
     local: float | None = None
 
 
@@ -203,6 +209,10 @@ def attribute(
     u = format_of(recipe.dtype or torch.bfloat16).unit_roundoff
     reference = {c.label: c for c in ref_calls}
     named = dict(amp_model.named_modules())
+    named[ROOT] = amp_model
+    out_dtypes: dict[str, torch.dtype] = {}
+    for c in amp_calls:
+        out_dtypes.setdefault(c.module, c.output.dtype)
     modules: list[ModuleError] = []
     for order, call in enumerate(amp_calls):
         ref = reference.get(call.label)
@@ -213,7 +223,7 @@ def attribute(
             if call.module in amp_grads and call.module in ref_grads
             else None
         )
-        local = _local_error(named.get("" if call.module == ROOT else call.module), ref, call, recipe.dtype, dev)
+        local = _local_error(named.get(call.module), call.module, ref, call, recipe.dtype, dev, out_dtypes)
         modules.append(ModuleError(call.label, call.kind, order, _relative(call.output, ref.output), grad, local))
     return u, modules
 
@@ -225,14 +235,51 @@ def _like(values: Any, dtypes_of: Any) -> Any:
 
 
 def _local_error(
-    module: nn.Module | None, ref: _Call, amp: _Call, dtype: torch.dtype | None, device: torch.device
+    module: nn.Module | None,
+    name: str,
+    ref: _Call,
+    amp: _Call,
+    dtype: torch.dtype | None,
+    device: torch.device,
+    out_dtypes: dict[str, torch.dtype],
 ) -> float | None:
-    if module is None or not amp.leaf:
+    """The module's own error: run alone on the fp32 run's inputs (in the AMP run's dtypes) under
+    autocast, its children exact (fp32, outside autocast, handing on the AMP run's dtypes)."""
+    if module is None:
         return None
     args, kwargs = _like(ref.args, amp.args), _like(ref.kwargs, amp.kwargs)
-    with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+    prefix = "" if name == ROOT else f"{name}."
+    with (
+        torch.no_grad(),
+        _exact_children(module, prefix, out_dtypes),
+        torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None),
+    ):
         out = _first_floating(module(*args, **kwargs))
     return None if out is None else _relative(out, ref.output)
+
+
+@contextlib.contextmanager
+def _exact_children(module: nn.Module, prefix: str, out_dtypes: dict[str, torch.dtype]) -> Iterator[None]:
+    """Within it, each direct child of ``module`` computes in fp32 outside autocast and returns its
+    floating outputs in the dtype the AMP run's call of it gave (fp32 where it was not called)."""
+    saved = []
+    for child_name, child in module.named_children():
+        dtype = out_dtypes.get(prefix + child_name, torch.float32)
+        inner = child.forward
+
+        def forward(*a: Any, _inner: Any = inner, _dtype: torch.dtype = dtype, **k: Any) -> Any:
+            device = next((t.device for t in tensors((a, k))), torch.device("cpu"))
+            with torch.autocast(device.type, enabled=False):
+                out = _inner(*cast_floating(a, torch.float32), **cast_floating(k, torch.float32))
+            return tree_map(lambda t: t.to(_dtype) if t.is_floating_point() else t, out)
+
+        saved.append((child, inner))
+        child.forward = forward
+    try:
+        yield
+    finally:
+        for child, inner in saved:
+            child.forward = inner
 
 
 def diagnose(setup: Setup, result: RecipeResult, band: Band, device: torch.device | str = "cpu") -> Diagnosis:
@@ -244,8 +291,8 @@ def diagnose(setup: Setup, result: RecipeResult, band: Band, device: torch.devic
     reference = train(setup, cp, 0, device, frozenset(result.run.skipped_at), keep_weights_at=frozenset({step}))
     scale = result.run.scales[step] if result.recipe.scaler and step < len(result.run.scales) else 1.0
     u, modules = attribute(setup, result.recipe, reference.weights[step], device, scale)
-    leaves = [m for m in modules if m.local is not None]
-    departure = max(leaves, key=lambda m: (m.local or 0.0, -m.order)) if leaves else None
+    judged = [m for m in modules if m.local is not None]
+    departure = max(judged, key=lambda m: (m.local or 0.0, -m.order)) if judged else None
     remedy = None
     if departure is not None and departure.name.split("#")[0] != ROOT:
         module = departure.name.split("#")[0]
