@@ -240,3 +240,78 @@ def test_the_resnet18_example_trains_through_the_api_as_it_is():
 
     run = T.train(dataclasses.replace(RESNET18_SETUP, steps=2, checkpoint_every=1), T.BF16)
     assert run.taken_steps == 2 and all(map(torch.isfinite, torch.tensor(run.losses)))
+
+
+class InlineNormBlock(nn.Module):
+    """A residual block whose RMS normalisation is written inline in ``forward``: with ``loud`` its
+    activations reach |z| ~ 600, whose square overflows fp16 (65504) before the mean is taken."""
+
+    def __init__(self, width: int, loud: bool) -> None:
+        super().__init__()
+        self.lin1, self.lin2 = nn.Linear(width, width), nn.Linear(width, width)
+        self.gain = 600.0 if loud else 1.0
+
+    def forward(self, x):
+        z = self.lin1(x) * self.gain
+        energy = z.pow(2).mean(-1, keepdim=True)  # the inline overflow: no module of its own
+        return x + self.lin2(z / (energy + 1e-6).sqrt())
+
+
+class ThreeBlocks(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(16, 32)
+        self.blocks = nn.Sequential(*(InlineNormBlock(32, loud=i == 1) for i in range(3)))
+        self.out = nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.out(self.blocks(self.inp(x))).float()
+
+
+def _three_blocks(seed):
+    torch.manual_seed(seed)
+    return ThreeBlocks()
+
+
+def test_an_overflow_written_inline_in_a_container_is_found_in_that_container(training_checks):
+    """The departure is the container whose own forward overflows (blocks.1), not the next module
+    with parameters, and the remedy tried there (that block outside autocast) passes."""
+    mlp = T.SETUPS["mlp"]
+    setup = T.Setup("inline_overflow", _three_blocks, mlp.batch, mlp.loss, steps=mlp.steps, lr=mlp.lr)
+    with pytest.raises(AssertionError) as failed:
+        training_checks.check(setup, [T.FP16_SCALER], determinism=False, census=False, power=False)
+    message = str(failed.value)
+    assert "the AMP run departs at blocks.1 (InlineNormBlock)" in message, message
+    assert "remedy tried: blocks.1 outside autocast" in message and "(passes)" in message, message
+
+
+# -- no vacuous calls -----------------------------------------------------------------------------
+def _untrainable(seed):
+    raise AssertionError("a refused call must not build a model")
+
+
+UNTRAINED = T.Setup("untrained", _untrainable, T.SETUPS["mlp"].batch, T.SETUPS["mlp"].loss, steps=20, lr=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("recipes", "seeds", "error", "match"),
+    [
+        ([], 5, ValueError, r"no recipes to check.*pass some of .*BF16"),
+        (["bf16"], 5, TypeError, r"not a recipe: 'bf16'.*Recipe objects from harness.api"),
+        ([None], 5, TypeError, r"not a recipe: None"),
+        (T.BF16, 5, TypeError, r"recipes must be a list of Recipe objects, got Recipe"),
+        ([T.FP32], 5, ValueError, r"run in fp32: fp32 is the reference"),
+        ([T.BF16], 0, ValueError, r"seeds=0: the parity band .* needs at least 2"),
+        ([T.BF16], 1, ValueError, r"seeds=1"),
+    ],
+    ids=["empty", "string", "none", "not-a-list", "fp32", "seeds-0", "seeds-1"],
+)
+def test_a_vacuous_call_is_refused_before_anything_trains(training_checks, recipes, seeds, error, match):
+    with pytest.raises(error, match=match):
+        training_checks.check(UNTRAINED, recipes, seeds=seeds)
+
+
+def test_too_few_checkpoints_for_a_verdict_are_refused_before_anything_trains(training_checks):
+    short = T.Setup("short", _untrainable, UNTRAINED.batch, UNTRAINED.loss, steps=4, lr=1e-3, checkpoint_every=5)
+    with pytest.raises(ValueError, match=r"steps=4 with checkpoint_every=5 gives 1 evaluation checkpoint.*at least 10"):
+        training_checks.check(short, [T.BF16])

@@ -33,6 +33,26 @@ def test_a_training_regression_fails_parity(pytester, suite_copy, target, factor
     )
 
 
+@pytest.mark.parametrize(
+    ("target", "factory"),
+    [
+        ("torch.amp.GradScaler.step", "scaler_step_rounding_master_weights"),
+        ("torch.amp.GradScaler.unscale_", "scaler_unscale_rounding_to_bf16"),
+    ],
+)
+def test_an_amp_only_precision_loss_passes_parity_and_fails_the_amp_lane(pytester, suite_copy, target, factory):
+    """A fault in the AMP path alone, far below what parity sees (its detection limit is relative
+    gradient noise 1.0): the lane, each AMP step against float64 and against the same step
+    correctly rounded, fails it; the parity verdict of the same run passes."""
+    _setup(pytester, suite_copy, PARITY)
+    inject(pytester, "", patches={target: f"faults.training.{factory}"})
+    result = pytester.runpytest(*INNER_ARGS, "-k", "well_inside and mlp-fp16+scaler]", "-rA")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["*amp_lane_error_ratio: FAILED*", "*loses precision its format does not explain*"])
+    assert "worst_diff_over_allowance: FAILED" not in out, out[-3000:]
+
+
 GOLDEN_MLP = "golden_curves_of_this_profile and mlp and not small"
 
 

@@ -226,6 +226,94 @@ class TrainingChecks:
                 note=f"parity with {d.remedy.module} outside autocast (before: {d.remedy.worst_before:.3g})",
             )
 
+    def lane_verdicts(
+        self, setup: Setup, report: ParityReport, underflow_share: float | None = None, power: bool = True
+    ) -> list[str]:
+        """The AMP lane of every recipe of ``report`` (its runs kept their states), after the
+        canonical broken recipes were tried from the same states: a PASS on a setup where the lane
+        cannot see one of them is INCONCLUSIVE (``power=False``: the controls are not tried).
+        Records rows; returns the failure messages."""
+        from harness.domains.training import amp_lane as L
+        from harness.numerics.comparison import explain
+
+        failures: list[str] = []
+        references: dict[torch.dtype, L.LaneReference] = {}
+        for r in report.results:
+            dtype = L.lane_dtype(r.recipe)
+            if dtype is None or not r.run.states:
+                continue
+            if dtype not in references:
+                references[dtype] = L.lane_reference(setup, r.run, dtype, r.recipe, self._device)
+            lane = L.amp_lane(setup, r.recipe, r.run, references[dtype], self._device)
+            blind: list[L.Control] = []
+            if power and not r.recipe.control:
+                for control in L.power(setup, r.recipe, r.run, references, self._device, underflow_share):
+                    self._record.result(
+                        L.judge_control(setup.name, control),
+                        device=self._device,
+                        dtype=str(L.lane_dtype(control.recipe)),
+                        tags={"for_recipe": r.recipe.name, "per_step": [e.ratio for e in control.lane.errors]},
+                        comparable=False,
+                    )
+                    if not control.caught:
+                        blind.append(control)
+            verdict = L.judge_lane(lane, control=r.recipe.control, blind=blind)
+            tags = {
+                "per_step": [(e.step + 1, e.amp, e.emulated) for e in lane.errors],
+                "left_out": list(lane.left_out),
+                "emulated_calls": lane.calls,
+                "attention_kernel_ratio": lane.kernel_ratio,
+                "control": r.recipe.control,
+            }
+            if not self._record.result(verdict, device=self._device, dtype=str(dtype), tags=tags):
+                failures.append(explain(verdict))
+            if lane.kernel_ratio is not None:
+                self._record(
+                    f"{setup.name}.{r.recipe.metric_id}.amp_lane_attention_kernel_ratio",
+                    lane.kernel_ratio,
+                    unit="x",
+                    device=self._device,
+                    dtype=str(dtype),
+                    comparable=False,
+                    note="the lane's ratio with the stack's own attention kernel instead of a correctly rounded one "
+                    "(information: the op numerics suite holds the kernel to its budget)",
+                )
+        return failures
+
+    def detection_ladder(self, setup: Setup, recipe: Recipe, report: ParityReport) -> float | None:
+        """The smallest relative gradient noise the AMP lane catches on ``setup`` (one row per level
+        and one for the limit): what the rules can see on your model. About a lane's cost per level."""
+        from harness.domains.training import amp_lane as L
+
+        result = next((r for r in report.results if r.recipe == recipe), None)
+        dtype = L.lane_dtype(recipe)
+        if result is None or dtype is None:
+            raise ValueError(f"recipe {recipe.name!r} is not a low-precision recipe of this report")
+        reference = L.lane_reference(setup, result.run, dtype, recipe, self._device)
+        lanes = L.ladder_lanes(setup, recipe, result.run, reference, L.POWER_LADDER, self._device)
+        limit = L.detection_limit(lanes)
+        for level, lane in lanes.items():
+            self._record(
+                f"{setup.name}.{recipe.metric_id}.power.noise_{level:.3g}",
+                lane.ratio,
+                allowance=L.LANE_FACTOR,
+                unit="x",
+                device=self._device,
+                dtype=str(dtype),
+                comparable=False,
+                note="AMP lane ratio with this relative gradient noise injected into the recipe's steps",
+            )
+        self._record(
+            f"{setup.name}.{recipe.metric_id}.power.detection_limit",
+            limit if limit is not None else float("inf"),
+            unit="relative gradient noise",
+            device=self._device,
+            dtype=str(dtype),
+            comparable=False,
+            note="the smallest injected gradient noise the AMP lane fails, every larger level failing too",
+        )
+        return limit
+
     def check(
         self,
         setup: Setup,
@@ -233,27 +321,48 @@ class TrainingChecks:
         seeds: int | None = None,
         determinism: bool = True,
         census: bool = True,
+        lane: bool = True,
+        power: bool = True,
+        ladder: bool = False,
     ) -> ParityReport:
+        """Parity, the AMP lane with its positive controls, determinism and the gradient census of
+        ``recipes`` on ``setup``; fails the test with every miss. A recipe that passes on a setup
+        where the lane does not see the canonical broken recipes (no fp32 master weights; for fp16,
+        no loss scaling) is INCONCLUSIVE, naming them (``power=False``: not tried, for a setup whose
+        power is shown otherwise).
+        ``ladder=True`` also measures the smallest gradient noise the lane catches on this setup
+        (a lane per noise level: about the cost of the lane again per level). A call that
+        could only be vacuous (no recipes, a non-recipe, fewer than 2 seeds, too few checkpoints)
+        is refused before anything trains."""
         __tracebackhide__ = True
         from harness.domains import training as T
         from harness.numerics.comparison import explain
 
-        report = T.check_parity(setup, recipes, seeds=seeds or T.DEFAULT_SEEDS, device=self._device)
+        n = T.DEFAULT_SEEDS if seeds is None else seeds
+        recipes = T.validate(setup, recipes, n)
+        underflow: float | None = None
+        if census:
+            c = T.gradient_census(T.fp32_gradients(setup, device=self._device))
+            underflow = float(c["underflow_share"])
+            self._record(f"{setup.name}.grad.underflow_share", c["underflow_share"], unit="share", device=self._device)
+            self._record(f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device)
+        report = T.check_parity(setup, recipes, seeds=n, device=self._device)
         failures: list[str] = []
         for r in report.results:
             failure = self.parity_verdict(setup, r, report.band)
             if failure is not None:
                 failures.append(failure)
+        if lane:
+            failures.extend(self.lane_verdicts(setup, report, underflow, power))
+            if ladder:
+                for recipe in recipes:
+                    self.detection_ladder(setup, recipe, report)
         if determinism:
             for recipe in recipes:
                 same, first = T.is_deterministic(setup, recipe, self._device)
                 verdict = T.judge_determinism(setup.name, recipe, same, first)
                 if not self._record.result(verdict, device=self._device):
                     failures.append(explain(verdict))
-        if census:
-            c = T.gradient_census(T.fp32_gradients(setup, device=self._device))
-            self._record(f"{setup.name}.grad.underflow_share", c["underflow_share"], unit="share", device=self._device)
-            self._record(f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device)
         if failures:
             raise AssertionError(f"training checks of {setup.name!r} failed:\n" + "\n".join(failures))
         return report

@@ -23,6 +23,13 @@ pytestmark = pytest.mark.amp_capability("training parity")
 #: precision lane compares fp32 with fp64. The approximate golden-curve lane is measured leave-one-
 #: out, a different data order judged as if it were the stored curve: its harshest case.
 STATED_LIMIT = {"parity": 1.0, "precision": 2.0**-12, "golden curves (approximate lane)": 4.0}
+#: Where a rule's limit differs by model, the weakest measured on any CPU kind these machines come
+#: as: the precision lane on the tiny LM caught 2^-12 on the AMD kind but only 2^-8 (3.9e-3) on the
+#: Intel kind (family 6 model 207), so 2^-8 is what holds on both.
+STATED_LIMIT_BY_MODEL = {("precision", "tiny_lm"): 2.0**-8}
+#: Fault runs of the precision lane per noise level: groups of 3 seeds judged by their median, 4
+#: groups (12 seeds), so that "caught in every run" rests on more than 2 runs.
+PRECISION_FAULT_SEEDS = 12
 STATED_FALSE_ALARMS = {"parity": 0.0, "precision": 0.0, "golden curves (approximate lane)": 0.25}
 
 THOROUGH = [
@@ -31,11 +38,12 @@ THOROUGH = [
 ]
 
 
-def _record(amp_record, r: rates.Rates, amp_device) -> None:
+def _record(amp_record, r: rates.Rates, amp_device, stated: float | None = None, alarms: float | None = None) -> None:
     ladder = {f"{d.level:.3g}": f"{d.caught}/{d.runs}" for d in r.ladder}
     limit = r.detection_limit
-    stated, alarms = STATED_LIMIT[r.rule], STATED_FALSE_ALARMS[r.rule]
-    rule = r.rule.split(" ")[0].replace("golden", "golden_curves")
+    stated = STATED_LIMIT[r.rule] if stated is None else stated
+    alarms = STATED_FALSE_ALARMS[r.rule] if alarms is None else alarms
+    rule = r.rule.split(" ")[0].replace("golden", "golden_curves").replace("amp", "amp_lane")
     amp_record(
         f"{r.setup}.{rule}.false_alarm_rate",
         r.false_alarm_rate,
@@ -77,13 +85,50 @@ def test_the_parity_rule_fails_no_clean_recipe_and_catches_gross_gradient_noise(
 def test_the_fp64_precision_lane_fails_no_clean_fp32_run_and_catches_small_gradient_noise(
     setup_name, clean_seeds, fault_seeds, amp_device, amp_record
 ):
-    r = rates.precision_rates(T.SETUPS[setup_name], clean_seeds, fault_seeds, device=amp_device)
-    _record(amp_record, r, amp_device)
+    r = rates.precision_rates(T.SETUPS[setup_name], clean_seeds, PRECISION_FAULT_SEEDS, device=amp_device)
+    _record(amp_record, r, amp_device, stated=STATED_LIMIT_BY_MODEL.get(("precision", setup_name)))
 
 
 @pytest.mark.parametrize(("setup_name", "clean_seeds", "fault_seeds"), THOROUGH)
-def test_the_approximate_golden_curve_lane_passes_every_left_out_seed_and_catches_gross_noise(
+def test_the_approximate_golden_curve_lane_fails_at_most_a_quarter_of_left_out_seeds_and_catches_gross_noise(
     setup_name, clean_seeds, fault_seeds, amp_device, amp_record
 ):
     r = rates.curve_rates(T.SETUPS[setup_name], clean_seeds, fault_seeds, device=amp_device)
     _record(amp_record, r, amp_device)
+
+
+#: The AMP lane's clean runs per model and recipe, 30 per model over bf16 and fp16 + GradScaler:
+#: 0 false alarms in 30 bounds the false-alarm rate below 10% at 95% confidence (rule of three).
+LANE_CLEAN_RUNS = 15
+#: The detection limit (relative gradient noise in the recipe's steps, caught in every one of the
+#: 30 runs) stated per model and recipe in the README, measured by this test.
+LANE_STATED = {
+    ("mlp", "bf16"): 2.0**-5,
+    ("mlp", "fp16+scaler"): 2.0**-8,
+    ("tiny_lm", "bf16"): 2.0**-3,
+    ("tiny_lm", "fp16+scaler"): 2.0**-6,
+    ("cnn_bn", "bf16"): 2.0**-1,
+    ("cnn_bn", "fp16+scaler"): 2.0**-1,
+}
+LANE_THOROUGH = [
+    pytest.param(name, recipe, id=f"{name}-{recipe.name}-thorough", marks=pytest.mark.amp_thorough)
+    for name in ("mlp", "cnn_bn", "tiny_lm")
+    for recipe in (T.BF16, T.FP16_SCALER)
+]
+
+
+@pytest.mark.parametrize(("setup_name", "recipe"), LANE_THOROUGH)
+def test_the_amp_lane_fails_no_clean_run_and_catches_the_stated_gradient_noise(
+    setup_name, recipe, amp_device, amp_record
+):
+    r = rates.lane_rates(T.SETUPS[setup_name], recipe, LANE_CLEAN_RUNS, device=amp_device)
+    caught = {name: f"{n}/{LANE_CLEAN_RUNS}" for name, n in r.controls_caught.items()}
+    amp_record(
+        f"{setup_name}.{recipe.metric_id}.amp_lane.clean_ratio_max",
+        max(r.clean_ratios),
+        unit="x",
+        device=amp_device,
+        tags={"controls_caught": caught},
+        note="the largest clean ratio over the runs (the lane allows 2)",
+    )
+    _record(amp_record, r.rates, amp_device, stated=LANE_STATED[(setup_name, recipe.name)], alarms=0.0)

@@ -67,3 +67,72 @@ def adamw_losing_fp32_update_precision(real: Step, keep_bits: int = 16) -> Step:
         return out
 
     return step
+
+
+def autocast_linear_accumulating_in_low_precision(
+    real: Callable[..., torch.Tensor], chunk: int = 8
+) -> Callable[..., torch.Tensor]:
+    """A low-precision GEMM kernel that accumulates in the autocast dtype: the reduction runs in
+    chunks of ``chunk`` products, each partial sum rounded to bf16/fp16 (instead of fp32)."""
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        kind = x.device.type
+        if not torch.is_autocast_enabled(kind):
+            return real(x, w, b)
+        low = torch.get_autocast_dtype(kind)
+        with torch.autocast(kind, enabled=False):
+            xl, wl = x.to(low), w.to(low)
+            total = torch.zeros((*x.shape[:-1], w.shape[0]), dtype=low, device=x.device)
+            for k in range(0, x.shape[-1], chunk):
+                part = real(xl[..., k : k + chunk].float(), wl[:, k : k + chunk].float(), None)
+                total = (total.float() + part).to(low)
+            return total if b is None else (total.float() + b.to(low).float()).to(low)
+
+    return linear
+
+
+def cross_entropy_in_low_precision(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A loss computed in the autocast dtype: logits rounded to bf16/fp16 and log-softmax there
+    (the fp32 upcast of the logits before the loss lost)."""
+
+    def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        kind = logits.device.type
+        if not torch.is_autocast_enabled(kind) or logits.dtype == torch.float64:
+            return real(logits, target, *args, **kwargs)
+        low = torch.get_autocast_dtype(kind)
+        with torch.autocast(kind, enabled=False):
+            logp = torch.log_softmax(logits.to(low), dim=-1)
+            return torch.nn.functional.nll_loss(logp, target, *args, **kwargs).float()
+
+    return cross_entropy
+
+
+def scaler_unscale_rounding_to_bf16(real: Step) -> Step:
+    """GradScaler.unscale_ that leaves the unscaled gradients rounded to bf16 (a lossy unscale:
+    3 of fp16's significand bits lost after the scale is divided out)."""
+
+    def unscale_(self: GradScaler, optimizer: torch.optim.Optimizer) -> Any:
+        out = real(self, optimizer)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.copy_(p.grad.to(torch.bfloat16))
+        return out
+
+    return unscale_
+
+
+def scaler_step_rounding_master_weights(real: Step) -> Step:
+    """GradScaler.step whose optimizer step leaves the fp32 master weights rounded to fp16 (the
+    explainer's "no fp32 master weights", arrived at inside the scaler: an AMP-only fault)."""
+
+    def step(self: GradScaler, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        out = real(self, optimizer, *args, **kwargs)
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.dtype == torch.float32:
+                        p.copy_(p.to(torch.float16))
+        return out
+
+    return step

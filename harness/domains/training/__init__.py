@@ -3,7 +3,8 @@
 ``recipes`` (how a step runs, what is trained), ``batches`` (inputs and outputs of any structure),
 ``models`` (the built-in problems), ``loop`` (one run), ``parity`` (AMP against fp32 within the
 seed band, and when a run is conclusive), ``diagnosis`` (the module where a failing run departs)
-and ``census`` (gradient magnitudes against fp16's range). The names users need are re-exported here: ``harness.domains.training.Setup``.
+and ``census`` (gradient magnitudes against fp16's range), ``amp_lane`` (each AMP step against float64
+and a correctly rounded emulation of it, ``emulation``). The names users need are re-exported here: ``harness.domains.training.Setup``.
 """
 
 from harness.domains.training.batches import Inputs, logits_of, loss_of
@@ -21,6 +22,7 @@ from harness.domains.training.parity import (
     CONTROL_FACTOR,
     CURVE_FALSE_ALARM,
     DEFAULT_SEEDS,
+    MIN_CHECKPOINTS,
     MIN_PARAM_CHANGE,
     MIN_TAKEN_SHARE,
     PARITY_FRACTION,
@@ -39,6 +41,7 @@ from harness.domains.training.parity import (
     per_step_spread,
     reference_for,
     seed_band,
+    validate,
 )
 from harness.domains.training.recipes import (
     ACCUM4,
@@ -86,6 +89,7 @@ __all__ = [
     "FP16_WITH_SCALER_SMALL",
     "FP32",
     "INIT_SEED",
+    "MIN_CHECKPOINTS",
     "MIN_PARAM_CHANGE",
     "MIN_TAKEN_SHARE",
     "OPTIMIZERS",
@@ -126,4 +130,5 @@ __all__ = [
     "reference_for",
     "seed_band",
     "train",
+    "validate",
 ]

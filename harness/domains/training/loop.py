@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 from harness.domains.training.batches import cast_floating, split, tensors, to_device
+from harness.domains.training.emulation import RoundingMode
 from harness.domains.training.recipes import Recipe, Setup
 
 
@@ -33,6 +35,22 @@ class Run:
     param_change: float = 0.0
     #: parameters (state_dict copies) at the steps asked for with ``keep_weights_at``
     weights: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    #: the training state after the steps asked for with ``keep_states_at`` (the AMP lane's states)
+    states: dict[int, State] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class State:
+    """Where a run stood after a step: enough to take the next step again in another precision."""
+
+    #: the model's state_dict (parameters and buffers), copied
+    model: dict[str, torch.Tensor]
+    #: the optimizer's state_dict (moments, step counts, learning rate), copied
+    optimizer: dict[str, Any]
+    #: the batch of the next step, as the batch function gave it (on the CPU)
+    next_batch: Any
+    #: a scaler's scale before the next step (None without a scaler)
+    scale: float | None
 
 
 #: Models start from one initialisation; seeds vary the data stream. The seed band is then the
@@ -102,6 +120,90 @@ def _param_vector(params: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([p.detach().double().flatten() for p in params]) if params else torch.zeros(0, dtype=torch.float64)
 
 
+def _gradients(
+    setup: Setup,
+    recipe: Recipe,
+    forward_model: nn.Module,
+    params: Sequence[nn.Parameter],
+    scaler: torch.amp.GradScaler | None,
+    inputs: Any,
+    targets: Any,
+    dev: torch.device,
+    mode: contextlib.AbstractContextManager[Any] | None = None,
+) -> float:
+    """Forward and backward over the recipe's micro-batches; the parameters' ``.grad`` hold the
+    step's gradient (scaled where a GradScaler scales). Returns the step's training loss."""
+    acc: list[torch.Tensor] | None = None
+    step_loss = 0.0
+    for xs, ys in zip(split(inputs, recipe.micro_batches), split(targets, recipe.micro_batches), strict=True):
+        emulated: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if mode is not None:
+            emulated = mode
+        elif recipe.emulate is not None:
+            emulated = RoundingMode(recipe.emulate)
+        with (
+            torch.autocast(dev.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None),
+            emulated,
+        ):
+            out = setup.forward(
+                forward_model, cast_floating(xs, recipe.params_dtype) if recipe.params_dtype is not None else xs
+            )
+            loss = setup.loss_from(out, ys) / recipe.micro_batches
+        step_loss += loss.detach().item()
+        scaled = loss * recipe.loss_factor * (recipe.static_scale or 1.0)
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()  # type: ignore[no-untyped-call]
+        if recipe.static_scale is not None or recipe.grad_accum_dtype is not None:
+            # each micro-batch's (unscaled) gradient is summed into a buffer of the accumulation dtype
+            # (at least fp32: an emulated float64 recipe keeps fp64 buffers, as fp32 master gradients
+            # are exact for its fp16/bf16-rounded gradients)
+            buf = recipe.grad_accum_dtype or (torch.float64 if recipe.emulate is not None else torch.float32)
+            grads = [
+                (p.grad.to(torch.promote_types(p.grad.dtype, torch.float32)) / (recipe.static_scale or 1.0)).to(buf)
+                if p.grad is not None
+                else torch.zeros_like(p, dtype=buf)
+                for p in params
+            ]
+            acc = grads if acc is None else [a + g for a, g in zip(acc, grads, strict=True)]
+            for p in params:
+                p.grad = None
+    if acc is not None:
+        for p, a in zip(params, acc, strict=True):
+            p.grad = a.to(p.dtype)
+    return step_loss
+
+
+def _perturb(recipe: Recipe, params: Sequence[nn.Parameter], seed: int, step: int) -> None:
+    """Recipe.grad_noise: a numerical fault of known size (relative, per element), seeded by (seed, step)."""
+    if recipe.grad_noise is None:
+        return
+    noise = torch.Generator().manual_seed(NOISE_SEED_OFFSET + 1_000_000 * recipe.noise_seed + 1000 * seed + step)
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(1 + recipe.grad_noise * torch.randn(p.grad.shape, generator=noise).to(p.grad))
+
+
+def _unscale_and_clip(
+    recipe: Recipe, params: Sequence[nn.Parameter], opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None
+) -> None:
+    if scaler is not None and recipe.clip is not None:
+        scaler.unscale_(opt)
+    if recipe.clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, recipe.clip)
+
+
+def _copy_state(obj: Any) -> Any:
+    """A deep copy of a state_dict: tensors cloned, containers rebuilt."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _copy_state(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_copy_state(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_copy_state(v) for v in obj)
+    return obj
+
+
 def train(
     setup: Setup,
     recipe: Recipe,
@@ -112,6 +214,7 @@ def train(
     keep_weights_at: frozenset[int] = frozenset(),
     compile: Callable[[nn.Module], nn.Module] | None = None,
     overflow_at: frozenset[int] = frozenset(),
+    keep_states_at: frozenset[int] = frozenset(),
 ) -> Run:
     """Run ``setup`` with ``recipe``; deterministic for a given seed on a given stack.
 
@@ -122,7 +225,8 @@ def train(
     ``compile`` wraps the model for the forward and backward passes (``torch.compile``: the model's
     parameters stay the ones the optimizer steps). ``overflow_at``: at those steps the forward pass
     overflows (:func:`overflow_gate`: inside the compiled graph when compiled) and a scaler must
-    skip the step.
+    skip the step. ``keep_states_at``: the training :class:`State` after those steps (the AMP
+    lane, :mod:`harness.domains.training.amp_lane`, takes the next step again from it).
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
@@ -143,49 +247,23 @@ def train(
     checkpoints = set(setup.checkpoints())
     run = Run(recipe.name, seed, [])
     zero, total = 0, 0
-    for step in range(setup.steps):
-        inputs, targets = to_device(setup.batch(step, gen), dev)
+    pending: tuple[int, dict[str, torch.Tensor], dict[str, Any]] | None = None
+    for step in range(setup.steps + (1 if setup.steps - 1 in keep_states_at else 0)):
+        batch = setup.batch(step, gen)
+        if pending is not None:
+            kept, weights, optimizer = pending
+            scale = scaler.get_scale() if scaler is not None else None
+            run.states[kept] = State(weights, optimizer, _copy_state(batch), scale)
+            pending = None
+        if step == setup.steps:
+            break  # the batch after the last step, drawn only for its kept state
+        inputs, targets = to_device(batch, dev)
         if gate is not None:
             gate.fill_(math.inf if step in overflow_at else 1.0)
         opt.zero_grad(set_to_none=True)
-        acc: list[torch.Tensor] | None = None
-        step_loss = 0.0
-        for xs, ys in zip(split(inputs, recipe.micro_batches), split(targets, recipe.micro_batches), strict=True):
-            with torch.autocast(dev.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
-                out = setup.forward(
-                    forward_model, cast_floating(xs, recipe.params_dtype) if recipe.params_dtype is not None else xs
-                )
-                loss = setup.loss_from(out, ys) / recipe.micro_batches
-            step_loss += loss.detach().item()
-            scaled = loss * recipe.loss_factor * (recipe.static_scale or 1.0)
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()  # type: ignore[no-untyped-call]
-            if recipe.static_scale is not None or recipe.grad_accum_dtype is not None:
-                # each micro-batch's (unscaled) gradient is summed into a buffer of the accumulation dtype
-                buf = recipe.grad_accum_dtype or torch.float32
-                grads = [
-                    (p.grad.float() / (recipe.static_scale or 1.0)).to(buf)
-                    if p.grad is not None
-                    else torch.zeros_like(p, dtype=buf)
-                    for p in params
-                ]
-                acc = grads if acc is None else [a + g for a, g in zip(acc, grads, strict=True)]
-                for p in params:
-                    p.grad = None
-        if acc is not None:
-            for p, a in zip(params, acc, strict=True):
-                p.grad = a.to(p.dtype)
-        if recipe.grad_noise is not None:
-            # a numerical fault of known size (relative, per element), seeded by (seed, step)
-            noise = torch.Generator().manual_seed(
-                NOISE_SEED_OFFSET + 1_000_000 * recipe.noise_seed + 1000 * seed + step
-            )
-            for p in params:
-                if p.grad is not None:
-                    p.grad.mul_(1 + recipe.grad_noise * torch.randn(p.grad.shape, generator=noise).to(p.grad))
-        if scaler is not None and recipe.clip is not None:
-            scaler.unscale_(opt)
-        if recipe.clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, recipe.clip)
+        step_loss = _gradients(setup, recipe, forward_model, params, scaler, inputs, targets, dev)
+        _perturb(recipe, params, seed, step)
+        _unscale_and_clip(recipe, params, opt, scaler)
         grads = [p.grad for p in params if p.grad is not None]
         zero += sum(int((g == 0).sum()) for g in grads)
         total += sum(g.numel() for g in grads)
@@ -212,9 +290,86 @@ def train(
             run.eval_losses[step] = evaluate(model, setup, eval_inputs, eval_targets)
         if step in keep_weights_at:
             run.weights[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if step in keep_states_at:
+            pending = (step, _copy_state(model.state_dict()), _copy_state(opt.state_dict()))
     run.zero_grad_share = zero / max(total, 1)
     run.final_scale = scaler.get_scale() if scaler is not None else None
     norm = float(initial.norm())
     moved = float((_param_vector(params) - initial).norm())
     run.param_change = moved / norm if norm > 0 else moved
     return run
+
+
+def _load(
+    setup: Setup, state: State, dev: torch.device, dtype: torch.dtype | None
+) -> tuple[nn.Module, list[nn.Parameter], torch.optim.Optimizer]:
+    """The model of ``state`` in ``dtype`` (default fp32) with dropout off, and its optimizer loaded."""
+    model = setup.model(INIT_SEED)
+    if dtype is not None:
+        model = model.to(dtype)
+    model.load_state_dict(state.model)
+    model = model.to(dev)
+    model.eval()
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = setup.make_optimizer(params, setup.lr)
+    opt.load_state_dict(_copy_state(state.optimizer))
+    return model, params, opt
+
+
+def _batch_of(state: State, dev: torch.device, dtype: torch.dtype | None) -> tuple[Any, Any]:
+    inputs, targets = to_device(state.next_batch, dev)
+    if dtype == torch.float64:
+        inputs, targets = cast_floating(inputs, torch.float64), cast_floating(targets, torch.float64)
+    return inputs, targets
+
+
+def step_from(
+    setup: Setup,
+    recipe: Recipe,
+    state: State,
+    device: torch.device | str = "cpu",
+    params_dtype: torch.dtype | None = None,
+    scale: float | None = None,
+    seed: int = 0,
+    step: int = 0,
+    mode: contextlib.AbstractContextManager[Any] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One training step of ``recipe`` from ``state``: (parameters before, parameters after), each
+    flattened to float64. The model is built in ``params_dtype`` (else the recipe's, else fp32)
+    and loaded from the state; the optimizer is the setup's, loaded from the state (its moments
+    cast to the parameters' dtype); a recipe with a scaler starts it at ``scale`` (default: the
+    state's). Dropout is off (the model in eval mode, batch-statistics normalisation in training
+    mode): random masks drawn in different dtypes differ, and the step is compared across dtypes.
+    A step a scaler skips leaves the parameters as they were; a float64 model gets float64 inputs.
+    ``mode``: a context the forward passes run in (an emulated recipe's RoundingMode, which counts
+    the calls it rounded; the AMP lane's correctly rounded attention)."""
+    dev = torch.device(device)
+    dtype = params_dtype or recipe.params_dtype
+    model, params, opt = _load(setup, state, dev, dtype)
+    start = scale if scale is not None else state.scale
+    scaler = torch.amp.GradScaler(dev.type, init_scale=start or 2.0**16) if recipe.scaler else None
+    before = _param_vector(params)
+    inputs, targets = _batch_of(state, dev, dtype)
+    opt.zero_grad(set_to_none=True)
+    _gradients(setup, recipe, model, params, scaler, inputs, targets, dev, mode)
+    _perturb(recipe, params, seed, step)
+    _unscale_and_clip(recipe, params, opt, scaler)
+    if scaler is not None:
+        scaler.step(opt)
+    else:
+        opt.step()
+    return before, _param_vector(params)
+
+
+def largest_gradient(setup: Setup, recipe: Recipe, state: State, device: torch.device | str = "cpu") -> float:
+    """The largest |gradient| of ``recipe``'s fp32 counterpart's next step from ``state``, in float64
+    (the fp16 emulation's loss scale is chosen from it)."""
+    dev = torch.device(device)
+    model, params, _ = _load(setup, state, dev, torch.float64)
+    inputs, targets = _batch_of(state, dev, torch.float64)
+    _gradients(setup, recipe.fp32_counterpart(), model, params, None, inputs, targets, dev)
+    found = [float(p.grad.abs().max()) for p in params if p.grad is not None and p.grad.numel()]
+    return max(found, default=0.0)

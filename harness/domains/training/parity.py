@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.domains.training.amp_lane import lane_steps
 from harness.domains.training.loop import Run, train
 from harness.domains.training.recipes import FP32, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -169,6 +170,48 @@ def reference_for(setup: Setup, recipe: Recipe, run: Run, fp32_run: Run, device:
 
 #: fp32 seeds of a band where the caller does not say (the suite uses more on its cheap models).
 DEFAULT_SEEDS = 5
+#: Evaluation checkpoints a verdict needs: parity is judged at each, the AMP lane takes the median
+#: over the steps that follow them; with one, a single state decides.
+MIN_CHECKPOINTS = 2
+
+
+def validate(setup: Setup, recipes: object, seeds: object) -> list[Recipe]:
+    """Refuse a call that could only give a vacuous verdict, before anything trains: an empty or
+    non-recipe list, fp32 as a recipe to check, fewer than 2 seeds, too few checkpoints."""
+    from harness.domains.training import recipes as named
+
+    choices = ", ".join(
+        sorted(n for n, v in vars(named).items() if isinstance(v, Recipe) and not v.control and v.dtype is not None)
+    )
+    if isinstance(recipes, Recipe | str) or not isinstance(recipes, list | tuple):
+        raise TypeError(f"recipes must be a list of Recipe objects, got {type(recipes).__name__}; e.g. [{choices}]")
+    if not recipes:
+        raise ValueError(f"no recipes to check: an empty list judges nothing; pass some of {choices}")
+    bad = [r for r in recipes if not isinstance(r, Recipe)]
+    if bad:
+        raise TypeError(
+            f"not a recipe: {', '.join(repr(b) for b in bad)}; recipes are Recipe objects from "
+            f"harness.api ({choices}) or Recipe(name, dtype=..., scaler=...)"
+        )
+    plain = [r.name for r in recipes if r.dtype is None and r.params_dtype is None and r.emulate is None]
+    if plain:
+        raise ValueError(
+            f"recipe(s) {', '.join(plain)} run in fp32: fp32 is the reference every recipe is judged against, not a "
+            f"recipe to check; pass low-precision recipes ({choices})"
+        )
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
+        raise ValueError(
+            f"seeds={seeds!r}: the parity band is the spread between fp32 seeds and needs at least 2 "
+            f"(default {DEFAULT_SEEDS}; more seeds make the band steadier)"
+        )
+    points = setup.checkpoints()
+    if len(points) < MIN_CHECKPOINTS:
+        raise ValueError(
+            f"Setup {setup.name!r}: steps={setup.steps} with checkpoint_every={setup.checkpoint_every} gives "
+            f"{len(points)} evaluation checkpoint(s); a verdict needs at least {MIN_CHECKPOINTS}: train at least "
+            f"{MIN_CHECKPOINTS * setup.checkpoint_every} steps, or checkpoint more often"
+        )
+    return list(recipes)
 
 
 def check_parity(
@@ -179,14 +222,15 @@ def check_parity(
     fp32_runs: Sequence[Run] | None = None,
 ) -> ParityReport:
     """Run fp32 over ``seeds`` seeds (the band), each recipe on seed 0, and each recipe's fp32
-    counterpart on seed 0 with the recipe's skipped steps replayed; compare at the checkpoints."""
-    if seeds < 2:
-        raise ValueError(f"a seed band needs at least 2 seeds, got {seeds}")
+    counterpart on seed 0 with the recipe's skipped steps replayed; compare at the checkpoints.
+    Each recipe's run keeps its states at the checkpoints (the AMP lane starts from them). A call
+    that could only be vacuous is refused before anything trains (:func:`validate`)."""
+    recipes = validate(setup, recipes, seeds if fp32_runs is None else max(seeds, 2))
     fp = list(fp32_runs) if fp32_runs is not None else [train(setup, FP32, s, device) for s in range(seeds)]
     band = seed_band(fp)
     results = []
     for recipe in recipes:
-        run = train(setup, recipe, 0, device)
+        run = train(setup, recipe, 0, device, keep_states_at=lane_steps(setup))
         ref = reference_for(setup, recipe, run, fp[0], device)
         results.append(RecipeResult(recipe, run, ref, parity(run, ref, band)))
     return ParityReport(setup.name, band, fp, results)

@@ -169,3 +169,62 @@ def curve_rates(
 
     found = _ladder(ladder, caught)
     return Rates("golden curves (approximate lane)", setup.name, seeds, alarms, found)
+
+
+#: Gradient-noise levels of the AMP lane's ladder: finer than parity's, around the formats' own
+#: unit roundoff (bf16 2^-8, fp16 2^-11).
+LANE_LADDER: tuple[float, ...] = tuple(2.0**k for k in (-12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1, 0))
+
+
+@dataclass(frozen=True)
+class LaneRates:
+    """The AMP lane on one setup and recipe: clean runs, and per clean run the fault ladder and the
+    canonical broken recipes, all judged from that run's states."""
+
+    rates: Rates
+    #: per clean run: the clean ratio
+    clean_ratios: tuple[float, ...]
+    #: canonical control name -> runs in which the lane caught it
+    controls_caught: dict[str, int]
+    #: per noise level, the smallest ratio over the runs (a level is caught in every run when it
+    #: exceeds the lane's factor); per control, the smallest ratio
+    ladder_min: dict[float, float]
+    controls_min: dict[str, float]
+
+
+def lane_rates(
+    setup: Setup,
+    recipe: Recipe = BF16,
+    clean_seeds: int = 30,
+    ladder: Sequence[float] = LANE_LADDER,
+    device: torch.device | str = "cpu",
+) -> LaneRates:
+    """The AMP lane: the clean recipe on ``clean_seeds`` data orders (each a false alarm when it
+    fails), and from each clean run's states the recipe with relative gradient noise of each
+    ladder level (caught when it fails) and the canonical broken recipes."""
+    from harness.domains.training import amp_lane as L
+
+    dtype = L.lane_dtype(recipe)
+    if dtype is None:
+        raise ValueError(f"recipe {recipe.name!r} runs in fp32: the AMP lane judges low-precision recipes")
+    alarms, ratios = 0, []
+    caught = {level: 0 for level in ladder}
+    lowest = {level: float("inf") for level in ladder}
+    controls: dict[str, int] = {}
+    controls_min: dict[str, float] = {}
+    for s in range(clean_seeds):
+        run = train(setup, recipe, s, device, keep_states_at=L.lane_steps(setup))
+        references = {dtype: L.lane_reference(setup, run, dtype, recipe, device)}
+        lane = L.amp_lane(setup, recipe, run, references[dtype], device)
+        ratios.append(lane.ratio)
+        alarms += not L.judge_lane(lane).passed
+        for level, noisy in L.ladder_lanes(setup, recipe, run, references[dtype], ladder, device).items():
+            caught[level] += not L.judge_lane(noisy).passed
+            lowest[level] = min(lowest[level], noisy.ratio)
+        for control in L.power(setup, recipe, run, references, device):
+            name = control.recipe.name
+            controls[name] = controls.get(name, 0) + control.caught
+            controls_min[name] = min(controls_min.get(name, float("inf")), control.lane.ratio)
+    found = tuple(Detection(level, caught[level], clean_seeds) for level in ladder)
+    rates = Rates("amp lane", setup.name, clean_seeds, alarms, found)
+    return LaneRates(rates, tuple(ratios), controls, lowest, controls_min)

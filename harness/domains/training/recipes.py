@@ -46,6 +46,9 @@ class Recipe:
     grad_noise: float | None = None
     #: which noise stream (members of a perturbation ensemble differ here, not in their data)
     noise_seed: int = 0
+    #: a correctly rounded recipe emulated in float64 (:mod:`harness.domains.training.emulation`):
+    #: the low-precision functions round to this dtype, stochastically (stream ``noise_seed``)
+    emulate: torch.dtype | None = None
     control: bool = False
 
     @property
@@ -66,19 +69,25 @@ FP16_SCALER = Recipe("fp16+scaler", dtype=torch.float16, scaler=True)
 ACCUM4 = Recipe("fp16+scaler+accum4", dtype=torch.float16, scaler=True, micro_batches=4)
 CLIP = Recipe("fp16+scaler+clip", dtype=torch.float16, scaler=True, clip=0.5)
 #: Negative controls (Micikevicius et al. 2018 and the source text's pitfalls): each must fail parity.
-SMALL_GRAD = 2.0**-24  # gradients ~1e-3 x 2^-24 ~ 6e-11: below fp16's smallest subnormal 2^-24 ~ 6e-8
+SMALL_GRAD = (
+    2.0**-16
+)  # gradients ~1e-3 x 2^-16 ~ 1.5e-8: below fp16's smallest subnormal 2^-24 ~ 6e-8; x 2^16 normal again
 FP16_NO_SCALER = Recipe("fp16 without loss scaling", dtype=torch.float16, loss_factor=SMALL_GRAD, control=True)
 FP16_WITH_SCALER_SMALL = Recipe(
     "fp16+scaler (small gradients)", dtype=torch.float16, scaler=True, loss_factor=SMALL_GRAD
 )
 BF16_PARAMS = Recipe("bf16 parameters, no fp32 master weights", params_dtype=torch.bfloat16, control=True)
-#: Static scaling 2^16 with micro-batch gradients unscaled into fp32 buffers: passes (the twin below fails).
+#: Gradients ~1e-3 x 2^-24 ~ 6e-11, far below fp16's smallest subnormal, for the accumulation pair:
+#: static scaling 2^24 brings them back to ~1e-3 (normal: a correctly sized static scale, which the
+#: AMP lane requires; 2^16 would leave them subnormal, 2.8x a correctly scaled step's error).
+TINY_GRAD = 2.0**-24
+#: Static scaling with micro-batch gradients unscaled into fp32 buffers: passes (the twin below fails).
 FP16_STATIC_FP32_ACCUM = Recipe(
     "fp16+static scale, fp32 accumulation (small gradients)",
     dtype=torch.float16,
     micro_batches=4,
-    static_scale=2.0**16,
-    loss_factor=SMALL_GRAD,
+    static_scale=2.0**24,
+    loss_factor=TINY_GRAD,
 )
 #: The same recipe with one fault: the micro-batch gradient buffers are fp16.
 FP16_GRAD_ACCUM = replace(
