@@ -7,6 +7,8 @@ import json
 import pytest
 from helpers import INNER_ARGS, inject
 
+from harness.storage.hardware import detect
+
 PARITY = "training/test_loss_parity.py"
 CURVES = "training/test_golden_curves.py"
 
@@ -35,13 +37,12 @@ def test_a_training_regression_fails_parity(pytester, suite_copy, target, factor
 
 @pytest.mark.parametrize(
     ("target", "factory"),
-    [
-        ("torch.amp.GradScaler.step", "scaler_step_rounding_master_weights"),
-        ("torch.amp.GradScaler.unscale_", "scaler_unscale_rounding_to_bf16"),
-    ],
+    # an unscale that rounds to bf16 measures 2.17x here: caught, but too close to the lane's 2 to
+    # be a control that holds on every CPU kind (README, decision rules)
+    [("torch.amp.GradScaler.step", "scaler_step_rounding_master_weights")],
 )
 def test_an_amp_only_precision_loss_passes_parity_and_fails_the_amp_lane(pytester, suite_copy, target, factory):
-    """A fault in the AMP path alone, far below what parity sees (its detection limit is relative
+    """A fault in the AMP path alone, below what parity sees (its detection limit is relative
     gradient noise 1.0): the lane, each AMP step against float64 and against the same step
     correctly rounded, fails it; the parity verdict of the same run passes."""
     _setup(pytester, suite_copy, PARITY)
@@ -119,9 +120,11 @@ def test_a_profile_without_curves_is_judged_against_another_profiles_curves(pyte
     the approximate lane, says which, and writes nothing."""
     _setup(pytester, suite_copy, CURVES)
     pytester.runpytest(*INNER_ARGS, "-k", GOLDEN_MLP)  # writes the detected profile's curves
-    other = [*INNER_ARGS, "-k", GOLDEN_MLP, "--amp-profile=cpu-avx2", "-rA"]
+    # a profile other than the detected one (on an AVX2-only CPU the detected one is cpu-avx2)
+    profile = "cpu-avx512bf16" if detect().cpu_profile == "cpu-avx2" else "cpu-avx2"
+    other = [*INNER_ARGS, "-k", GOLDEN_MLP, f"--amp-profile={profile}", "-rA"]
     pytester.runpytest(*other).assert_outcomes(passed=1)
-    assert not (pytester.path / "baselines" / "training" / "cpu-avx2").exists()
+    assert not (pytester.path / "baselines" / "training" / profile).exists()
     path, doc = _stored_mlp(pytester)
     doc["data"]["curves"]["bf16"] = [
         v + 0.5 if 10 <= t < 20 else v for t, v in enumerate(doc["data"]["curves"]["bf16"])

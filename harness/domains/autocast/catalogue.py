@@ -456,3 +456,14 @@ INTERNAL_OPS: dict[str, str] = {
     "_grid_sampler_2d_cpu_fallback": "F.grid_sample on CPU",
     "multilabel_margin_loss_forward": "F.multilabel_margin_loss",
 }
+
+
+#: Ops whose CPU autocast behaviour depends on the CPU's instruction set, not on the torch release:
+#: the golden policy table (keyed by torch release) leaves them out on the CPU, and the suite
+#: records what they did as a finding of the hardware profile.
+ISA_DEPENDENT_ON_CPU: dict[str, str] = {
+    "nn.LSTM": (
+        "oneDNN's low-precision LSTM primitive: bf16 runs on CPUs with AVX512 and raises 'could not create a "
+        "primitive descriptor' on AVX2-only CPUs (AMD EPYC Zen 3); fp16 raises on both"
+    ),
+}
