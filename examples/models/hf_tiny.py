@@ -122,16 +122,12 @@ def main() -> None:
                 verdict = "PASS"
             except AssertionError as failed:
                 verdict = "INCONCLUSIVE" if "INCONCLUSIVE" in str(failed) and "FAILED" not in str(failed) else "FAIL"
-            by = {r["metric"].split(".", 1)[1]: r for r in rows}
+            by = {r.metric.split(".", 1)[1]: r.value for r in rows}
             mid = recipe.metric_id
-            parity = by[f"{mid}.worst_diff_over_allowance"]["value"]
-            lane = by[f"{mid}.amp_lane_error_ratio"]["value"]
-            limit = by[f"{mid}.power.detection_limit"]["value"]
-            controls = {
-                m.split(".")[1]: f"{r['value']:.3g}x"
-                for m, r in by.items()
-                if m.startswith("power.") and "noise" not in m and "limit" not in m
-            }
+            parity = by[f"{mid}.worst_diff_over_allowance"]
+            lane = by[f"{mid}.amp_lane_error_ratio"]
+            limit = by[f"{mid}.power.detection_limit"]
+            controls = {m.split(".")[1]: f"{v:.3g}x" for m, v in by.items() if m.startswith("power.")}
             print(
                 f"{setup.name:10s} {recipe.name:12s} {verdict:12s} parity {parity:.3g} of its allowance, lane {lane:.3g}x "
                 f"(allowed 2), controls {controls}, smallest gradient noise caught {limit:.3g}",

@@ -147,13 +147,13 @@ class Baselines:
 
 
 class TrainingChecks:
-    """Bring your own model: parity, determinism and gradient census of the training suite.
+    """Bring your own model: parity, the AMP lane, determinism and gradient census of the training suite.
 
     Example::
 
         def test_my_model(amp_training):
-            setup = harness.domains.training.Setup("mine", model, batch, loss, steps=20, lr=1e-3)
-            amp_training.check(setup, [training.BF16, training.FP16_SCALER])
+            setup = harness.api.Setup("mine", model, batch, loss, steps=20, lr=1e-3)
+            amp_training.check(setup, [harness.api.BF16, harness.api.FP16_SCALER])
 
     Every verdict comes from :mod:`harness.domains.training` (the same functions the training
     suite uses); this object only records them and fails the test with every miss. A failed

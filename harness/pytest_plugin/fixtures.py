@@ -260,9 +260,13 @@ def amp_speedup(
 
 @pytest.fixture
 def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> TrainingChecks:
-    """Parity, determinism and census checks for a model of yours.
+    """Parity, the AMP lane (with the explainer's broken recipes as positive controls),
+    determinism and census checks for a model of yours, on the test's ``amp_device`` where it has
+    one (else the CPU).
 
     Example::
+
+        from harness.api import BF16, FP16_SCALER, Setup
 
         def test_my_model(amp_training):
             amp_training.check(Setup("mine", model, batch, loss, steps=20, lr=1e-3), [BF16, FP16_SCALER])

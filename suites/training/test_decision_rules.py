@@ -105,8 +105,8 @@ LANE_CLEAN_RUNS = 15
 LANE_STATED = {
     ("mlp", "bf16"): 2.0**-5,
     ("mlp", "fp16+scaler"): 2.0**-8,
-    ("tiny_lm", "bf16"): 2.0**-3,
-    ("tiny_lm", "fp16+scaler"): 2.0**-6,
+    ("tiny_lm", "bf16"): 2.0**-4,
+    ("tiny_lm", "fp16+scaler"): 2.0**-4,
     ("cnn_bn", "bf16"): 2.0**-1,
     ("cnn_bn", "fp16+scaler"): 2.0**-1,
 }

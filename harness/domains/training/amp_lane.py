@@ -183,10 +183,16 @@ def lane_reference(
 
 
 def amp_lane(
-    setup: Setup, recipe: Recipe, run: Run, reference: LaneReference, device: torch.device | str = "cpu"
+    setup: Setup,
+    recipe: Recipe,
+    run: Run,
+    reference: LaneReference,
+    device: torch.device | str = "cpu",
+    kernel: bool = True,
 ) -> AmpLane:
     """``recipe``'s step from each of ``run``'s kept states against ``reference``. ``recipe`` may
-    differ from the run's own (a positive control, a fault): its step is taken from the same states."""
+    differ from the run's own (a positive control, a fault): its step is taken from the same states.
+    ``kernel``: also take each step with the stack's own attention kernel (``kernel_ratio``)."""
     errors, left_out, attention = [], [], 0
     for t, state in sorted(run.states.items()):
         if t not in reference.exact or (recipe.scaler and t + 1 in run.skipped_at):
@@ -201,6 +207,7 @@ def amp_lane(
         kernel = None
         if correct.calls:
             attention = correct.calls
+        if correct.calls and kernel:
             b, a = step_from(setup, recipe, state, device, seed=run.seed, step=t + 1)
             kernel = _relative(a - b, exact)
         errors.append(StepError(t, _relative(after - before, exact), reference.emulated_error[t], kernel))
@@ -309,7 +316,12 @@ def ladder_lanes(
     """The lane of ``recipe`` with relative gradient noise of each level injected into its steps."""
     return {
         level: amp_lane(
-            setup, replace(recipe, name=f"{recipe.name}+noise({level:.3g})", grad_noise=level), run, reference, device
+            setup,
+            replace(recipe, name=f"{recipe.name}+noise({level:.3g})", grad_noise=level),
+            run,
+            reference,
+            device,
+            kernel=False,
         )
         for level in levels
     }
@@ -397,7 +409,7 @@ def power(
         assert dtype is not None
         if dtype not in references:
             references[dtype] = lane_reference(setup, run, dtype, control, device)
-        lane = amp_lane(setup, control, run, references[dtype], device)
+        lane = amp_lane(setup, control, run, references[dtype], device, kernel=False)
         controls.append(Control(control, lane, underflow_share, setup.lr))
     return controls
 
