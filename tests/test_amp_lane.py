@@ -79,3 +79,26 @@ def test_a_model_without_low_precision_functions_is_inconclusive_not_pass():
     lane, _ = L.check_lane(setup, T.BF16, run)
     verdict = L.judge_lane(lane)
     assert verdict.outcome.value == "inconclusive" and "rounded no call" in "\n".join(verdict.detail)
+
+
+class TinyAttention(nn.Module):
+    """16 features as 4 tokens of width 4, one self-attention, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.out = nn.Linear(4, 12), nn.Linear(16, 1)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x.reshape(-1, 4, 4)).split(4, -1)
+        return self.out(F.scaled_dot_product_attention(q, k, v).reshape(-1, 16))
+
+
+def test_attention_is_taken_correctly_rounded_and_the_stack_kernel_measured_apart():
+    mlp = T.SETUPS["mlp"]
+    setup = T.Setup("attention", lambda s: TinyAttention(), mlp.batch, mlp.loss, steps=20, lr=0.01, checkpoint_every=10)
+    run = T.train(setup, T.BF16, 0, keep_states_at=L.lane_steps(setup))
+    lane, reference = L.check_lane(setup, T.BF16, run)
+    assert lane.attention_calls == 1 and lane.kernel_ratio is not None, lane
+    assert all(e.with_kernel is not None for e in lane.errors)
+    ladder = L.ladder_lanes(setup, T.BF16, run, reference, [0.5])[0.5]
+    assert ladder.kernel_ratio is None  # the ladder takes no second, stack-kernel step

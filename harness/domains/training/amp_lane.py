@@ -204,13 +204,13 @@ def amp_lane(
             left_out.append(t)  # the scaler skipped this step from this state
             continue
         exact = reference.exact[t]
-        kernel = None
+        with_kernel: float | None = None
         if correct.calls:
             attention = correct.calls
         if correct.calls and kernel:
             b, a = step_from(setup, recipe, state, device, seed=run.seed, step=t + 1)
-            kernel = _relative(a - b, exact)
-        errors.append(StepError(t, _relative(after - before, exact), reference.emulated_error[t], kernel))
+            with_kernel = _relative(a - b, exact)
+        errors.append(StepError(t, _relative(after - before, exact), reference.emulated_error[t], with_kernel))
     return AmpLane(setup.name, recipe.name, reference.dtype, tuple(errors), tuple(left_out), reference.calls, attention)
 
 
