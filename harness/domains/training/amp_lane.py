@@ -328,29 +328,29 @@ def ladder_lanes(
 
 
 # -- detection power on a setup ------------------------------------------------------------------
-def master_weights_control(recipe: Recipe) -> Recipe:
-    """The explainer's "no fp32 master weights": parameters and optimizer in bf16, under bf16 autocast."""
+def _control(recipe: Recipe, name: str, dtype: torch.dtype, params_dtype: torch.dtype | None = None) -> Recipe:
+    """A broken recipe with ``recipe``'s accumulation, clipping and loss factor."""
     return Recipe(
-        "bf16 parameters, no fp32 master weights",
-        dtype=torch.bfloat16,
-        params_dtype=torch.bfloat16,
+        name,
+        dtype=dtype,
+        params_dtype=params_dtype,
         micro_batches=recipe.micro_batches,
         clip=recipe.clip,
         loss_factor=recipe.loss_factor,
         control=True,
+    )
+
+
+def master_weights_control(recipe: Recipe) -> Recipe:
+    """The explainer's "no fp32 master weights": parameters and optimizer in bf16, under bf16 autocast."""
+    return _control(
+        recipe, "bf16 parameters, no fp32 master weights", dtype=torch.bfloat16, params_dtype=torch.bfloat16
     )
 
 
 def no_scaling_control(recipe: Recipe) -> Recipe:
     """The explainer's "fp16 without loss scaling": fp16 autocast, gradients as they come."""
-    return Recipe(
-        "fp16 without loss scaling",
-        dtype=torch.float16,
-        micro_batches=recipe.micro_batches,
-        clip=recipe.clip,
-        loss_factor=recipe.loss_factor,
-        control=True,
-    )
+    return _control(recipe, "fp16 without loss scaling", dtype=torch.float16)
 
 
 def canonical_controls(recipe: Recipe) -> list[Recipe]:
