@@ -40,7 +40,7 @@ import torch
 
 from harness.domains.training.emulation import CorrectAttention, RoundingMode
 from harness.domains.training.loop import Run, State, largest_gradient, step_from
-from harness.domains.training.recipes import Recipe, Setup
+from harness.domains.training.recipes import Recipe, Setup, metric_id
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import format_of
 
@@ -230,7 +230,7 @@ def judge_lane(lane: AmpLane, control: bool = False, blind: Sequence[Control] = 
     at most LANE_FACTOR; a negative control's above it. ``blind``: canonical failures the lane did
     not see on this setup (:func:`power`): a recipe that passes is INCONCLUSIVE, naming them."""
     fmt = format_of(lane.dtype)
-    name = f"{lane.setup}.{_metric(lane.recipe)}.amp_lane_error_ratio"
+    name = f"{lane.setup}.{metric_id(lane.recipe)}.amp_lane_error_ratio"
     per_step = ", ".join(f"step {e.step + 1}: {e.amp:.3g} vs {e.emulated:.3g} ({e.ratio:.3g}x)" for e in lane.errors)
     criterion = (
         f"median over checkpoints of the AMP step's error / the correctly rounded {fmt.short} step's error (both "
@@ -297,12 +297,6 @@ def judge_lane(lane: AmpLane, control: bool = False, blind: Sequence[Control] = 
         allowance=LANE_FACTOR,
         unit="x",
     )
-
-
-def _metric(name: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.+\-]+", "_", name).strip("_")
 
 
 def ladder_lanes(
@@ -418,7 +412,7 @@ def judge_control(setup: str, control: Control) -> ClaimComparison:
     """A canonical failure the lane must see on this setup; not seeing it makes the setup's PASS
     verdicts INCONCLUSIVE (this claim is their precondition)."""
     return compare_claim(
-        f"{setup}.power.{_metric(control.recipe.name)}.amp_lane_error_ratio",
+        f"{setup}.power.{control.recipe.metric_id}.amp_lane_error_ratio",
         control.lane.ratio,
         control.caught,
         f"positive control: the AMP lane fails {control.recipe.name!r} on this setup (ratio > {LANE_FACTOR:g})",

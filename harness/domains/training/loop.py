@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.batches import cast_floating, split, tensors, to_device
+from harness.domains.training.batches import cast_floating, split, tensors, to_device, tree_map
 from harness.domains.training.emulation import RoundingMode
 from harness.domains.training.recipes import Recipe, Setup
 
@@ -192,16 +192,8 @@ def _unscale_and_clip(
 
 
 def _copy_state(obj: Any) -> Any:
-    """A deep copy of a state_dict: tensors cloned, containers rebuilt."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {k: _copy_state(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_copy_state(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_copy_state(v) for v in obj)
-    return obj
+    """A copy of a state_dict or batch: every tensor cloned (``batches.tree_map``)."""
+    return tree_map(lambda t: t.detach().clone(), obj)
 
 
 def train(

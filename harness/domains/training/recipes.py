@@ -29,6 +29,11 @@ OptimizerFactory = Callable[[list[nn.Parameter], float], torch.optim.Optimizer]
 ScheduleFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
 
 
+def metric_id(name: str) -> str:
+    """A recipe's name as it appears in metric names: letters, digits and ``_.+-`` only."""
+    return re.sub(r"[^A-Za-z0-9_.+\-]+", "_", name).strip("_")
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How one training step runs. ``control`` names a deliberately wrong variant."""
@@ -54,7 +59,7 @@ class Recipe:
     @property
     def metric_id(self) -> str:
         """The name as it appears in metric names: letters, digits and ``_.+-`` only."""
-        return re.sub(r"[^A-Za-z0-9_.+\-]+", "_", self.name).strip("_")
+        return metric_id(self.name)
 
     def fp32_counterpart(self) -> Recipe:
         """The fp32 run this recipe must match: same accumulation, clipping and loss factor."""
