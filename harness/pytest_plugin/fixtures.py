@@ -296,6 +296,10 @@ def amp_baseline(request: pytest.FixtureRequest, amp_record: Recorder) -> Baseli
         import shlex
 
         regen.append(f"--amp-baseline-dir={shlex.quote(str(st.options.baseline_dir))}")
+    if st.options.candidates_dir is not None:
+        import shlex
+
+        regen.append(f"--amp-candidates-dir={shlex.quote(str(st.options.candidates_dir))}")
 
     def key_for(kind: bl.KeyKind, device: str) -> str:
         return bl.key_for(kind, st.profile_for(device), st.fingerprint.torch_minor)

@@ -39,6 +39,8 @@ class Options:
     baseline_dir: Path
     mode: bl.Mode
     report_dir: Path | None
+    #: where new, regenerated and obtained baselines go instead of ``baseline_dir`` (None: there)
+    candidates_dir: Path | None = None
     #: qualification policy: AMP must be faster than fp32 on every judged speed case
     require_speedup: bool = False
 
@@ -78,6 +80,12 @@ def add_options(parser: pytest.Parser) -> None:
         "--amp-baseline-dir",
         default=None,
         help="root of the golden baselines and hardware-class profiles (default: <rootdir>/baselines).",
+    )
+    g.addoption(
+        "--amp-candidates-dir",
+        default=None,
+        help="never write under the baseline directory (a read-only checkout in CI): new, regenerated and "
+        "obtained baselines go to the same relative path under this directory instead, for review.",
     )
     g.addoption(
         "--amp-regen",
@@ -132,6 +140,12 @@ def parse(config: pytest.Config) -> Options:
             "--amp-regen (rewrite and fail) and --amp-accept-all (rewrite and pass) exclude each other"
         )
     mode = bl.Mode.ACCEPT if accept else bl.Mode.REGEN if regen else bl.Mode.CHECK
+    cdir = config.getoption("--amp-candidates-dir")
+    candidates_dir = Path(cdir).resolve() if cdir else None
+    if candidates_dir is not None and candidates_dir == baseline_dir.resolve():
+        raise pytest.UsageError(
+            f"--amp-candidates-dir={cdir}: it is the baseline directory itself; name a separate directory"
+        )
     rdir = config.getoption("--amp-report-dir")
     report_dir = None if config.getoption("--amp-no-report") else Path(rdir) if rdir else rootdir / "amp-reports"
     return Options(
@@ -142,6 +156,7 @@ def parse(config: pytest.Config) -> Options:
         baseline_dir=baseline_dir,
         mode=mode,
         report_dir=report_dir,
+        candidates_dir=candidates_dir,
         require_speedup=bool(config.getoption("--amp-require-speedup")),
     )
 

@@ -60,6 +60,8 @@ class State:
     deselected: int = 0
     test_outcomes: dict[str, int] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
+    #: (path, reason) of baseline or report writes the session's end could not make
+    write_errors: list[tuple[str, str]] = field(default_factory=list)
     report_path: Path | None = None
 
     @cached_property
@@ -103,6 +105,7 @@ class State:
             "rows": self.rows,
             "activated": self.activated,
             "written": self.written,
+            "write_errors": self.write_errors,
             "used": sorted(str(p) for p in self.store.used),
             "outcomes": self.test_outcomes,
         }
@@ -112,6 +115,7 @@ class State:
         self.rows.extend(out["rows"])
         self.activated |= bool(out["activated"])
         self.written.extend(out["written"])
+        self.write_errors.extend((str(p), str(why)) for p, why in out.get("write_errors", []))
         self.store.used.update(Path(p) for p in out["used"])
         for k, v in out["outcomes"].items():
             self.test_outcomes[k] = self.test_outcomes.get(k, 0) + v

@@ -41,6 +41,7 @@ def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
         "tests": dict(st.test_outcomes),
         "exitstatus": int(session.exitstatus),
         "row_outcomes": rp.summarize(st.rows),
+        "write_errors": [{"path": p, "reason": why} for p, why in st.write_errors],
     }
 
 
@@ -50,6 +51,9 @@ def terminal_lines(st: State) -> list[str]:
     if st.written:
         lines.append(f"baselines written: {len(st.written)}")
         lines += [f"  {display(Path(p))}" for p in sorted(st.written)]
+    if st.write_errors:
+        lines.append(f"NOT WRITTEN ({len(st.write_errors)}): the session fails; nothing else was lost")
+        lines += [f"  {display(Path(p))}: {why}" for p, why in st.write_errors]
     unused = st.store.unused()
     if unused:
         why = f" ({st.deselected} deselected tests may use them)" if st.deselected else ""

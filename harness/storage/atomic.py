@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 
 def _umask() -> int:
@@ -27,20 +28,48 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_umask()
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file, fsync, chmod, rename)."""
+def stage(path: Path, text: str) -> Path:
+    """First half of an atomic write: ``text`` in a temporary sibling of ``path``, fsynced and
+    given an ordinary file's permissions; returns the temporary path for :func:`commit`.
+
+    Everything that can fail for want of permission or space fails here, while the caller can
+    still say which check it was for; the rename in :func:`commit` needs neither.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            _write(fh, text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, default_mode())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
+
+
+def _write(fh: TextIO, text: str) -> None:
+    """The one place bytes reach a staged file (tests inject ENOSPC here)."""
+    fh.write(text)
+
+
+def commit(staged: Path, path: Path) -> None:
+    """Second half: rename the staged file into place (readers see the old file or the new one)."""
+    try:
+        os.replace(staged, path)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+
+
+def discard(staged: Path) -> None:
+    staged.unlink(missing_ok=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file, fsync, chmod, rename)."""
+    commit(stage(path, text), path)
 
 
 @contextmanager

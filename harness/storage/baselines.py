@@ -21,6 +21,7 @@ Baseline keys (which directory a baseline lives in) are chosen per kind of basel
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 from collections.abc import Callable
@@ -152,15 +153,41 @@ class Serializer:
         )
 
 
+class StoreWriteError(Exception):
+    """A baseline that could not be written (permission, read-only file system, disk full...).
+    Raised when the write is staged, so that the check which needed it fails saying so."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: {reason}")
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``Permission denied (EACCES)``: the words and the errno name, without the file name."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    words = exc.strerror or str(exc)
+    return f"{words} ({name})" if name else words
+
+
 @dataclass
 class BaselineStore:
-    """Files under ``root/<suite>/<key>/<name>.json``; writes are queued until :meth:`flush`."""
+    """Files under ``root/<suite>/<key>/<name>.json``; writes are queued until :meth:`flush`.
+
+    A queued write is *staged* at once (a temporary sibling, written and fsynced) and renamed into
+    place by :meth:`flush`: a store that cannot be written fails the check that wrote, with the
+    path and the reason, and the session's end only renames. With ``candidates`` set, nothing is
+    ever written under ``root`` (a read-only repository copy in CI): new, regenerated and obtained
+    baselines go to the same relative path under ``candidates``.
+    """
 
     root: Path
     serializer: Serializer = field(default_factory=Serializer)
-    _writes: dict[Path, str] = field(default_factory=dict)
+    candidates: Path | None = None
+    _staged: dict[Path, Path] = field(default_factory=dict)
     _removals: set[Path] = field(default_factory=set)
     used: set[Path] = field(default_factory=set)
+    #: (path, reason) of every write or removal the session's end could not carry out
+    errors: list[tuple[Path, str]] = field(default_factory=list)
 
     def path_for(self, suite: str, key: str, name: str) -> Path:
         for part, what in ((suite, "suite"), (key, "key"), (name, "name")):
@@ -172,6 +199,12 @@ class BaselineStore:
     def obtained_path(path: Path) -> Path:
         return path.with_name(path.name.removesuffix(SUFFIX) + OBTAINED_SUFFIX)
 
+    def destination(self, path: Path) -> Path:
+        """Where a write meant for ``path`` lands: ``path`` itself, or its twin under ``candidates``."""
+        if self.candidates is None:
+            return path
+        return self.candidates / path.relative_to(self.root)
+
     def read(self, path: Path, regen_hint: str) -> BaselineDocument | None:
         """The stored document, ``None`` if there is none; BaselineError if it cannot be trusted."""
         try:
@@ -182,25 +215,46 @@ class BaselineStore:
             raise BaselineError(path, f"cannot be read ({exc})", regen_hint) from None
         return self.serializer.loads(text, path, regen_hint)
 
-    def queue_write(self, path: Path, doc: BaselineDocument) -> None:
-        self._writes[path] = self.serializer.dumps(doc)
-        self._removals.discard(path)
+    def queue_write(self, path: Path, doc: BaselineDocument) -> Path:
+        """Stage ``doc`` for ``path``; returns where it will land. StoreWriteError if it cannot."""
+        target = self.destination(path)
+        text = self.serializer.dumps(doc)
+        try:
+            staged = atomic.stage(target, text)
+        except OSError as exc:
+            raise StoreWriteError(target, describe_os_error(exc)) from None
+        previous = self._staged.pop(target, None)
+        if previous is not None:
+            atomic.discard(previous)
+        self._staged[target] = staged
+        self._removals.discard(target)
+        return target
 
     def queue_remove(self, path: Path) -> None:
-        if path not in self._writes:
-            self._removals.add(path)
+        target = self.destination(path)
+        if target not in self._staged:
+            self._removals.add(target)
 
     @property
     def pending(self) -> list[Path]:
-        return sorted(self._writes)
+        return sorted(self._staged)
 
     def flush(self) -> list[Path]:
-        written = sorted(self._writes)
-        for path in written:
-            atomic.write_text(path, self._writes[path])
-        for path in self._removals:
-            path.unlink(missing_ok=True)
-        self._writes.clear()
+        """Rename every staged write into place and carry out the removals. Never raises: what
+        fails is kept in :attr:`errors` (the session reports it) and the rest still happens."""
+        written: list[Path] = []
+        for path in sorted(self._staged):
+            try:
+                atomic.commit(self._staged[path], path)
+                written.append(path)
+            except OSError as exc:
+                self.errors.append((path, describe_os_error(exc)))
+        for path in sorted(self._removals):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                self.errors.append((path, f"stale file not removed: {describe_os_error(exc)}"))
+        self._staged.clear()
         self._removals.clear()
         return written
 
@@ -236,6 +290,8 @@ class Status(Enum):
     REWRITTEN = "rewritten"
     UNREADABLE = "unreadable"
     WRONG_KEY = "wrong key"
+    #: the baseline (or its obtained file) had to be written and could not be
+    UNWRITABLE = "unwritable"
 
 
 @dataclass(frozen=True)
@@ -260,6 +316,27 @@ def _describe_provenance(p: dict[str, Any]) -> str:
     return ", ".join(bits) or "unknown provenance"
 
 
+@dataclass(frozen=True)
+class _Finding:
+    """What the lifecycle found, before any write: the message in parts, so that a write that
+    fails leaves out the sentence that would have claimed it."""
+
+    passed: bool
+    status: Status
+    path: Path
+    before: str = ""
+    #: the sentence stating the write (shown only once the write is staged)
+    claim: str = ""
+    after: str = ""
+    comparison: DataComparison | None = None
+    #: (path to write, what it is) or None
+    write: tuple[Path, str] | None = None
+
+    def result(self, written: bool) -> BaselineResult:
+        text = "".join((self.before, self.claim if written else "", self.after))
+        return BaselineResult(self.passed, self.status, text, self.path, self.comparison)
+
+
 def check(
     store: BaselineStore,
     *,
@@ -278,67 +355,119 @@ def check(
     """Run one baseline through its lifecycle and say whether the test passes.
 
     ``display`` renders paths in messages (the pytest glue shows them relative to the cwd);
-    ``comparator(stored, obtained)`` replaces the default leaf-by-leaf comparison.
+    ``comparator(stored, obtained)`` replaces the default leaf-by-leaf comparison. A write the
+    store cannot make fails the check, naming the path and the reason (:attr:`Status.UNWRITABLE`).
     """
     path = store.path_for(suite, key, name)
-    shown = display(path)
     store.used.add(path)
-    hint = f"Regenerate: {regen_command}"
     doc = BaselineDocument(suite, name, key, key_kind.value, data, provenance, tolerance.as_dict())
+    found = _lifecycle(store, path, doc, mode, regen_command, tolerance, display, comparator)
+    if found.write is None:
+        return found.result(written=False)
+    target, what = found.write
+    try:
+        store.queue_write(target, doc)
+    except StoreWriteError as exc:
+        unwritable = (
+            f"Baseline store not writable: {what} {display(exc.path)} could not be written: {exc.reason}. "
+            "Nothing was written there; the stored baselines are unchanged. Make the directory writable, or keep "
+            "the repository's baselines read-only and send new and obtained baselines elsewhere with "
+            "--amp-candidates-dir=DIR.\n"
+        )
+        kept = found.result(written=False)
+        return BaselineResult(False, Status.UNWRITABLE, unwritable + kept.message, path, found.comparison)
+    return found.result(written=True)
+
+
+def _lifecycle(
+    store: BaselineStore,
+    path: Path,
+    doc: BaselineDocument,
+    mode: Mode,
+    regen_command: str,
+    tolerance: Tolerance,
+    display: Callable[[Path], str],
+    comparator: Callable[[Any, Any], DataComparison] | None,
+) -> _Finding:
+    suite, key, name = doc.suite, doc.key, doc.name
+    shown = display(path)
+    into = "" if store.candidates is None else f" into the candidates directory ({display(store.destination(path))})"
+    hint = f"Regenerate: {regen_command}"
     try:
         stored = store.read(path, hint)
     except BaselineError as exc:
         if mode is Mode.CHECK:
-            return BaselineResult(False, Status.UNREADABLE, f"{exc}\nThe file was left untouched.", path)
-        store.queue_write(path, doc)
-        return BaselineResult(
+            return _Finding(False, Status.UNREADABLE, path, f"{exc}\nThe file was left untouched.")
+        return _Finding(
             mode is Mode.ACCEPT,
             Status.REWRITTEN,
-            f"Unreadable baseline {shown} rewritten from this run ({exc.problem}).",
             path,
+            f"Unreadable baseline {shown} ({exc.problem}).",
+            f" Rewritten from this run{into}.",
+            write=(path, "the baseline"),
         )
     if stored is None:
-        store.queue_write(path, doc)
         if mode is Mode.ACCEPT:
-            return BaselineResult(True, Status.CREATED, f"Baseline {shown} created.", path)
-        return BaselineResult(
+            return _Finding(
+                True,
+                Status.CREATED,
+                path,
+                f"Baseline {shown} missing.",
+                f" Created{into}.",
+                write=(path, "the baseline"),
+            )
+        return _Finding(
             False,
             Status.MISSING,
-            f"Baseline missing: {shown}\nIt is written from this run ({_describe_provenance(provenance)}) at the end of "
-            "the session. Review and commit it; the test fails until then so that no baseline is created silently.",
             path,
+            f"Baseline missing: {shown}\n",
+            f"It is written from this run ({_describe_provenance(doc.provenance)}){into} at the end of the session. "
+            "Review and commit it; the test fails until then so that no baseline is created silently.",
+            write=(path, "the baseline"),
         )
     if stored.suite != suite or stored.name != name or stored.key != key:
         problem = f"belongs to {stored.suite}/{stored.key}/{stored.name}, not {suite}/{key}/{name} (copied or moved?)"
         if mode is Mode.CHECK:
-            return BaselineResult(
-                False, Status.WRONG_KEY, f"{BaselineError(path, problem, hint)}\nThe file was left untouched.", path
+            return _Finding(
+                False, Status.WRONG_KEY, path, f"{BaselineError(path, problem, hint)}\nThe file was left untouched."
             )
-        store.queue_write(path, doc)
-        return BaselineResult(mode is Mode.ACCEPT, Status.REWRITTEN, f"Baseline {shown} rewritten: it {problem}.", path)
+        return _Finding(
+            mode is Mode.ACCEPT,
+            Status.REWRITTEN,
+            path,
+            f"Baseline {shown}: it {problem}.",
+            f" Rewritten{into}.",
+            write=(path, "the baseline"),
+        )
     if comparator is not None:
-        result = comparator(stored.data, data)
+        result = comparator(stored.data, doc.data)
     else:
-        result = compare_data(f"baseline {suite}/{key}/{name}", stored.data, data, tolerance)
+        result = compare_data(f"baseline {suite}/{key}/{name}", stored.data, doc.data, tolerance)
     obtained = store.obtained_path(path)
     if result.passed:
         store.queue_remove(obtained)
-        return BaselineResult(True, Status.MATCHED, "", path, result)
+        return _Finding(True, Status.MATCHED, path, comparison=result)
     if mode is not Mode.CHECK:
-        store.queue_write(path, doc)
         store.queue_remove(obtained)
         verb = "accepted" if mode is Mode.ACCEPT else "regenerated; review the diff and commit it"
-        return BaselineResult(
-            mode is Mode.ACCEPT, Status.REWRITTEN, f"Baseline {shown} {verb}.\n{explain(result)}", path, result
+        return _Finding(
+            mode is Mode.ACCEPT,
+            Status.REWRITTEN,
+            path,
+            f"Baseline {shown}",
+            f" {verb}{into}.",
+            f"\n{explain(result)}",
+            result,
+            (path, "the baseline"),
         )
-    store.queue_write(obtained, doc)
-    return BaselineResult(
+    return _Finding(
         False,
         Status.MISMATCHED,
-        f"Baseline mismatch: {shown}\n  stored: {_describe_provenance(stored.provenance)}\n"
-        f"  this run: {_describe_provenance(provenance)}\n{explain(result)}\n"
-        f"Obtained values: {display(obtained)}\n"
-        f"If the change is expected, regenerate the baseline: {regen_command}",
         path,
+        f"Baseline mismatch: {shown}\n  stored: {_describe_provenance(stored.provenance)}\n"
+        f"  this run: {_describe_provenance(doc.provenance)}\n{explain(result)}\n",
+        f"Obtained values: {display(store.destination(obtained))}\n",
+        f"If the change is expected, regenerate the baseline: {regen_command}",
         result,
+        (obtained, "the obtained file"),
     )
