@@ -7,6 +7,8 @@ declaration back from the JUnit XML (a test property), never from paths or messa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 CAPABILITIES: tuple[str, ...] = (
     "formats",
     "autocast policy",
@@ -18,3 +20,17 @@ CAPABILITIES: tuple[str, ...] = (
     "distributed",
     "compiled AMP",
 )
+
+#: A test that uses one of these fixtures decides that capability without a marker (a user's own
+#: project qualifies with its own checks); an ``amp_capability`` marker wins. First match counts.
+FIXTURE_CAPABILITIES: tuple[tuple[str, str], ...] = (
+    ("amp_training", "training parity"),
+    ("amp_speedup", "speed"),
+    ("amp_compile_backend", "compiled AMP"),
+)
+
+
+def capability_of_fixtures(fixturenames: Iterable[str]) -> str | None:
+    """The capability a test decides through the amp-harness fixtures it uses, or None."""
+    names = set(fixturenames)
+    return next((cap for fixture, cap in FIXTURE_CAPABILITIES if fixture in names), None)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.domains.capabilities import CAPABILITIES
+from harness.domains.capabilities import CAPABILITIES, capability_of_fixtures
 from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
         rootdir=Path(config.rootpath),
         run_id=run_id or rp.new_run_id(),
         started=rp.now_iso(),
-        store=bl.BaselineStore(options.baseline_dir),
+        store=bl.BaselineStore(options.baseline_dir, candidates=options.candidates_dir),
         is_worker=workerinput is not None,
         worker_id=workerinput.get("workerid") if workerinput else None,
     )
@@ -122,6 +122,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"verdict; choose one of {', '.join(CAPABILITIES)} (harness/domains/capabilities.py)"
                 )
             item.user_properties.append((CAPABILITY_PROPERTY, capability))
+        else:
+            inferred = capability_of_fixtures(getattr(item, "fixturenames", ()))
+            if inferred is not None:
+                item.user_properties.append((CAPABILITY_PROPERTY, inferred))
         tier = (
             "thorough"
             if item.get_closest_marker("amp_thorough")
@@ -157,13 +161,21 @@ def pytest_runtest_makereport(
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Baselines are renamed into place and the run report is written; neither can lose the
+    other, and neither raises: what could not be written is reported and fails the session."""
     st = state_of(session.config)
     st.written = [str(p) for p in st.store.flush()]
+    st.write_errors += [(str(p), why) for p, why in st.store.errors]
     if st.is_worker:
         session.config.workeroutput[WORKER_KEY] = st.worker_output()  # type: ignore[attr-defined]
         return
     if st.report_path is None and st.options.report_dir is not None and (st.activated or st.rows):
-        st.report_path = rp.write(st.options.report_dir, st.run_id, st.rows, run_metadata(session, st))
+        try:
+            st.report_path = rp.write(st.options.report_dir, st.run_id, st.rows, run_metadata(session, st))
+        except OSError as exc:
+            st.write_errors.append((str(st.options.report_dir / st.run_id), f"run report: {bl.describe_os_error(exc)}"))
+    if st.write_errors and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)
