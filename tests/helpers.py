@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,3 +73,82 @@ def inject(
     d = pytester.path / "suites" / family
     d.mkdir(parents=True, exist_ok=True)
     (d / "conftest.py").write_text(conftest_source(fixtures=fixtures, patches=patches), encoding="utf-8")
+
+
+# -- negative controls: one way to say a fault was caught -------------------------------------------
+#: row outcomes that mean a check did not judge: a failure carrying only these proves nothing
+NOT_JUDGED = frozenset({"noisy", "unjudged", "inconclusive", "info"})
+
+
+@dataclass(frozen=True)
+class InnerRun:
+    """One in-process run of copied suite files: the test ids by outcome and the rows recorded."""
+
+    result: pytest.RunResult
+    passed: frozenset[str]
+    #: failed in their call, or errored in setup or teardown, or failed to collect
+    failed: frozenset[str]
+    skipped: frozenset[str]
+    rows: tuple[dict[str, Any], ...]
+
+    @property
+    def stdout(self) -> Any:
+        return self.result.stdout
+
+    def text(self, tail: int = 4000) -> str:
+        return str(self.result.stdout.str())[-tail:]
+
+
+def run_inner(pytester: pytest.Pytester, *args: str) -> InnerRun:
+    """``pytester.runpytest(*INNER_ARGS, *args)``, read back as an :class:`InnerRun` (a run given
+    ``--amp-report-dir`` writes its report)."""
+    from harness.pytest_plugin.state import STATE
+
+    wants_report = any(a.startswith("--amp-report-dir") for a in args)
+    base = [a for a in INNER_ARGS if not (wants_report and a == "--amp-no-report")]
+    result = pytester.runpytest(*base, *args)
+    reprec = result.reprec  # type: ignore[attr-defined]
+    passed, skipped, failed = reprec.listoutcomes()
+    finishes = reprec.getcalls("pytest_sessionfinish")
+    rows: tuple[dict[str, Any], ...] = ()
+    if finishes and STATE in finishes[0].session.config.stash:
+        rows = tuple(finishes[0].session.config.stash[STATE].rows)
+    return InnerRun(
+        result,
+        frozenset(r.nodeid for r in passed),
+        frozenset(r.nodeid for r in failed),
+        frozenset(r.nodeid for r in skipped),
+        rows,
+    )
+
+
+def assert_caught(run: InnerRun, *expected: str) -> None:
+    """The injected fault was caught, and by the checks named for it.
+
+    ``expected``: fnmatch patterns of the test ids that must fail. Each pattern matches a failed
+    test, every failed test matches a pattern (nothing else broke), and every failed test failed
+    on a judged verdict: a test whose rows are only noisy, unjudged or inconclusive did not
+    catch anything.
+    """
+    __tracebackhide__ = True
+    assert expected, "name the tests that must fail"
+    unmatched = [p for p in expected if not any(fnmatch.fnmatchcase(t, p) for t in run.failed)]
+    extra = sorted(t for t in run.failed if not any(fnmatch.fnmatchcase(t, p) for p in expected))
+    assert not unmatched and not extra, (
+        f"expected failures {list(expected)}; not failed: {unmatched}; failed besides: {extra}; "
+        f"passed: {sorted(run.passed)}; skipped: {sorted(run.skipped)}\n{run.text()}"
+    )
+    for test in sorted(run.failed):
+        outcomes = {str(r["outcome"]) for r in run.rows if r["nodeid"] == test}
+        judged = "fail" in outcomes or not outcomes & NOT_JUDGED
+        assert judged, f"{test} failed on rows that judged nothing ({sorted(outcomes)}): not a catch\n{run.text()}"
+
+
+def assert_clean(run: InnerRun, at_least: int) -> None:
+    """A fault-free run: nothing failed, and at least ``at_least`` checks passed (skips do not count)."""
+    __tracebackhide__ = True
+    assert not run.failed, f"a clean run failed: {sorted(run.failed)}\n{run.text()}"
+    assert len(run.passed) >= at_least, (
+        f"a clean run passed {len(run.passed)} checks, fewer than the {at_least} it must show passing; "
+        f"skipped: {sorted(run.skipped)}\n{run.text()}"
+    )

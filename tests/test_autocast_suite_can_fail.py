@@ -10,11 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import INNER_ARGS, inject
+from helpers import assert_caught, assert_clean, inject, run_inner
 
-ARGS = INNER_ARGS
 POLICY = "autocast/test_op_policy.py"
 NUMERICS = "autocast/test_op_numerics.py"
+#: policy checks a clean run must show passing: 2 + 5 checks x (bf16, fp16); the CUDA-only one skips
+POLICY_CHECKS = 12
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,9 @@ def policy_with_baselines(pytester, suite_copy, clean_policy_baselines, tmp_path
     if "dir" in clean_policy_baselines:
         shutil.copytree(clean_policy_baselines["dir"], pytester.path / "baselines")
         return pytester
-    first = pytester.runpytest(*ARGS, "-k", "golden_table or registered_autocast_ops_match")
+    first = run_inner(pytester, "-k", "golden_table or registered_autocast_ops_match")
     assert "Baseline missing" in first.stdout.str()
-    pytester.runpytest(*ARGS).assert_outcomes(failed=0, passed=12, skipped=1)  # the control of the controls
+    assert_clean(run_inner(pytester), at_least=POLICY_CHECKS)  # the control of the controls
     kept = tmp_path_factory.mktemp("policy-baselines") / "baselines"
     shutil.copytree(pytester.path / "baselines", kept)
     clean_policy_baselines["dir"] = kept
@@ -45,8 +46,8 @@ def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_di
         "autocast",
         patches={"torch.nn.functional.layer_norm": "faults.autocast.layer_norm_in_low_precision"},
     )
-    result = policy_with_baselines.runpytest(*ARGS)
-    result.stdout.fnmatch_lines(
+    run = run_inner(policy_with_baselines)
+    run.stdout.fnmatch_lines(
         [
             "*Baseline mismatch: baselines/autocast/torch-*/policy_cpu_bfloat16.json*",
             "*nn.LayerNorm.fp32_in: expected 'float32', got 'bfloat16' (changed)*",
@@ -54,7 +55,7 @@ def test_an_fp32_op_run_in_low_precision_fails_the_policy_table_with_a_per_op_di
         ],
         consecutive=False,
     )
-    assert result.parseoutcomes()["failed"] >= 2  # bf16 and fp16 tables
+    assert_caught(run, *(f"*::test_op_policy_matches_the_golden_table[[]cpu-{d}]" for d in ("bf16", "fp16")))
 
 
 #: regression -> (patched torch attribute, faults.autocast factory, checks selected, line the failure shows)
@@ -84,16 +85,16 @@ POLICY_REGRESSIONS = {
 def test_a_policy_regression_fails_the_check_that_guards_against_it(policy_with_baselines, regression):
     target, factory, selection, line = POLICY_REGRESSIONS[regression]
     inject(policy_with_baselines, "autocast", patches={target: f"faults.autocast.{factory}"})
-    result = policy_with_baselines.runpytest(*ARGS, "-k", selection)
-    result.assert_outcomes(failed=2)  # bf16 and fp16
-    result.stdout.fnmatch_lines([line], consecutive=False)
+    run = run_inner(policy_with_baselines, "-k", selection)
+    assert_caught(run, f"*{selection}*[[]cpu-bf16]", f"*{selection}*[[]cpu-fp16]")
+    run.stdout.fnmatch_lines([line], consecutive=False)
 
 
 def test_an_autocast_that_ignores_enabled_false_fails_the_nested_region_check(policy_with_baselines):
     inject(policy_with_baselines, "autocast", patches={"torch.autocast": "faults.autocast.autocast_ignoring_disable"})
-    result = policy_with_baselines.runpytest(*ARGS, "-k", "nested")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*input 'inner': expected torch.float32, got torch.*16*"], consecutive=False)
+    run = run_inner(policy_with_baselines, "-k", "nested")
+    assert_caught(run, "*nested*[[]cpu-bf16]", "*nested*[[]cpu-fp16]")
+    run.stdout.fnmatch_lines(["*input 'inner': expected torch.float32, got torch.*16*"], consecutive=False)
 
 
 @pytest.mark.parametrize(
@@ -106,8 +107,8 @@ def test_an_autocast_that_ignores_enabled_false_fails_the_nested_region_check(po
 def test_a_numerics_regression_exceeds_the_derived_budget(pytester, suite_copy, target, factory, case):
     suite_copy(NUMERICS, conftest=False)
     inject(pytester, "autocast", patches={target: f"faults.autocast.{factory}"})
-    result = pytester.runpytest(*ARGS, "-k", f"derived_budget and -{case}]")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(
+    run = run_inner(pytester, "-k", f"derived_budget and -{case}]")
+    assert_caught(run, f"*derived_budget*bf16-{case}]", f"*derived_budget*fp16-{case}]")
+    run.stdout.fnmatch_lines(
         ["*under autocast(cpu, *): FAILED: mismatched elements:*", "*greatest error/budget:*"], consecutive=False
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers import INNER_ARGS, inject
+from helpers import assert_caught, inject, run_inner
 
 from harness.domains.distributed import ranks as dist_h
 
@@ -26,9 +26,9 @@ def _override(pytester, fixture: str, value: object) -> None:
 def test_a_broken_compression_hook_fails(pytester, suite_copy, hook, message):
     suite_copy(SUITE, conftest=False)
     _override(pytester, "ddp_hook", {"fp16": f"faults.distributed:{hook}", "bf16": f"faults.distributed:{hook}"})
-    result = pytester.runpytest(*INNER_ARGS, "-k", "compressed and fp16")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-2000:]
-    result.stdout.fnmatch_lines([message], consecutive=False)
+    run = run_inner(pytester, "-k", "compressed and fp16")
+    assert_caught(run, "*::test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allreduce[[]fp16]")
+    run.stdout.fnmatch_lines([message], consecutive=False)
 
 
 def test_a_lossy_ddp_communication_path_fails_the_single_process_fp32_reference(pytester, suite_copy):
@@ -37,17 +37,19 @@ def test_a_lossy_ddp_communication_path_fails_the_single_process_fp32_reference(
     compare DDP with DDP, could not see it)."""
     suite_copy(SUITE, conftest=False)
     _override(pytester, "ddp_plain_hook", "faults.distributed:compress_hook_losing_mantissa")
-    result = pytester.runpytest(*INNER_ARGS, "-k", "fp32_allreduce")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-2000:]
-    result.stdout.fnmatch_lines(["*DDP fp32 all-reduce, tensor *: FAILED: mismatched elements*"], consecutive=False)
+    run = run_inner(pytester, "-k", "fp32_allreduce")
+    assert_caught(run, "*::test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_process")
+    run.stdout.fnmatch_lines(["*DDP fp32 all-reduce, tensor *: FAILED: mismatched elements*"], consecutive=False)
 
 
 def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite_copy):
     suite_copy(SUITE, conftest=False)
     _override(pytester, "sharded_scaler", "faults.distributed:LocalInfScaler")
-    result = pytester.runpytest(*INNER_ARGS, "-k", "every_rank_skip")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*inf only on rank *: ranks [[]*[]] stepped anyway*"], consecutive=False)
+    run = run_inner(pytester, "-k", "every_rank_skip")
+    assert_caught(
+        run, *(f"*::test_an_inf_on_one_rank_makes_every_rank_skip_with_the_same_scale[[]{r}]" for r in (0, 1))
+    )
+    run.stdout.fnmatch_lines(["*inf only on rank *: ranks [[]*[]] stepped anyway*"], consecutive=False)
 
 
 def test_a_crashing_rank_surfaces_its_traceback():

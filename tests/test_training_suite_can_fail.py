@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import INNER_ARGS, inject
+from helpers import assert_caught, assert_clean, inject, run_inner
 
 from harness.storage.hardware import detect
 
 PARITY = "training/test_loss_parity.py"
 CURVES = "training/test_golden_curves.py"
+PARITY_CHECK = "test_amp_recipe_matches_fp32_well_inside_the_seed_spread"
 
 
 def _setup(pytester, suite_copy, *files):
@@ -28,9 +29,9 @@ def _setup(pytester, suite_copy, *files):
 def test_a_training_regression_fails_parity(pytester, suite_copy, target, factory, case):
     _setup(pytester, suite_copy, PARITY)
     inject(pytester, "", patches={target: f"faults.training.{factory}"})  # above the suite's conftest, which stays
-    result = pytester.runpytest(*INNER_ARGS, "-k", f"well_inside and {case}")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
+    run = run_inner(pytester, "-k", f"well_inside and {case}")
+    assert_caught(run, f"*::{PARITY_CHECK}[[]cpu-{case}")
+    run.stdout.fnmatch_lines(
         ["*eval loss moved more than 0.5 x the fp32 seed spread*", "*step *: |diff| * > allowance *"], consecutive=False
     )
 
@@ -47,14 +48,15 @@ def test_an_amp_only_precision_loss_passes_parity_and_fails_the_amp_lane(pyteste
     correctly rounded, fails it; the parity verdict of the same run passes."""
     _setup(pytester, suite_copy, PARITY)
     inject(pytester, "", patches={target: f"faults.training.{factory}"})
-    result = pytester.runpytest(*INNER_ARGS, "-k", "well_inside and mlp-fp16+scaler]", "-rA")
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
-    result.stdout.fnmatch_lines(["*amp_lane_error_ratio: FAILED*", "*loses precision its format does not explain*"])
+    run = run_inner(pytester, "-k", "well_inside and mlp-fp16+scaler]", "-rA")
+    assert_caught(run, f"*::{PARITY_CHECK}[[]cpu-mlp-fp16+scaler]")
+    out = run.stdout.str()
+    run.stdout.fnmatch_lines(["*amp_lane_error_ratio: FAILED*", "*loses precision its format does not explain*"])
     assert "worst_diff_over_allowance: FAILED" not in out, out[-3000:]
 
 
 GOLDEN_MLP = "golden_curves_of_this_profile and mlp and not small"
+GOLDEN_MLP_ID = "*::test_loss_curves_match_the_golden_curves_of_this_profile[[]cpu-mlp]"
 
 
 def _stored_mlp(pytester):
@@ -64,7 +66,7 @@ def _stored_mlp(pytester):
 
 def test_a_drifted_golden_curve_fails_naming_the_steps(pytester, suite_copy):
     _setup(pytester, suite_copy, CURVES)
-    pytester.runpytest(*INNER_ARGS, "-k", GOLDEN_MLP)  # writes the golden curves
+    assert_caught(run_inner(pytester, "-k", GOLDEN_MLP), GOLDEN_MLP_ID)  # missing: fails and writes the curves
     path, doc = _stored_mlp(pytester)
     curve = doc["data"]["curves"]["bf16"]
     doc["data"]["curves"]["bf16"] = [
@@ -72,9 +74,9 @@ def test_a_drifted_golden_curve_fails_naming_the_steps(pytester, suite_copy):
     ]  # a regression over 10 steps
     doc["data"]["lane_key"]["torch"] = "0.0.0"  # stored on another stack: the approximate lane judges
     path.write_text(json.dumps(doc))
-    result = pytester.runpytest(*INNER_ARGS, "-k", GOLDEN_MLP)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
+    run = run_inner(pytester, "-k", GOLDEN_MLP)
+    assert_caught(run, GOLDEN_MLP_ID)
+    run.stdout.fnmatch_lines(
         [
             "*golden loss curves mlp (approximate lane: stored on *): FAILED: * of * values differ (allowance: "
             "approximate lane: per-step allowance the fp32 seed spread*",
@@ -88,18 +90,18 @@ def test_the_deterministic_lane_fails_one_changed_step_the_approximate_lane_tole
     """Same class and stack: one step off by one ulp fails. Stored on another stack: an isolated
     spike is within the derived outlier allowance."""
     _setup(pytester, suite_copy, CURVES)
-    pytester.runpytest(*INNER_ARGS, "-k", GOLDEN_MLP)
+    assert_caught(run_inner(pytester, "-k", GOLDEN_MLP), GOLDEN_MLP_ID)  # writes the curves
     path, doc = _stored_mlp(pytester)
     value = doc["data"]["curves"]["bf16"][30]
     doc["data"]["curves"]["bf16"][30] = float(__import__("numpy").nextafter(value, 2 * value))
     path.write_text(json.dumps(doc))
-    result = pytester.runpytest(*INNER_ARGS, "-k", GOLDEN_MLP)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*golden loss curves mlp (deterministic lane: cpu-*): FAILED*"], consecutive=False)
+    run = run_inner(pytester, "-k", GOLDEN_MLP)
+    assert_caught(run, GOLDEN_MLP_ID)
+    run.stdout.fnmatch_lines(["*golden loss curves mlp (deterministic lane: cpu-*): FAILED*"], consecutive=False)
     doc["data"]["curves"]["bf16"][30] = value + 0.5  # one spike
     doc["data"]["lane_key"]["torch"] = "0.0.0"
     path.write_text(json.dumps(doc))
-    pytester.runpytest(*INNER_ARGS, "-k", GOLDEN_MLP).assert_outcomes(passed=1)
+    assert_clean(run_inner(pytester, "-k", GOLDEN_MLP), at_least=1)
 
 
 def test_a_precision_regression_shared_by_fp32_and_amp_passes_parity_and_fails_the_fp64_lane(pytester, suite_copy):
@@ -107,9 +109,10 @@ def test_a_precision_regression_shared_by_fp32_and_amp_passes_parity_and_fails_t
     parity cannot see it; fp32's distance from the fp64 run exposes it."""
     _setup(pytester, suite_copy, PARITY, CURVES)
     inject(pytester, "", patches={"torch.optim.AdamW.step": "faults.training.adamw_losing_fp32_update_precision"})
-    result = pytester.runpytest(*INNER_ARGS, "-k", "(well_inside and cnn_bn-bf16]) or (fp64_run and cnn_bn)")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(
+    run = run_inner(pytester, "-k", "(well_inside and cnn_bn-bf16]) or (fp64_run and cnn_bn)")
+    assert_caught(run, "*::test_fp32_stays_within_rounding_distance_of_an_fp64_run[[]cpu-cnn_bn]")
+    assert any(t.endswith("well_inside_the_seed_spread[cpu-cnn_bn-bf16]") for t in run.passed), run.text()
+    run.stdout.fnmatch_lines(
         ["*fp32's distance from the fp64 run is a median * of bf16 autocast's (allowed 0.00391): fp32 lost precision*"],
         consecutive=False,
     )
@@ -119,20 +122,20 @@ def test_a_profile_without_curves_is_judged_against_another_profiles_curves(pyte
     """A hardware profile with no golden curves of its own is compared with another profile's in
     the approximate lane, says which, and writes nothing."""
     _setup(pytester, suite_copy, CURVES)
-    pytester.runpytest(*INNER_ARGS, "-k", GOLDEN_MLP)  # writes the detected profile's curves
+    assert_caught(run_inner(pytester, "-k", GOLDEN_MLP), GOLDEN_MLP_ID)  # writes the detected profile's curves
     # a profile other than the detected one (on an AVX2-only CPU the detected one is cpu-avx2)
     profile = "cpu-avx512bf16" if detect().cpu_profile == "cpu-avx2" else "cpu-avx2"
-    other = [*INNER_ARGS, "-k", GOLDEN_MLP, f"--amp-profile={profile}", "-rA"]
-    pytester.runpytest(*other).assert_outcomes(passed=1)
+    other = ["-k", GOLDEN_MLP, f"--amp-profile={profile}", "-rA"]
+    assert_clean(run_inner(pytester, *other), at_least=1)
     assert not (pytester.path / "baselines" / "training" / profile).exists()
     path, doc = _stored_mlp(pytester)
     doc["data"]["curves"]["bf16"] = [
         v + 0.5 if 10 <= t < 20 else v for t, v in enumerate(doc["data"]["curves"]["bf16"])
     ]
     path.write_text(json.dumps(doc))
-    result = pytester.runpytest(*other)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
+    run = run_inner(pytester, *other)
+    assert_caught(run, GOLDEN_MLP_ID)
+    run.stdout.fnmatch_lines(
         ["*golden loss curves mlp (approximate lane, another profile's curves: *loss_curves_mlp.json): FAILED*"],
         consecutive=False,
     )
