@@ -165,10 +165,11 @@ def test_an_older_schema_without_some_columns_loads(tmp_path):
     assert list(loaded.rows.columns) == list(rp.COLUMNS) and len(loaded.rows) == 1
 
 
-def test_cli_compare_prints_and_writes_csv(tmp_path, capsys):
+def test_cli_compare_prints_writes_csv_and_exits_1_when_a_metric_is_beyond_its_allowance(tmp_path, capsys):
     a = _write_run(tmp_path, "a", {"x": 1.0, "y": 2.0, "only_a": 3.0})
     b = _write_run(tmp_path, "b", {"x": 1.05, "y": 2.5})
-    assert main(["compare", str(a), str(b), "--csv", str(tmp_path / "cmp.csv")]) == 0
+    assert main(["compare", str(a), str(a)]) == 0
+    assert main(["compare", str(a), str(b), "--csv", str(tmp_path / "cmp.csv")]) == 1
     out = capsys.readouterr().out
     assert "2 shared metrics, 1 beyond their allowance" in out
     csv = pd.read_csv(tmp_path / "cmp.csv")

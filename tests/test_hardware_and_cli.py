@@ -59,15 +59,15 @@ def test_cli_baselines_validates_files_and_fails_on_a_corrupt_one(tmp_path, caps
     path = store.path_for("s", "any", "n")
     store.queue_write(path, bl.BaselineDocument("s", "n", "any", "universal", {"x": 1}, {"torch": "2.13"}))
     store.flush()
-    assert main(["baselines", "--dir", str(tmp_path)]) == 0
+    assert main(["baselines", "--baseline-dir", str(tmp_path)]) == 0
     (path.parent / "broken.json").write_text("{")
-    assert main(["baselines", "--dir", str(tmp_path)]) == 1
+    assert main(["baselines", "--baseline-dir", str(tmp_path)]) == 1
     assert "BAD" in capsys.readouterr().out
 
 
 def test_the_repository_baselines_are_all_valid():
     root = Path(__file__).resolve().parent.parent / "baselines"
-    assert main(["baselines", "--dir", str(root)]) == 0
+    assert main(["baselines", "--baseline-dir", str(root)]) == 0
 
 
 def test_console_script_is_installed():

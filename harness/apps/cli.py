@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from harness import __version__
 from harness.storage import report as rp
@@ -37,7 +38,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_baselines(args: argparse.Namespace) -> int:
     from harness.storage.inventory import validate_tree
 
-    report = validate_tree(Path(args.dir))
+    report = validate_tree(Path(args.baseline_dir))
     for line in report.lines:
         print(line)
     print(f"{report.baselines} baselines, {report.profiles} hardware-class profiles, {report.bad} unreadable")
@@ -95,7 +96,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"{len(table)} shared metrics, {flagged} beyond their allowance")
     if args.csv:
         table.to_csv(args.csv, index=False)
-    return 0
+    return 1 if flagged else 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -169,31 +170,51 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _capability_list(values: Sequence[str], option: str) -> list[str]:
+    """``--optional speed,memory --optional numerics`` -> names, each checked."""
+    from harness.apps import qualify
+
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    unknown = [n for n in names if n not in qualify.CAPABILITIES]
+    if unknown:
+        raise _UsageError(
+            f"{option} {', '.join(unknown)}: not a capability; choose from {', '.join(qualify.CAPABILITIES)}"
+        )
+    return names
+
+
 def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
     from harness.apps import qualify
 
-    unknown = [c for c in args.optional if c not in qualify.CAPABILITIES]
-    if unknown:
-        print(
-            f"amp-harness qualify: --optional {', '.join(unknown)}: not a capability; "
-            f"choose from {', '.join(qualify.CAPABILITIES)}",
-            file=sys.stderr,
-        )
-        return 2
-    required = [c for c in qualify.CAPABILITIES if c not in args.optional]
-    return qualify.run(rest, Path(args.report_dir), required)
+    optional = _capability_list(args.optional, "--optional")
+    required = _capability_list(args.require, "--require") if args.require else None
+    if required is not None:
+        required = [c for c in required if c not in optional]
+    return qualify.run([*args.tests, *rest], Path(args.report_dir), required, optional)
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors raise (the command decides the exit status) instead of exiting with 2,
+    which qualify uses for "not qualified"."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="amp-harness", description=__doc__)
+    parser = _Parser(prog="amp-harness", description=__doc__)
     parser.add_argument("--version", action="version", version=f"amp-harness {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("profile", help="detect this machine's hardware profile and hardware classes")
     p.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
     p.add_argument("--baseline-dir", default="baselines", help="where calibrated classes are looked up")
     p.set_defaults(func=_cmd_profile)
     b = sub.add_parser("baselines", help="validate every baseline file (format version, JSON, no NaN)")
-    b.add_argument("--dir", default="baselines", help="baseline root (default: baselines)")
+    b.add_argument("--baseline-dir", default="baselines", help="baseline root (default: baselines)")
     b.set_defaults(func=_cmd_baselines)
     r = sub.add_parser("report", help="summarise a run report (a run directory, or the latest under a report dir)")
     r.add_argument("path", nargs="?", default="amp-reports")
@@ -203,7 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.add_argument("-o", "--output", default="dashboard.html")
     d.add_argument("--window", type=int, default=5, help="previous runs whose median is the reference (default 5)")
     d.set_defaults(func=_cmd_dashboard)
-    c = sub.add_parser("compare", help="two runs side by side: values, delta, allowance, flag")
+    c = sub.add_parser(
+        "compare",
+        help="two runs side by side: values, delta, allowance, flag (exit 1 when any is beyond its allowance)",
+    )
     c.add_argument("run_a")
     c.add_argument("run_b")
     c.add_argument("--csv", help="also write the table as CSV")
@@ -228,23 +252,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--baseline-dir", default="baselines", help="baseline root; the file goes to <dir>/profiles/")
     k.set_defaults(func=_cmd_calibrate)
     q = sub.add_parser(
-        "qualify", help="run the suites (extra arguments go to pytest) and print a verdict per capability"
+        "qualify",
+        help="run the suites (or your tests) and print a verdict per capability",
+        description="amp-harness qualify [options] [tests ...] [-- pytest options]: runs pytest (default: suites/) "
+        "and prints one verdict per capability. Exit 0 qualified, 1 a required capability failed, 2 one is noisy, "
+        "not judged or did not run, 4 usage error.",
     )
+    q.add_argument("tests", nargs="*", help="test paths (default: suites/); pytest options go after --")
     q.add_argument("--report-dir", default="amp-reports", help="run report and JUnit XML go here (default amp-reports)")
     q.add_argument(
         "--optional",
         action="append",
         default=[],
-        metavar="CAPABILITY",
-        help="a capability whose FAIL/NOISY does not decide the exit status (repeatable), e.g. speed",
+        metavar="CAP[,CAP...]",
+        help="capabilities whose verdict does not decide the exit status (comma-separated or repeated), e.g. speed",
     )
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "qualify":
-        return _cmd_qualify(args, rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    q.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="CAP[,CAP...]",
+        help="the capabilities that decide the exit status (default: all for suites/, else those your tests decide)",
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, rest = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     try:
+        args = parser.parse_args(own)
+        if args.command == "qualify":
+            return _cmd_qualify(args, rest)
+        if rest:
+            raise _UsageError(f"unrecognized arguments: -- {' '.join(rest)}")
         return int(args.func(args))
+    except _UsageError as exc:
+        hint = (
+            " (pytest options go after --: amp-harness qualify tests/ -- -k parity)" if own[:1] == ["qualify"] else ""
+        )
+        print(f"amp-harness: usage error: {exc}{hint}", file=sys.stderr)
+        return 4 if own[:1] == ["qualify"] else 2
     except rp.ReportError as exc:
         print(f"amp-harness: {exc}", file=sys.stderr)
         return 2

@@ -5,9 +5,15 @@ travels as a JUnit XML test property, as do the typed row outcomes that label a 
 UNJUDGED; nothing here matches paths or searches message text. Each capability gets PASS, FAIL,
 NOISY, NOT JUDGED or SKIPPED with its reason.
 
+Which capabilities are required: all of them when qualifying this project's ``suites/``; for a
+user's own tests (paths given), those the tests decide. A user's test decides a capability through
+the amp-harness fixture it uses (``amp_training`` decides training parity), or its marker.
+
 Exit status: 0 when every required capability passed; 1 when a required one failed; 2 when none
 failed but a required one is NOISY, NOT JUDGED (for example the speed of a hardware class that
-was never calibrated: the reason names the command that calibrates it) or did not run.
+was never calibrated: the reason names the command that calibrates it) or did not run; 4 on a
+usage error (no ``suites/`` and no tests named, pytest's own usage error or nothing collected,
+quoted from pytest).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -125,16 +132,74 @@ def exit_status(vs: Sequence[Verdict], required: Sequence[str]) -> int:
     return 0
 
 
-def table(vs: Sequence[Verdict]) -> str:
+def table(vs: Sequence[Verdict], required: Sequence[str] | None = None) -> str:
+    """One line per capability; those not required are marked so."""
     width = max(len(v.capability) for v in vs)
-    return "\n".join(f"{v.capability:<{width}}  {v.status.value:<10}  {v.reason}" for v in vs)
+    lines = []
+    for v in vs:
+        mark = "" if required is None or v.capability in required else "  (not required)"
+        lines.append(f"{v.capability:<{width}}  {v.status.value:<10}  {v.reason}{mark}")
+    return "\n".join(lines)
 
 
-def run(pytest_args: Sequence[str], report_dir: Path, required: Sequence[str] | None = None) -> int:
+#: qualify's exit status for a usage error (pytest's own code for one)
+USAGE_ERROR = 4
+#: pytest.ExitCode.USAGE_ERROR and NO_TESTS_COLLECTED (not imported: the CLI stays light)
+_PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS = 4, 5
+DEFAULT_TESTS = "suites/"
+
+
+class QualifyUsageError(Exception):
+    """Qualify cannot run as asked; the message says what to do instead."""
+
+
+def _pytest(cmd: Sequence[str]) -> tuple[int, list[str]]:
+    """Run pytest, streaming its output through; return its exit code and its last lines."""
+    tail: deque[str] = deque(maxlen=60)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            tail.append(line.rstrip("\n"))
+    sys.stdout.flush()
+    return proc.returncode, list(tail)
+
+
+def _quoted(tail: Sequence[str]) -> str:
+    errors = [line for line in tail if line.startswith("ERROR") or ": error:" in line]
+    errors = [line for line in errors if not line.startswith("ERROR: usage:")] or errors
+    shown = errors or [line for line in tail if line.strip()][-3:]
+    return "\n".join(f"  | {line}" for line in shown)
+
+
+def required_capabilities(vs: Sequence[Verdict], own_suites: bool, optional: Sequence[str]) -> list[str]:
+    """All capabilities for this project's suites; for a user's tests, those the tests decide."""
+    decided = CAPABILITIES if own_suites else tuple(v.capability for v in vs if v.tests)
+    return [c for c in decided if c not in optional]
+
+
+def run(
+    pytest_args: Sequence[str],
+    report_dir: Path,
+    required: Sequence[str] | None = None,
+    optional: Sequence[str] = (),
+) -> int:
+    """Run pytest and print the verdict table; ``required`` None: see :func:`required_capabilities`."""
+    args = list(pytest_args)
+    own_suites = not [a for a in args if not a.startswith("-")]
+    if own_suites and not Path(DEFAULT_TESTS).is_dir():
+        print(
+            f"amp-harness qualify: usage error: no tests named and no {DEFAULT_TESTS} directory in {Path.cwd()}. "
+            "Name the tests to qualify, e.g. `amp-harness qualify tests/` (pytest options after --).",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
+    if own_suites:
+        args.insert(0, DEFAULT_TESTS)
     report_dir.mkdir(parents=True, exist_ok=True)
     before = set(rp.find_runs(report_dir)) if report_dir.exists() else set()
     junit = report_dir / "junit-qualify.xml"
-    args = list(pytest_args) or ["suites/"]
+    junit.unlink(missing_ok=True)
     cmd = [
         sys.executable,
         "-m",
@@ -146,14 +211,26 @@ def run(pytest_args: Sequence[str], report_dir: Path, required: Sequence[str] | 
         "junit_family=xunit2",
     ]
     print("amp-harness qualify:", " ".join(cmd), flush=True)
-    code = subprocess.run(cmd, check=False).returncode  # pytest's own progress display streams through
+    code, tail = _pytest(cmd)
+    if code in (_PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS):
+        what = "refused the arguments" if code == _PYTEST_USAGE_ERROR else "collected no tests"
+        print(f"amp-harness qualify: usage error: pytest {what} (exit {code}):\n{_quoted(tail)}", file=sys.stderr)
+        return USAGE_ERROR
     if not junit.exists():
         print(f"amp-harness qualify: pytest wrote no JUnit XML (exit {code}); nothing to judge", file=sys.stderr)
         return 1
     vs = verdicts(junit)
-    req = list(required) if required is not None else list(CAPABILITIES)
+    req = list(required) if required is not None else required_capabilities(vs, own_suites, optional)
+    if not req:
+        print(
+            "amp-harness qualify: usage error: none of these tests decides a capability. A test decides one through "
+            "the amp-harness fixture it uses (amp_training: training parity, amp_speedup: speed) or an "
+            "amp_capability marker.",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
     print("\n" + "=" * 24 + " qualification verdict " + "=" * 24)
-    print(table(vs))
+    print(table(vs, req))
     status = exit_status(vs, req)
     new_runs = sorted(set(rp.find_runs(report_dir)) - before)
     summary = {
