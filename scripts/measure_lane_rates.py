@@ -1,4 +1,4 @@
-"""Measure the AMP lane's error rates (README, decision rules): false alarms over clean runs and the
+"""Measure the AMP lane's error rates (docs/decision-rules.md): false alarms over clean runs and the
 smallest injected gradient noise caught in every run, per model and recipe; JSON lines on stdout.
 
     python scripts/measure_lane_rates.py mlp tiny_lm cnn_bn --recipes bf16 fp16+scaler --seeds 30

@@ -233,7 +233,7 @@ def training_checks():
 
 
 def test_the_resnet18_example_trains_through_the_api_as_it_is():
-    """The README's ResNet-18 finding runs on this example; keep it working (two steps)."""
+    """The ResNet-18 finding of docs/writing-checks.md runs on this example; keep it working (two steps)."""
     import dataclasses
 
     from examples.models.resnet18 import RESNET18_SETUP

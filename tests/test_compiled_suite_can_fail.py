@@ -124,7 +124,7 @@ def test_a_compiled_amp_path_made_1_3x_slower_fails_the_calibrated_threshold(pyt
     if th is None or not th.judged:
         pytest.skip(f"calibration here was too noisy to judge {case}: {th}")
     suite_copy("compiled/test_compiled_speed.py")
-    inject(pytester, "", fixtures={"amp_slowdown": repr(bench.DETECT_SLOWDOWN)})
+    inject(pytester, "", fixtures={"_amp_slowdown": repr(bench.DETECT_SLOWDOWN)})
     run = run_inner(pytester, f"--amp-baseline-dir={root}", "-k", f"{case[0]}-{case[1]}", "-rA")
     if not run.failed and any(r["outcome"] == "noisy" for r in run.rows):
         pytest.skip(f"the slowed run of {case} came out NOISY here: this run cannot show the catch (not a pass)")

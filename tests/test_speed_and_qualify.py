@@ -51,7 +51,7 @@ def _speed_pattern(case: str) -> str:
 
 def _speed_suite(pytester: pytest.Pytester, suite_copy, slowdown: float, baseline_dir: Path | None) -> list[str]:
     suite_copy("speed/test_amp_speed.py", conftest=False)
-    inject(pytester, "speed", fixtures={"amp_slowdown": repr(slowdown)})
+    inject(pytester, "speed", fixtures={"_amp_slowdown": repr(slowdown)})
     root = pytester.path / "baselines"
     if baseline_dir is not None:
         shutil.copytree(baseline_dir, root, dirs_exist_ok=True)
@@ -120,7 +120,7 @@ def _judged_case(calibrated: Path) -> str:
 
 
 def _history_run(pytester, args, report_dir, *, slowdown: float, numerics_fault: bool, case: str) -> None:
-    inject(pytester, "speed", fixtures={"amp_slowdown": repr(slowdown)})
+    inject(pytester, "speed", fixtures={"_amp_slowdown": repr(slowdown)})
     inject(
         pytester,
         "",
@@ -150,7 +150,7 @@ def _history(report_dirs, metric: str) -> str:
     return rows[["run_id", "value", "outcome", "comparable", "drift"]].to_string()
 
 
-@pytest.mark.amp_thorough  # 12-14 real suite runs, ~17 s: the measurement behind the README's figures
+@pytest.mark.amp_thorough  # 12-14 real suite runs, ~17 s: the measurement behind docs/reports.md's figures
 def test_ten_clean_runs_raise_no_flag_and_an_injected_regression_raises_exactly_its_own(
     pytester, suite_copy, calibrated
 ):

@@ -39,7 +39,7 @@ def test_a_training_regression_fails_parity(pytester, suite_copy, target, factor
 @pytest.mark.parametrize(
     ("target", "factory"),
     # an unscale that rounds to bf16 measures 2.17x here: caught, but too close to the lane's 2 to
-    # be a control that holds on every CPU kind (README, decision rules)
+    # be a control that holds on every CPU kind (docs/decision-rules.md)
     [("torch.amp.GradScaler.step", "scaler_step_rounding_master_weights")],
 )
 def test_an_amp_only_precision_loss_passes_parity_and_fails_the_amp_lane(pytester, suite_copy, target, factory):

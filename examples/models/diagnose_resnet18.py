@@ -1,4 +1,4 @@
-"""Re-measure the README's ResNet-18 finding: ``python -m examples.models.diagnose_resnet18``.
+"""Re-measure the ResNet-18 finding of docs/writing-checks.md: ``python -m examples.models.diagnose_resnet18``.
 
 Parity of bf16 autocast against fp32 on two data streams (learnable class prototypes, and pure
 noise with random labels as in the report that prompted it), the diagnosis of any failure, and the

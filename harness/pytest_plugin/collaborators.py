@@ -164,6 +164,17 @@ class TrainingChecks:
     def __init__(self, recorder: Recorder, device: torch.device) -> None:
         self._record, self._device = recorder, device
 
+    @property
+    def device(self) -> torch.device:
+        """Where the checks train."""
+        return self._device
+
+    def on(self, device: str | torch.device) -> TrainingChecks:
+        """The same checks on another device: ``amp_training.on("cuda:1").check(setup, [BF16])``."""
+        import torch
+
+        return TrainingChecks(self._record, torch.device(device))
+
     def parity_verdict(
         self, setup: Setup, result: RecipeResult, band: Band, tags: dict[str, Any] | None = None
     ) -> str | None:

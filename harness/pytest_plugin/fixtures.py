@@ -40,7 +40,6 @@ __all__ = [
     "amp_profile",
     "amp_record",
     "amp_require_speedup",
-    "amp_slowdown",
     "amp_speedup",
     "amp_training",
 ]
@@ -203,14 +202,14 @@ def amp_calibrate_command(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def amp_slowdown() -> float:
+def _amp_slowdown() -> float:
     """Factor by which ``amp_speedup`` slows the AMP path: 1.0, as it is. The harness's own tests
     override it (1.3, the slowdown the speed gate must catch) to show a speed check can fail.
 
     Example::
 
         @pytest.fixture
-        def amp_slowdown():  # in a conftest.py: every speed check of the directory slowed 1.3x
+        def _amp_slowdown():  # in a conftest.py: every speed check of the directory slowed 1.3x
             return 1.3
     """
     return 1.0
@@ -224,13 +223,13 @@ def amp_speedup(
     amp_record: Recorder,
     amp_calibrate_command: str,
     amp_require_speedup: bool,
-    amp_slowdown: float,
+    _amp_slowdown: float,
     benchmark: Any,
 ) -> SpeedCheck:
     """``amp_speedup(workload, dtype_name, calibrate_flags="")``: measure a speed workload's AMP path
     against its baseline, interleaved, and judge it against the device's calibrated hardware class
     (:func:`harness.pytest_plugin.speed.check_speedup`: rows, a confirmed FAIL, NOISY, NOT JUDGED).
-    The AMP path is slowed by ``amp_slowdown``'s factor (1.0; the harness's negative controls
+    The AMP path is slowed by ``_amp_slowdown``'s factor (1.0; the harness's negative controls
     override it); pytest-benchmark's ``benchmark`` fixture times the AMP blocks.
 
     Example::
@@ -248,7 +247,7 @@ def amp_speedup(
             device=amp_device,
             profile=amp_hardware_profile,
             record=amp_record,
-            slowdown=amp_slowdown,
+            slowdown=_amp_slowdown,
             calibrate_command=f"{amp_calibrate_command} {calibrate_flags}".strip(),
             benchmark=benchmark,
             require_speedup=amp_require_speedup,
@@ -262,7 +261,8 @@ def amp_speedup(
 def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> TrainingChecks:
     """Parity, the AMP lane (with the explainer's broken recipes as positive controls),
     determinism and census checks for a model of yours, on the test's ``amp_device`` where it has
-    one (else the CPU).
+    one, else on the run's primary device (``--amp-device``: a GPU when there is one);
+    ``amp_training.on("cuda:1")`` names a device explicitly.
 
     Example::
 
@@ -273,8 +273,9 @@ def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> Traini
     """
     import torch
 
-    device = request.getfixturevalue("amp_device") if "amp_device" in request.fixturenames else torch.device("cpu")
-    return TrainingChecks(amp_record, device)
+    if "amp_device" in request.fixturenames:
+        return TrainingChecks(amp_record, request.getfixturevalue("amp_device"))
+    return TrainingChecks(amp_record, torch.device(_active(request).primary_device))
 
 
 @pytest.fixture

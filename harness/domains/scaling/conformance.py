@@ -4,7 +4,7 @@ Pure (no pytest, no paths): ``run_state_machine_as_test(conformance_machine(make
 drives the scaler and :func:`harness.domains.scaling.reference.update` with the same clean/overflow events and
 fails at the first difference in scale, growth tracker or at-minimum error.
 
-Two ways an adapter talks back, both documented in the README ("Checking your own loss scaler"):
+Two ways an adapter talks back, both documented in docs/writing-checks.md ("Checking your own loss scaler"):
 
 - the factory raises :class:`~harness.domains.scaling.reference.ConfigurationDeclined` for a
   configuration its scaler refuses by design: that example is discarded, never a failure;

@@ -2,7 +2,7 @@
 float64, next to the same step taken by a correctly rounded recipe emulated in float64.
 
 Parity compares whole trajectories against the spread that changing the data order causes: a
-recipe has to be grossly wrong before that shows (README, decision rules). A trajectory's distance
+recipe has to be grossly wrong before that shows (docs/decision-rules.md). A trajectory's distance
 from float64 does not help either: in these short runs any perturbation at the low-precision
 format's scale, a single flipped rounding or a gross fault, saturates to the same distance
 (measured on the tiny LM: relative gradient noise from 2^-24 to 2^-5 all landed within 10% of
@@ -26,7 +26,7 @@ low precision, a loss or softmax computed in it, gradients rounded after unscali
 updated in low precision, gradients flushed by fp16 without loss scaling). Nothing in the
 reference uses a low-precision kernel, so it does not drift with the stack. Measured error rates
 (clean runs per model, the smallest injected fault caught) are in :mod:`harness.domains.training.rates`
-and the README.
+and docs/decision-rules.md.
 """
 
 from __future__ import annotations

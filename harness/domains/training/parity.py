@@ -64,7 +64,7 @@ def outlier_allowance(steps: int, seeds: int, alpha: float = CURVE_FALSE_ALARM) 
     P(X > k) <= alpha / 2, and the longest run of consecutive exceedances the smallest r with
     P(a run longer than r) <= alpha / 2 (a sustained regression makes a long run; isolated
     coincidences do not). Successive steps of real curves are positively correlated, which makes
-    runs likelier than this model says: the measured rate is in the README.
+    runs likelier than this model says: the measured rate is in docs/decision-rules.md.
     """
     p = 1.0 / seeds
     tail, count = 1.0, steps
@@ -99,7 +99,7 @@ def seed_band(runs: Sequence[Run]) -> Band:
 #: order typically does (the band's median pairwise distance): at the full distance it would be
 #: indistinguishable from a different seed, not the same run. Its measured error rates (false
 #: alarms of clean recipes over many seeds, the smallest injected fault it catches) are in
-#: harness.domains.training.rates and the README.
+#: harness.domains.training.rates and docs/decision-rules.md.
 PARITY_FRACTION = 0.5
 #: A negative control must miss parity by at least this factor of the seed spread somewhere, or the
 #: suite is not sensitive enough to tell a broken recipe from seed noise.

@@ -17,7 +17,7 @@ The verdict is the median ratio over PRECISION_SEEDS data orders: the lane is a 
 stack, while a single data order can meet a discrete event (a ReLU or BatchNorm statistic flipping)
 after which fp32 and fp64 part ways exponentially (measured: 2 of 16 seeds of the CNN). A median of
 3 needs two such seeds to fail. Measured error rates are in :mod:`harness.domains.training.rates`
-and the README.
+and docs/decision-rules.md.
 """
 
 from __future__ import annotations

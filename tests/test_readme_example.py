@@ -1,0 +1,27 @@
+"""The README's example runs as written: its test file, copied verbatim into a fresh project."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from helpers import REPO
+
+MARKER = re.compile(r"<!-- readme-example: (?P<name>\S+) -->\n```python\n(?P<code>.*?)\n```", re.S)
+
+
+def _examples() -> dict[str, str]:
+    return {m["name"]: m["code"] + "\n" for m in MARKER.finditer((REPO / "README.md").read_text(encoding="utf-8"))}
+
+
+def test_the_readme_has_its_example():
+    assert list(_examples()) == ["test_my_model.py"], "README.md: the example lost its readme-example marker"
+
+
+def test_the_readme_example_passes_as_written(pytester: pytest.Pytester):
+    for name, code in _examples().items():
+        (pytester.path / name).write_text(code, encoding="utf-8")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--amp-no-report", "-W", "ignore::pytest.PytestAssertRewriteWarning"
+    )
+    result.assert_outcomes(passed=1)
