@@ -317,8 +317,7 @@ def test_qualify_runs_the_suites_and_prints_the_verdict(tmp_path, capfd):
         "no:cacheprovider",
         f"--rootdir={REPO}",
     ]
-    every = ["--require", ",".join(qualify.CAPABILITIES)]
-    code = main(["qualify", "--report-dir", str(tmp_path), *every, *common])
+    code = main(["qualify", "--report-dir", str(tmp_path), *common])
     out = capfd.readouterr().out
     assert "qualification verdict" in out and "formats" in out
     assert code == 2  # the other capabilities did not run
@@ -328,9 +327,9 @@ def test_qualify_runs_the_suites_and_prints_the_verdict(tmp_path, capfd):
     verdict = json.loads((run / "verdict.json").read_text())
     assert {v["capability"]: v["status"] for v in verdict["verdicts"]}["formats"] == "PASS"
     others = ",".join(c for c in qualify.CAPABILITIES if c != "formats")
-    assert main(["qualify", "--report-dir", str(tmp_path / "2"), *every, "--optional", others, *common]) == 0
-    # named tests: the capabilities they decide are the required ones
-    assert main(["qualify", "--report-dir", str(tmp_path / "3"), *common]) == 0
+    assert main(["qualify", "--report-dir", str(tmp_path / "2"), "--optional", others, *common]) == 0
+    # this project's suites require every capability unless --require names some
+    assert main(["qualify", "--report-dir", str(tmp_path / "3"), "--require", "formats", *common]) == 0
     assert main(["qualify", "--optional", "sped", *common]) == 4
     assert "--optional sped: not a capability" in capfd.readouterr().err
 

@@ -5,8 +5,8 @@ travels as a JUnit XML test property, as do the typed row outcomes that label a 
 UNJUDGED; nothing here matches paths or searches message text. Each capability gets PASS, FAIL,
 NOISY, NOT JUDGED or SKIPPED with its reason.
 
-Which capabilities are required: all of them when qualifying this project's ``suites/``; for a
-user's own tests (paths given), those the tests decide. A user's test decides a capability through
+Which capabilities are required: all of them when qualifying the ``suites/`` of the working
+directory (no paths, or paths inside it); for a user's own tests, those the tests decide. A user's test decides a capability through
 the amp-harness fixture it uses (``amp_training`` decides training parity), or its marker.
 
 Exit status: 0 when every required capability passed; 1 when a required one failed; 2 when none
@@ -172,6 +172,21 @@ def _quoted(tail: Sequence[str]) -> str:
     return "\n".join(f"  | {line}" for line in shown)
 
 
+def _looks_like_a_path(arg: str) -> bool:
+    """A test path among pytest's arguments; an option's separate value (``-p no:cacheprovider``,
+    ``-k parity``) is not one unless it names something that exists."""
+    if arg.startswith("-"):
+        return False
+    return "/" in arg or arg.endswith(".py") or "::" in arg or Path(arg).exists()
+
+
+def _inside_suites(path: str) -> bool:
+    """A test path inside this directory's ``suites/`` (a node id's ``::`` part aside)."""
+    here = Path(DEFAULT_TESTS).resolve()
+    target = Path(path.split("::")[0]).resolve()
+    return target == here or here in target.parents
+
+
 def required_capabilities(vs: Sequence[Verdict], own_suites: bool, optional: Sequence[str]) -> list[str]:
     """All capabilities for this project's suites; for a user's tests, those the tests decide."""
     decided = CAPABILITIES if own_suites else tuple(v.capability for v in vs if v.tests)
@@ -186,15 +201,16 @@ def run(
 ) -> int:
     """Run pytest and print the verdict table; ``required`` None: see :func:`required_capabilities`."""
     args = list(pytest_args)
-    own_suites = not [a for a in args if not a.startswith("-")]
-    if own_suites and not Path(DEFAULT_TESTS).is_dir():
+    paths = [a for a in args if _looks_like_a_path(a)]
+    own_suites = all(_inside_suites(a) for a in paths)
+    if not paths and not Path(DEFAULT_TESTS).is_dir():
         print(
             f"amp-harness qualify: usage error: no tests named and no {DEFAULT_TESTS} directory in {Path.cwd()}. "
             "Name the tests to qualify, e.g. `amp-harness qualify tests/` (pytest options after --).",
             file=sys.stderr,
         )
         return USAGE_ERROR
-    if own_suites:
+    if not paths:
         args.insert(0, DEFAULT_TESTS)
     report_dir.mkdir(parents=True, exist_ok=True)
     before = set(rp.find_runs(report_dir)) if report_dir.exists() else set()
