@@ -174,3 +174,43 @@ def test_data_comparison_reports_paths_missing_and_new_keys():
         "gone": "missing from this run",
         "new[0]": "new in this run",
     }
+
+
+def test_a_new_comparison_kind_is_one_class_explained_and_recorded_without_other_edits():
+    """Each comparison kind owns its message and its row: a kind defined here, unknown to the
+    harness, is explained by ``explain`` and recorded by the recorder as it says."""
+    from dataclasses import dataclass
+
+    from harness.numerics import comparison as cmp
+    from harness.pytest_plugin.recording import Recorder, TestIdentity
+
+    @dataclass(frozen=True)
+    class RatioComparison(cmp._Judged):
+        name: str
+        ratio: float
+        limit: float
+
+        @property
+        def passed(self) -> bool:
+            return self.ratio <= self.limit
+
+        def explain(self) -> str:
+            return f"{self.name}: ratio {self.ratio} against limit {self.limit}"
+
+        def measurement(self) -> cmp.Measurement:
+            return cmp.Measurement(f"{self.name}.ratio", self.ratio, None, self.limit, "x", "a stated limit", {"k": 1})
+
+    rows = []
+    recorder = Recorder(TestIdentity("t", "s", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
+    result = RatioComparison("speed", 2.5, 2.0)
+    assert cmp.explain(result) == "speed: ratio 2.5 against limit 2.0"
+    assert recorder.result(result, tags={"extra": True}) is False  # type: ignore[arg-type]
+    [row] = rows
+    assert (row.metric, row.value, row.allowance, row.unit, row.note) == (
+        "speed.ratio",
+        2.5,
+        2.0,
+        "x",
+        "a stated limit",
+    )
+    assert row.outcome.value == "fail" and '"extra": true' in row.tags and '"k": 1' in row.tags

@@ -3,9 +3,10 @@
 Modelled on ``torch.testing._comparison``: a comparison never raises or prints; it returns a
 frozen result of one class per kind of input (a scalar, a value against a bound, many elements,
 nested data, a claim decided by its own rule) whose ``passed`` says the verdict and whose
-``outcome`` is the :class:`~harness.numerics.verdict.Outcome`. :func:`explain` turns any result
-into the message a failing test shows; it reads typed fields only (a mismatch's
-:class:`MismatchKind`, an elementwise result's :class:`Measure`), never message text.
+``outcome`` is the :class:`~harness.numerics.verdict.Outcome`. Each kind owns its explanation
+(``explain()``, the message a failing test shows) and its report row (``measurement()``); both
+read typed fields only (a mismatch's :class:`MismatchKind`, an elementwise result's
+:class:`Measure`), never message text. A new kind is one class: nothing else switches on kinds.
 """
 
 from __future__ import annotations
@@ -34,8 +35,23 @@ class Comparison(Protocol):
     def passed(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """What a comparison puts in its report row: the metric, the value it was decided on, what
+    was expected and allowed, and where the allowance comes from (``note``)."""
+
+    metric: str
+    value: float | None
+    expected: float | None = None
+    allowance: float | None = None
+    unit: str = ""
+    note: str = ""
+    tags: Mapping[str, Any] = field(default_factory=dict)
+
+
 class _Judged:
-    """The outcome of every comparison kind, from its ``passed``."""
+    """What every comparison kind owns: its outcome (from ``passed``), its explanation and its
+    row. A new kind implements the three; nothing else switches on the kind."""
 
     @property
     def passed(self) -> bool:
@@ -44,6 +60,14 @@ class _Judged:
     @property
     def outcome(self) -> Outcome:
         return Outcome.of(self.passed)
+
+    def explain(self) -> str:
+        """The message a failing test shows."""
+        raise NotImplementedError
+
+    def measurement(self) -> Measurement:
+        """The report row's measurement."""
+        raise NotImplementedError
 
 
 class MismatchKind(Enum):
@@ -88,6 +112,12 @@ class ScalarComparison(_Judged):
     def passed(self) -> bool:
         return self.tolerance.allows(self.actual, self.expected)
 
+    def explain(self) -> str:
+        return explain_scalar(self)
+
+    def measurement(self) -> Measurement:
+        return Measurement(self.name, self.actual, self.expected, self.allowed, self.unit, self.tolerance.origin)
+
 
 @dataclass(frozen=True)
 class BoundComparison(_Judged):
@@ -102,6 +132,12 @@ class BoundComparison(_Judged):
     @property
     def passed(self) -> bool:
         return not math.isnan(self.value) and self.value <= self.bound
+
+    def explain(self) -> str:
+        return explain_bound(self)
+
+    def measurement(self) -> Measurement:
+        return Measurement(self.name, self.value, None, self.bound, self.unit, self.origin)
 
 
 @dataclass(frozen=True)
@@ -138,6 +174,14 @@ class ElementwiseComparison(_Judged):
     def passed(self) -> bool:
         return self.count == 0
 
+    def explain(self) -> str:
+        return explain_elementwise(self)
+
+    def measurement(self) -> Measurement:
+        return Measurement(
+            f"{self.name}.mismatched", self.count, 0, 0, "elements", self.criterion, {"total": self.total}
+        )
+
 
 @dataclass(frozen=True)
 class DataDifference:
@@ -159,6 +203,12 @@ class DataComparison(_Judged):
     @property
     def passed(self) -> bool:
         return not self.differences
+
+    def explain(self) -> str:
+        return explain_data(self)
+
+    def measurement(self) -> Measurement:
+        return Measurement(f"{self.name}.differences", len(self.differences), 0, 0, "values", self.tolerance.origin)
 
 
 @dataclass(frozen=True)
@@ -189,6 +239,12 @@ class ClaimComparison(_Judged):
     @property
     def outcome(self) -> Outcome:
         return self.holds_as if self.holds else self.fails_as
+
+    def explain(self) -> str:
+        return explain_claim(self)
+
+    def measurement(self) -> Measurement:
+        return Measurement(self.name, self.value, self.expected, self.allowance, self.unit, self.criterion)
 
 
 AnyComparison = ScalarComparison | BoundComparison | ElementwiseComparison | DataComparison | ClaimComparison
@@ -520,13 +576,5 @@ def explain_claim(r: ClaimComparison) -> str:
 
 
 def explain(result: AnyComparison) -> str:
-    """The single place that turns a comparison result into a human-readable message."""
-    if isinstance(result, ScalarComparison):
-        return explain_scalar(result)
-    if isinstance(result, BoundComparison):
-        return explain_bound(result)
-    if isinstance(result, ElementwiseComparison):
-        return explain_elementwise(result)
-    if isinstance(result, ClaimComparison):
-        return explain_claim(result)
-    return explain_data(result)
+    """The message a failing test shows: each comparison kind explains itself."""
+    return result.explain()

@@ -16,11 +16,6 @@ from typing import Any
 
 from harness.numerics.comparison import (
     AnyComparison,
-    BoundComparison,
-    ClaimComparison,
-    DataComparison,
-    ElementwiseComparison,
-    ScalarComparison,
     explain,
 )
 from harness.numerics.verdict import Outcome
@@ -122,65 +117,21 @@ class Recorder:
             self._label(outcome.value, note)
 
     def result(self, result: AnyComparison, **kw: Any) -> bool:
-        """Record a comparison result as a row with its own outcome; returns whether it passed."""
-        outcome = result.outcome
-        if isinstance(result, ScalarComparison):
-            self(
-                result.name,
-                result.actual,
-                expected=result.expected,
-                allowance=result.allowed,
-                unit=result.unit,
-                outcome=outcome,
-                note=result.tolerance.origin,
-                **kw,
-            )
-        elif isinstance(result, BoundComparison):
-            self(
-                result.name,
-                result.value,
-                allowance=result.bound,
-                unit=result.unit,
-                outcome=outcome,
-                note=result.origin,
-                **kw,
-            )
-        elif isinstance(result, ElementwiseComparison):
-            tags = {"total": result.total, **kw.pop("tags", {})}
-            self(
-                f"{result.name}.mismatched",
-                result.count,
-                expected=0,
-                allowance=0,
-                unit="elements",
-                outcome=outcome,
-                tags=tags,
-                note=result.criterion,
-                **kw,
-            )
-        elif isinstance(result, ClaimComparison):
-            self(
-                result.name,
-                result.value,
-                expected=result.expected,
-                allowance=result.allowance,
-                unit=result.unit,
-                outcome=outcome,
-                note=kw.pop("note", result.criterion),
-                **kw,
-            )
-        else:
-            assert isinstance(result, DataComparison)
-            self(
-                f"{result.name}.differences",
-                len(result.differences),
-                expected=0,
-                allowance=0,
-                unit="values",
-                outcome=outcome,
-                note=result.tolerance.origin,
-                **kw,
-            )
+        """Record a comparison result as a row with its own outcome; returns whether it passed.
+        The row's fields are the comparison's own :meth:`measurement`; ``note`` and ``tags``
+        given here override and extend it."""
+        m = result.measurement()
+        self(
+            m.metric,
+            m.value,
+            expected=m.expected,
+            allowance=m.allowance,
+            unit=m.unit,
+            outcome=result.outcome,
+            note=kw.pop("note", m.note),
+            tags={**m.tags, **(kw.pop("tags", None) or {})},
+            **kw,
+        )
         return result.passed
 
     def require(self, result: AnyComparison, **kw: Any) -> None:
