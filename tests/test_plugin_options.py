@@ -137,6 +137,28 @@ def test_a_dtype_marked_thorough_runs_only_in_the_thorough_tier(pytester):
     wrong.stdout.fnmatch_lines(["*amp_thorough_dtypes(fp8): not a dtype; choose from bf16, fp16*"])
 
 
+HEAVY_FP16_ON = """
+import pytest
+
+@pytest.mark.amp_thorough_dtypes("fp16", on="{on}")
+def test_heavy(amp_device, amp_dtype):
+    pass
+"""
+
+
+def test_a_dtype_marked_thorough_on_one_device_type_is_thorough_there_only(pytester):
+    """fp16 is the thorough tier on the CPU (a costly, rarely trained path there), default on CUDA."""
+    pytester.makepyfile(test_heavy=HEAVY_FP16_ON.format(on="cpu"))
+    on_cpu = pytester.runpytest(*QUIET, "--amp-device=cpu", "-v", "--amp-no-report")
+    on_cpu.stdout.fnmatch_lines(["*test_heavy[[]cpu-bf16] PASSED*", "*test_heavy[[]cpu-fp16] SKIPPED*"])
+    pytester.makepyfile(test_heavy=HEAVY_FP16_ON.format(on="cuda"))
+    on_cuda = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
+    on_cuda.assert_outcomes(passed=2)  # the CPU items are not the thorough ones
+    pytester.makepyfile(test_heavy=HEAVY_FP16_ON.format(on="tpu"))
+    wrong = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
+    wrong.stdout.fnmatch_lines(["*amp_thorough_dtypes(on='tpu'): choose cpu or cuda*"])
+
+
 def test_profile_override_lands_in_rows_and_run_metadata(pytester):
     pytester.makepyfile(
         test_p="def test_p(amp_record, amp_profile):\n    amp_record('m', 1.0)\n    print('PROFILE', amp_profile)\n"

@@ -26,8 +26,8 @@ from harness.storage import report as rp
 MARKERS = (
     "amp_quick: part of the quick tier (runs in every tier)",
     "amp_thorough: heavy check, runs only with --amp-tier=thorough",
-    "amp_thorough_dtypes(*names): the check's amp_dtype parameters with these names (bf16, fp16) are "
-    "amp_thorough (the others stay in the default tier)",
+    "amp_thorough_dtypes(*names, on=None): the check's amp_dtype parameters with these names (bf16, fp16) are "
+    "amp_thorough (the others stay in the default tier); on='cpu' limits that to one device type",
     "amp_cuda: needs a CUDA device; skipped with the reason when none is present",
     "amp_suite(name): the suite name used for baselines and report rows (default: the directory under suites/)",
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
@@ -96,9 +96,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 f"{metafunc.definition.nodeid}: amp_thorough_dtypes({', '.join(sorted(unknown))}): "
                 f"not a dtype; choose from {', '.join(opts.DTYPE_NAMES)}"
             )
+        on = marker.kwargs.get("on") if marker is not None else None
+        if on is not None and on not in ("cpu", "cuda"):
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: amp_thorough_dtypes(on={on!r}): choose cpu or cuda")
+        everywhere = heavy if on is None else set()  # on one device type: decided per item, at collection
         metafunc.parametrize(
             "amp_dtype",
-            [pytest.param(d, marks=pytest.mark.amp_thorough) if d in heavy else d for d in st.options.dtypes],
+            [pytest.param(d, marks=pytest.mark.amp_thorough) if d in everywhere else d for d in st.options.dtypes],
             indirect=True,
         )
 
@@ -128,7 +132,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.user_properties.append((CAPABILITY_PROPERTY, inferred))
         tier = (
             "thorough"
-            if item.get_closest_marker("amp_thorough")
+            if item.get_closest_marker("amp_thorough") or _thorough_on_this_device(item)
             else "quick"
             if item.get_closest_marker("amp_quick")
             else "default"
@@ -142,6 +146,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 cuda_reason = "" if torch.cuda.is_available() else opts.cuda_missing_reason()
             if cuda_reason:
                 item.add_marker(pytest.mark.skip(reason=cuda_reason))
+
+
+def _thorough_on_this_device(item: pytest.Item) -> bool:
+    """``amp_thorough_dtypes(..., on="cpu")``: this item's dtype is thorough on its device type."""
+    marker = item.get_closest_marker("amp_thorough_dtypes")
+    on = marker.kwargs.get("on") if marker is not None else None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if marker is None or on is None or "amp_dtype" not in params or "amp_device" not in params:
+        return False
+    return str(params["amp_dtype"]) in marker.args and str(params["amp_device"]).split(":")[0] == on
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

@@ -20,6 +20,7 @@ from harness.numerics.comparison import compare_data
 pytestmark = pytest.mark.amp_capability("compiled AMP")
 
 
+@pytest.mark.amp_thorough_dtypes("fp16", on="cpu")  # as the numerics check: one cold compile of its own
 def test_compiled_amp_has_eager_dtypes_at_every_stage_and_gradient(block_runs, amp_device, amp_dtype, amp_record):
     eager = block_runs.eager(amp_dtype)
     compiled = block_runs.compiled(amp_dtype)
@@ -38,12 +39,14 @@ def test_compiled_amp_has_eager_dtypes_at_every_stage_and_gradient(block_runs, a
     )
 
 
+@pytest.mark.amp_thorough_dtypes("fp16", on="cpu")
 def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_forward(region_runs, amp_device, amp_dtype, amp_record):
     amp_record.require(
         region_runs.comparison(amp_dtype, runs.DEFAULT).claim("forward"), dtype=amp_dtype, device=amp_device
     )
 
 
+@pytest.mark.amp_thorough_dtypes("fp16", on="cpu")
 def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_backward_traced_outside_autocast(
     region_runs, amp_device, amp_dtype, amp_record
 ):

@@ -86,5 +86,11 @@ def workloads(backend: Backend = "inductor") -> dict[str, Workload]:
 
 #: (workload, dtype) pairs of the default tier (bf16: the format of CPU autocast and of training on
 #: current GPUs); the thorough tier adds float16.
-DEFAULT_CASES: tuple[tuple[str, str], ...] = ((VS_EAGER, "bfloat16"), (VS_COMPILED_FP32, "bfloat16"))
-THOROUGH_CASES: tuple[tuple[str, str], ...] = ((VS_EAGER, "float16"), (VS_COMPILED_FP32, "float16"))
+#: The default tier judges compiled AMP against eager AMP (the block is compiled for the policy
+#: checks already); against compiled fp32 costs one more cold compile (about 8 s on 2 cores).
+DEFAULT_CASES: tuple[tuple[str, str], ...] = ((VS_EAGER, "bfloat16"),)
+THOROUGH_CASES: tuple[tuple[str, str], ...] = (
+    (VS_COMPILED_FP32, "bfloat16"),
+    (VS_EAGER, "float16"),
+    (VS_COMPILED_FP32, "float16"),
+)

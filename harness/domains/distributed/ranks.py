@@ -243,28 +243,32 @@ def fsdp2_gradients(rank: int, world: int, reduce_dtype: str) -> dict[str, Any]:
     return {"averaged": full, "local": _grads(local)}
 
 
-def sharded_scaler_step(rank: int, world: int, scaler: str, inf_rank: int) -> dict[str, Any]:
-    """FSDP2 + fp16 autocast: an inf planted in one rank's gradient shard only. Every rank must
-    skip the step and keep an identical scale."""
+def sharded_scaler_step(rank: int, world: int, scaler: str, inf_ranks: list[int]) -> list[dict[str, Any]]:
+    """FSDP2 + fp16 autocast: for each rank of ``inf_ranks`` in turn, an inf planted in that
+    rank's gradient shard only (a fresh model and scaler per case, one process group: launching
+    ranks is the cost). Every rank must skip the step and keep an identical scale."""
     from torch.distributed.fsdp import fully_shard
 
     dev = _device(rank)
-    model = _model().to(dev)
-    fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    s = resolve(scaler)(dev.type)
-    x, y = _batch(rank)
-    with torch.autocast(dev.type, dtype=torch.float16):
-        loss = torch.nn.functional.mse_loss(model(x.to(dev)).float(), y.to(dev))
-    s.scale(loss).backward()
-    first = next(model.parameters())
-    if rank == inf_rank:
-        first.grad._local_tensor.view(-1)[0] = math.inf  # type: ignore[union-attr]
-    before = [p._local_tensor.detach().clone() for p in model.parameters()]  # type: ignore[attr-defined]
-    s.step(opt)
-    s.update()
-    stepped = any(not torch.equal(b, p._local_tensor) for b, p in zip(before, model.parameters(), strict=True))  # type: ignore[attr-defined]
-    return {"stepped": stepped, "scale": s.get_scale()}
+    out = []
+    for inf_rank in inf_ranks:
+        model = _model().to(dev)
+        fully_shard(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        s = resolve(scaler)(dev.type)
+        x, y = _batch(rank)
+        with torch.autocast(dev.type, dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x.to(dev)).float(), y.to(dev))
+        s.scale(loss).backward()
+        first = next(model.parameters())
+        if rank == inf_rank:
+            first.grad._local_tensor.view(-1)[0] = math.inf  # type: ignore[union-attr]
+        before = [p._local_tensor.detach().clone() for p in model.parameters()]  # type: ignore[attr-defined]
+        s.step(opt)
+        s.update()
+        stepped = any(not torch.equal(b, p._local_tensor) for b, p in zip(before, model.parameters(), strict=True))  # type: ignore[attr-defined]
+        out.append({"inf_rank": inf_rank, "stepped": stepped, "scale": s.get_scale()})
+    return out
 
 
 def sharded_grad_scaler(device: str) -> Any:
