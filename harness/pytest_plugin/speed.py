@@ -53,7 +53,7 @@ def _measure(
     fp32, amp = workload.pair(device, dtype)
     if slowdown != 1.0:
         probe = bench.interleaved(fp32, amp, device, rounds=3)
-        amp = bench.slowed(amp, slowdown, probe.amp_median_s)
+        amp = bench.slowed(amp, slowdown, probe.amp_median_s, device)
     if pedantic is not None:
         return bench.interleaved_pedantic(fp32, amp, device, ROUNDS, pedantic)
     return bench.interleaved(fp32, amp, device, rounds=ROUNDS)

@@ -280,15 +280,25 @@ def is_noisy(timing: Timing, threshold: float | None) -> bool:
     return abs(timing.speedup - threshold) < timing.spread
 
 
-def slowed(fn: Fn, factor: float, seconds_per_call: float) -> Fn:
-    """``fn`` made ``factor`` times slower by busy-waiting (for the harness's negative controls)."""
+def slowed(fn: Fn, factor: float, seconds_per_call: float, device: torch.device | None = None) -> Fn:
+    """``fn`` made ``factor`` times slower by busy-waiting (for the harness's negative controls).
+
+    On the CPU each call waits ``factor - 1`` times its own duration, so the path is exactly
+    ``factor`` times slower whatever the machine's speed does meanwhile (a fixed wait sized from a
+    probe was a smaller slowdown whenever the path ran slower than during the probe, and a
+    slowed path then passed). On CUDA, where a call returns before its kernels finish, the wait is
+    ``factor - 1`` times ``seconds_per_call``, the synchronised median of a probe.
+    """
     import time
 
     extra = (factor - 1.0) * seconds_per_call
+    per_call = device is None or device.type == "cpu"
 
     def run() -> Any:
+        start = time.perf_counter()
         out = fn()
-        end = time.perf_counter() + extra
+        now = time.perf_counter()
+        end = now + ((factor - 1.0) * (now - start) if per_call else extra)
         while time.perf_counter() < end:
             pass
         return out
