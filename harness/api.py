@@ -1,11 +1,27 @@
 """The public names a user's tests need, in one place: ``from harness.api import Setup, BF16``.
 
-What is trained (:class:`Setup`, batches of any structure through :class:`Inputs`), how a step runs
-(the recipes), and the decision rules as functions (parity against fp32, the AMP lane against a
-correctly rounded float64 emulation). In a pytest test, the ``amp_training`` fixture runs them all
-and records report rows; these functions are for scripts and for checks of your own.
+* Training: what is trained (:class:`Setup`, batches of any structure through :class:`Inputs`),
+  how a step runs (the recipes), and the decision rules as functions (parity against fp32, the AMP
+  lane against a correctly rounded float64 emulation). In a pytest test the ``amp_training``
+  fixture runs them all and records report rows; the functions are for scripts and checks of
+  your own.
+* Your loss scaler: :class:`ScalerAdapter` (what to implement), :func:`conformance_machine` (the
+  hypothesis state machine that drives it against a versioned reference), the reference's
+  exceptions, and the adapters of megatron-core and DeepSpeed.
+* Results: :func:`load_report` and :func:`find_runs` read run reports back as pandas objects;
+  :class:`Outcome` is the outcome column's vocabulary; :class:`KeyKind` keys your own baselines.
+
+Anything else under ``harness`` is internal and may change between releases.
 """
 
+from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
+from harness.domains.scaling.conformance import conformance_machine
+from harness.domains.scaling.reference import (
+    ConfigurationDeclined,
+    ScalerAdapter,
+    ScalerAtMinimumError,
+    ScalerConfig,
+)
 from harness.domains.training import (
     ACCUM4,
     BF16,
@@ -22,6 +38,10 @@ from harness.domains.training import (
     train,
 )
 from harness.domains.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, judge_lane, lane_steps
+from harness.numerics.verdict import Outcome
+from harness.storage.baselines import KeyKind
+from harness.storage.report import find_runs
+from harness.storage.report import load as load_report
 
 __all__ = [
     "ACCUM4",
@@ -32,14 +52,24 @@ __all__ = [
     "FP16_SCALER",
     "FP32",
     "LANE_FACTOR",
+    "SCALER_ADAPTERS",
     "AmpLane",
+    "ConfigurationDeclined",
     "Inputs",
+    "KeyKind",
+    "Outcome",
     "Recipe",
     "Run",
+    "ScalerAdapter",
+    "ScalerAtMinimumError",
+    "ScalerConfig",
     "Setup",
     "check_lane",
     "check_parity",
+    "conformance_machine",
+    "find_runs",
     "judge_lane",
     "lane_steps",
+    "load_report",
     "train",
 ]

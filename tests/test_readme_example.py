@@ -25,3 +25,14 @@ def test_the_readme_example_passes_as_written(pytester: pytest.Pytester):
         "-p", "no:cacheprovider", "--amp-no-report", "-W", "ignore::pytest.PytestAssertRewriteWarning"
     )
     result.assert_outcomes(passed=1)
+
+
+def test_the_public_module_exports_what_a_users_tests_need():
+    """Setup, recipes, the check entry points, the scaler conformance machine and adapters, and
+    report loading, from one documented module."""
+    import harness.api as api
+
+    needed = {"Setup", "Inputs", "BF16", "FP16_SCALER", "check_parity", "check_lane", "conformance_machine"}
+    needed |= {"ScalerAdapter", "SCALER_ADAPTERS", "load_report", "find_runs", "Outcome", "KeyKind"}
+    assert needed <= set(api.__all__)
+    assert all(getattr(api, name) is not None for name in api.__all__)
