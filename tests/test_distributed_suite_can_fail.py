@@ -60,6 +60,7 @@ def test_a_crashing_rank_surfaces_its_traceback():
 
 def test_a_hung_rank_is_killed_at_the_timeout():
     start = time.monotonic()
-    with pytest.raises(dist_h.RankError, match=r"rank\(s\) \[1\] did not finish within 8 s"):
-        dist_h.launch("faults.distributed:rank_hangs", world=2, timeout_s=8)
+    # rank 0 returns at once; on a first launch it may still be starting when the timeout hits
+    with pytest.raises(dist_h.RankError, match=r"rank\(s\) \[(0, )?1\] did not finish within 3 s"):
+        dist_h.launch("faults.distributed:rank_hangs", world=2, timeout_s=3)
     assert time.monotonic() - start < 30

@@ -159,6 +159,27 @@ def test_a_dtype_marked_thorough_on_one_device_type_is_thorough_there_only(pytes
     wrong.stdout.fnmatch_lines(["*amp_thorough_dtypes(on='tpu'): choose cpu or cuda*"])
 
 
+HEAVY_ON_CPU = """
+import pytest
+
+@pytest.mark.parametrize("case", ["light", pytest.param("heavy", marks=pytest.mark.amp_thorough_on("{on}"))])
+def test_case(case, amp_device):
+    pass
+"""
+
+
+def test_a_case_marked_thorough_on_a_device_type_is_thorough_there_only(pytester):
+    pytester.makepyfile(test_case=HEAVY_ON_CPU.format(on="cpu"))
+    on_cpu = pytester.runpytest(*QUIET, "--amp-device=cpu", "-v", "--amp-no-report")
+    on_cpu.stdout.fnmatch_lines(["*test_case[[]cpu-light] PASSED*", "*test_case[[]cpu-heavy] SKIPPED*"])
+    pytester.makepyfile(test_case=HEAVY_ON_CPU.format(on="cuda"))
+    pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report").assert_outcomes(passed=2)
+    pytester.makepyfile(test_case=HEAVY_ON_CPU.format(on="tpu"))
+    wrong = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+    wrong.stderr.fnmatch_lines(["*amp_thorough_on('tpu'): choose cpu or cuda*"])
+
+
 def test_profile_override_lands_in_rows_and_run_metadata(pytester):
     pytester.makepyfile(
         test_p="def test_p(amp_record, amp_profile):\n    amp_record('m', 1.0)\n    print('PROFILE', amp_profile)\n"

@@ -28,6 +28,7 @@ MARKERS = (
     "amp_thorough: heavy check, runs only with --amp-tier=thorough",
     "amp_thorough_dtypes(*names, on=None): the check's amp_dtype parameters with these names (bf16, fp16) are "
     "amp_thorough (the others stay in the default tier); on='cpu' limits that to one device type",
+    "amp_thorough_on(*device_types): heavy on these device types (cpu, cuda) only: thorough there, default elsewhere",
     "amp_cuda: needs a CUDA device; skipped with the reason when none is present",
     "amp_suite(name): the suite name used for baselines and report rows (default: the directory under suites/)",
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
@@ -149,13 +150,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _thorough_on_this_device(item: pytest.Item) -> bool:
-    """``amp_thorough_dtypes(..., on="cpu")``: this item's dtype is thorough on its device type."""
+    """``amp_thorough_on("cpu")``, or ``amp_thorough_dtypes(..., on="cpu")`` for this item's dtype:
+    the item is thorough on its device type."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "amp_device" not in params:
+        return False
+    device_type = str(params["amp_device"]).split(":")[0]
+    whole = item.get_closest_marker("amp_thorough_on")
+    if whole is not None:
+        unknown = [a for a in whole.args if a not in ("cpu", "cuda")]
+        if unknown:
+            raise pytest.UsageError(
+                f"{item.nodeid}: amp_thorough_on({', '.join(map(repr, unknown))}): choose cpu or cuda"
+            )
+        if device_type in whole.args:
+            return True
     marker = item.get_closest_marker("amp_thorough_dtypes")
     on = marker.kwargs.get("on") if marker is not None else None
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if marker is None or on is None or "amp_dtype" not in params or "amp_device" not in params:
+    if marker is None or on is None or "amp_dtype" not in params:
         return False
-    return str(params["amp_dtype"]) in marker.args and str(params["amp_device"]).split(":")[0] == on
+    return str(params["amp_dtype"]) in marker.args and device_type == on
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

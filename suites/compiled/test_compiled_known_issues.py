@@ -40,8 +40,16 @@ def _observe(issue_id, request, dtype):
     raise KeyError(issue_id)
 
 
+#: Observing the elided roundings compiles the block again (emulate_precision_casts): about 8 s cold on
+#: 2 CPU cores, so thorough on the CPU, default on CUDA; the other issue reuses the suite's compiles.
+ISSUES = [
+    pytest.param(i, marks=pytest.mark.amp_thorough_on("cpu")) if i == "inductor-elides-eager-roundings" else i
+    for i in sorted(KNOWN_ISSUES)
+]
+
+
 @pytest.mark.amp_thorough_dtypes("fp16")  # each issue shows in bf16; fp16 costs two more compiles
-@pytest.mark.parametrize("issue_id", sorted(KNOWN_ISSUES))
+@pytest.mark.parametrize("issue_id", ISSUES)
 def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, amp_dtype, amp_record):
     issue = KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id, request, amp_dtype)
