@@ -10,6 +10,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 from helpers import REPO
 
 SCRIPT = REPO / "scripts" / "gpu-qualify.sh"
@@ -19,6 +20,8 @@ def test_the_script_is_valid_bash():
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
 
+@pytest.mark.amp_thorough  # five interpreters that import torch, about 12 s on 2 cores; what it composes
+# (profile, calibrate, qualify) is tested piece by piece in the default tier
 def test_a_cpu_dry_run_packs_baselines_report_junit_and_log(tmp_path):
     env = {
         **os.environ,
