@@ -198,3 +198,39 @@ def test_two_sessions_writing_the_same_baseline_at_once_leave_one_whole_file(tmp
     assert final.data["i"] == rounds - 1
     assert sorted(p.name for p in path.parent.iterdir()) == ["n.json"], "a staged file was left behind"
     assert reads > 0
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A file system with no space left: a 64 KiB tmpfs, filled. Needs root and mount; skips, saying
+    why, where the machine does not allow it (the simulated ENOSPC above runs everywhere)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a real full disk needs root and mount (tmpfs)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not allowed here: {done.stderr.strip()}")
+    try:
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_really_full_disk_fails_the_check_that_writes_and_leaves_nothing_behind(project, full_disk):
+    root = full_disk / "baselines"
+    root.mkdir()
+    result = project.runpytest(*ARGS, f"--amp-baseline-dir={root}", f"--amp-report-dir={project.path / 'out'}")
+    failed = {r.nodeid for r in result.reprec.getfailures()}  # type: ignore[attr-defined]
+    assert failed == {f"test_demo.py::test_{n}" for n in ("kept", "drifted", "new")}, failed  # all three must write
+    assert "No space left on device (ENOSPC)" in result.stdout.str()
+    assert [p.name for p in root.rglob("*") if p.is_file()] == []
+    assert [d for d in (project.path / "out").iterdir() if not d.name.startswith(".")]

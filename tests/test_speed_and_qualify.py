@@ -361,7 +361,7 @@ def test_my_recipe_matches_fp32(amp_training):
 @pytest.mark.parametrize(
     ("argv", "quoted"),
     [
-        ([], "no tests named and no suites/ directory"),
+        ([], "*file or directory not found: suites/*no tests named and no suites/ directory*"),
         (["missing_dir/"], "*file or directory not found: missing_dir/*"),
         (["empty/", "--", "--amp-tier=vigorous"], "*--amp-tier*invalid choice*"),
         (["--oprional", "speed"], "*unrecognized arguments: --oprional*pytest options go after --*"),
