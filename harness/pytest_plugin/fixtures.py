@@ -36,7 +36,7 @@ __all__ = [
     "amp_device",
     "amp_dtype",
     "amp_fingerprint",
-    "amp_hardware_profile",
+    "amp_hardware_class",
     "amp_profile",
     "amp_record",
     "amp_require_speedup",
@@ -153,14 +153,16 @@ def amp_compile_backend(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def amp_hardware_profile(request: pytest.FixtureRequest) -> Profile:
-    """The :class:`harness.storage.profiles.Profile` (calibrated thresholds, published peaks) of
-    the device under test's hardware class.
+def amp_hardware_class(request: pytest.FixtureRequest) -> Profile:
+    """The device under test's *hardware class* as calibrated here: its
+    :class:`harness.storage.profiles.Profile` (calibrated speed thresholds, published peaks). Not to
+    be confused with the *kernel profile* (``amp_profile``, ``--amp-profile``: the ISA-level id that
+    keys golden curves) or a hypothesis profile.
 
     Example::
 
-        def test_speed(amp_hardware_profile):
-            th = amp_hardware_profile.threshold("matmul_1024", "bfloat16")
+        def test_speed(amp_hardware_class):
+            th = amp_hardware_class.threshold("matmul_1024", "bfloat16")
     """
     from harness.storage import profiles
 
@@ -219,7 +221,7 @@ def _amp_slowdown() -> float:
 def amp_speedup(
     request: pytest.FixtureRequest,
     amp_device: torch.device,
-    amp_hardware_profile: Profile,
+    amp_hardware_class: Profile,
     amp_record: Recorder,
     amp_calibrate_command: str,
     amp_require_speedup: bool,
@@ -245,7 +247,7 @@ def amp_speedup(
             workload,
             dtype_name,
             device=amp_device,
-            profile=amp_hardware_profile,
+            profile=amp_hardware_class,
             record=amp_record,
             slowdown=_amp_slowdown,
             calibrate_command=f"{amp_calibrate_command} {calibrate_flags}".strip(),

@@ -32,10 +32,10 @@ pytestmark = pytest.mark.amp_capability("training parity")
 CURVES = {"mlp": [T.BF16, T.FP16_SCALER], "tiny_lm": [T.BF16, T.FP16_SCALER], "cnn_bn": [T.BF16, T.FP16_SCALER]}
 
 
-def _lane_key(amp_hardware_profile) -> dict[str, str | None]:
+def _lane_key(amp_hardware_class) -> dict[str, str | None]:
     """What the deterministic lane requires to be unchanged: hardware class and software stack."""
     return {
-        "hardware_class": amp_hardware_profile.hardware_class,
+        "hardware_class": amp_hardware_class.hardware_class,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
     }
@@ -48,7 +48,7 @@ CURVE_SETUPS = [pytest.param(n, marks=pytest.mark.amp_thorough) if n == "tiny_lm
 
 @pytest.mark.parametrize("setup_name", CURVE_SETUPS)
 def test_loss_curves_match_the_golden_curves_of_this_profile(
-    setup_name, fp32_runs, train_cached, amp_device, amp_record, amp_baseline, amp_hardware_profile
+    setup_name, fp32_runs, train_cached, amp_device, amp_record, amp_baseline, amp_hardware_class
 ):
     setup = T.SETUPS[setup_name]
     fp = fp32_runs(setup)
@@ -72,7 +72,7 @@ def test_loss_curves_match_the_golden_curves_of_this_profile(
         f"approximate lane: per-step allowance the fp32 seed spread ({len(fp)} seeds) at that step, outlier steps "
         f"derived for a false-alarm rate {T.CURVE_FALSE_ALARM} over {setup.steps} steps"
     )
-    key = _lane_key(amp_hardware_profile)
+    key = _lane_key(amp_hardware_class)
     reference = amp_baseline.reference(f"loss_curves_{setup_name}", key=KeyKind.PROFILE, device=str(amp_device))
     if reference is not None:
         # No curves of this profile's own: the approximate lane, against another profile's curves
