@@ -244,7 +244,16 @@ def test_a_dashboard_over_1000_runs_of_500_metrics_builds_within_budget(benchmar
 # -- end to end in a real browser ---------------------------------------------------------------
 def _pytest_run(pytester: pytest.Pytester, report_dir: Path) -> None:
     """One real run of a suite file, in process (a fresh interpreter would cost seconds)."""
-    result = pytester.runpytest("-p", "no:cacheprovider", f"--amp-report-dir={report_dir}", "--amp-device=cpu")
+    # importlib mode: in a full run the real suite module is imported under its basename already
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        f"--amp-report-dir={report_dir}",
+        "--amp-device=cpu",
+        "--import-mode=importlib",
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
+    )
     assert result.ret == 0, result.stdout.str()[-2000:]
 
 
