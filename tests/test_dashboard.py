@@ -14,12 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import REPO, assert_clean, run_inner
 
 from harness.apps import dashboard as db
 from harness.apps.cli import main
 from harness.storage import report as rp
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 # -- flag rules ---------------------------------------------------------------------------------
@@ -242,29 +241,14 @@ def test_a_dashboard_over_1000_runs_of_500_metrics_builds_within_budget(benchmar
 
 
 # -- end to end in a real browser ---------------------------------------------------------------
-def _pytest_run(pytester: pytest.Pytester, report_dir: Path) -> None:
-    """One real run of a suite file, in process (a fresh interpreter would cost seconds)."""
-    # importlib mode: in a full run the real suite module is imported under its basename already
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        f"--amp-report-dir={report_dir}",
-        "--amp-device=cpu",
-        "--import-mode=importlib",
-        "-W",
-        "ignore::pytest.PytestAssertRewriteWarning",
-    )
-    assert result.ret == 0, result.stdout.str()[-2000:]
-
-
 def test_dashboard_of_two_real_runs_renders_in_headless_chromium(tmp_path, pytester, suite_copy):
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("chromium is missing: .ci/run installs Debian's chromium (apt-get install chromium)")
     suite_copy("formats/test_format_limits.py")
     shutil.copytree(REPO / "baselines" / "formats", pytester.path / "baselines" / "formats")  # its stored table
-    for _ in range(2):
-        _pytest_run(pytester, tmp_path / "reports")
+    for _ in range(2):  # real runs, in process (a fresh interpreter would cost seconds)
+        assert_clean(run_inner(pytester, f"--amp-report-dir={tmp_path / 'reports'}"), at_least=1)
     html_path = tmp_path / "dashboard.html"
     assert main(["dashboard", str(tmp_path / "reports"), "-o", str(html_path)]) == 0
     flags = [

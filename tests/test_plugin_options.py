@@ -145,39 +145,42 @@ def test_heavy(amp_device, amp_dtype):
     pass
 """
 
-
-def test_a_dtype_marked_thorough_on_one_device_type_is_thorough_there_only(pytester):
-    """fp16 is the thorough tier on the CPU (a costly, rarely trained path there), default on CUDA."""
-    pytester.makepyfile(test_heavy=HEAVY_FP16_ON.format(on="cpu"))
-    on_cpu = pytester.runpytest(*QUIET, "--amp-device=cpu", "-v", "--amp-no-report")
-    on_cpu.stdout.fnmatch_lines(["*test_heavy[[]cpu-bf16] PASSED*", "*test_heavy[[]cpu-fp16] SKIPPED*"])
-    pytester.makepyfile(test_heavy=HEAVY_FP16_ON.format(on="cuda"))
-    on_cuda = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
-    on_cuda.assert_outcomes(passed=2)  # the CPU items are not the thorough ones
-    pytester.makepyfile(test_heavy=HEAVY_FP16_ON.format(on="tpu"))
-    wrong = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
-    wrong.stdout.fnmatch_lines(["*amp_thorough_dtypes(on='tpu'): choose cpu or cuda*"])
-
-
-HEAVY_ON_CPU = """
+HEAVY_CASE_ON = """
 import pytest
 
 @pytest.mark.parametrize("case", ["light", pytest.param("heavy", marks=pytest.mark.amp_thorough_on("{on}"))])
-def test_case(case, amp_device):
+def test_heavy(case, amp_device):
     pass
 """
 
 
-def test_a_case_marked_thorough_on_a_device_type_is_thorough_there_only(pytester):
-    pytester.makepyfile(test_case=HEAVY_ON_CPU.format(on="cpu"))
+@pytest.mark.parametrize(
+    ("source", "light", "heavy", "refusal", "refused_at_collection"),
+    [
+        # fp16 is the thorough tier on the CPU (a costly, rarely trained path there), default on CUDA;
+        # a bad value is refused while parametrizing (a collection error, shown on stdout)
+        (HEAVY_FP16_ON, "cpu-bf16", "cpu-fp16", "*amp_thorough_dtypes(on='tpu'): choose cpu or cuda*", True),
+        # a bad value is refused when the tiers are decided (a usage error, on stderr)
+        (HEAVY_CASE_ON, "cpu-light", "cpu-heavy", "*amp_thorough_on('tpu'): choose cpu or cuda*", False),
+    ],
+    ids=["amp_thorough_dtypes-on", "amp_thorough_on"],
+)
+def test_a_check_marked_thorough_on_one_device_type_is_thorough_there_only(
+    pytester, source, light, heavy, refusal, refused_at_collection
+):
+    pytester.makepyfile(test_heavy=source.format(on="cpu"))
     on_cpu = pytester.runpytest(*QUIET, "--amp-device=cpu", "-v", "--amp-no-report")
-    on_cpu.stdout.fnmatch_lines(["*test_case[[]cpu-light] PASSED*", "*test_case[[]cpu-heavy] SKIPPED*"])
-    pytester.makepyfile(test_case=HEAVY_ON_CPU.format(on="cuda"))
-    pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report").assert_outcomes(passed=2)
-    pytester.makepyfile(test_case=HEAVY_ON_CPU.format(on="tpu"))
+    on_cpu.stdout.fnmatch_lines([f"*test_heavy[[]{light}] PASSED*", f"*test_heavy[[]{heavy}] SKIPPED*"])
+    pytester.makepyfile(test_heavy=source.format(on="cuda"))
+    on_cuda = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
+    on_cuda.assert_outcomes(passed=2)  # the CPU items are not the thorough ones
+    pytester.makepyfile(test_heavy=source.format(on="tpu"))
     wrong = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
-    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
-    wrong.stderr.fnmatch_lines(["*amp_thorough_on('tpu'): choose cpu or cuda*"])
+    if refused_at_collection:
+        wrong.stdout.fnmatch_lines([refusal])
+    else:
+        assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+        wrong.stderr.fnmatch_lines([refusal])
 
 
 def test_profile_override_lands_in_rows_and_run_metadata(pytester):

@@ -284,11 +284,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise _UsageError(f"unrecognized arguments: -- {' '.join(rest)}")
         return int(args.func(args))
     except _UsageError as exc:
-        hint = (
-            " (pytest options go after --: amp-harness qualify tests/ -- -k parity)" if own[:1] == ["qualify"] else ""
-        )
+        if own[:1] != ["qualify"]:
+            print(f"amp-harness: usage error: {exc}", file=sys.stderr)
+            return 2
+        from harness.apps import qualify
+
+        hint = " (pytest options go after --: amp-harness qualify tests/ -- -k parity)"
         print(f"amp-harness: usage error: {exc}{hint}", file=sys.stderr)
-        return 4 if own[:1] == ["qualify"] else 2
+        return qualify.USAGE_ERROR
     except rp.ReportError as exc:
         print(f"amp-harness: {exc}", file=sys.stderr)
         return 2

@@ -6,8 +6,9 @@ UNJUDGED; nothing here matches paths or searches message text. Each capability g
 NOISY, NOT JUDGED or SKIPPED with its reason.
 
 Which capabilities are required: all of them when qualifying the ``suites/`` of the working
-directory (no paths, or paths inside it); for a user's own tests, those the tests decide. A user's test decides a capability through
-the amp-harness fixture it uses (``amp_training`` decides training parity), or its marker.
+directory (no paths, or paths inside it); for a user's own tests, those the tests decide. A
+user's test decides a capability through the amp-harness fixture it uses (``amp_training``
+decides training parity), or its marker.
 
 Exit status: 0 when every required capability passed; 1 when a required one failed; 2 when none
 failed but a required one is NOISY, NOT JUDGED (for example the speed of a hardware class that
@@ -147,10 +148,6 @@ USAGE_ERROR = 4
 #: pytest.ExitCode.USAGE_ERROR and NO_TESTS_COLLECTED (not imported: the CLI stays light)
 _PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS = 4, 5
 DEFAULT_TESTS = "suites/"
-
-
-class QualifyUsageError(Exception):
-    """Qualify cannot run as asked; the message says what to do instead."""
 
 
 def _pytest(cmd: Sequence[str]) -> tuple[int, list[str]]:

@@ -23,6 +23,9 @@ from harness.pytest_plugin.summary import run_metadata, terminal_lines
 from harness.storage import baselines as bl
 from harness.storage import report as rp
 
+#: the device types a marker may single out (amp_thorough_on, amp_thorough_dtypes(on=...))
+DEVICE_TYPES = ("cpu", "cuda")
+
 MARKERS = (
     "amp_quick: part of the quick tier (runs in every tier)",
     "amp_thorough: heavy check, runs only with --amp-tier=thorough",
@@ -98,7 +101,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 f"not a dtype; choose from {', '.join(opts.DTYPE_NAMES)}"
             )
         on = marker.kwargs.get("on") if marker is not None else None
-        if on is not None and on not in ("cpu", "cuda"):
+        if on is not None and on not in DEVICE_TYPES:
             raise pytest.UsageError(f"{metafunc.definition.nodeid}: amp_thorough_dtypes(on={on!r}): choose cpu or cuda")
         everywhere = heavy if on is None else set()  # on one device type: decided per item, at collection
         metafunc.parametrize(
@@ -158,7 +161,7 @@ def _thorough_on_this_device(item: pytest.Item) -> bool:
     device_type = str(params["amp_device"]).split(":")[0]
     whole = item.get_closest_marker("amp_thorough_on")
     if whole is not None:
-        unknown = [a for a in whole.args if a not in ("cpu", "cuda")]
+        unknown = [a for a in whole.args if a not in DEVICE_TYPES]
         if unknown:
             raise pytest.UsageError(
                 f"{item.nodeid}: amp_thorough_on({', '.join(map(repr, unknown))}): choose cpu or cuda"
