@@ -192,6 +192,30 @@ def test_ten_clean_runs_raise_no_flag_and_an_injected_regression_raises_exactly_
     )
 
 
+@pytest.mark.amp_thorough  # about a minute: every default speed case and both bf16 compiled cases, 5 runs each
+def test_calibration_judges_every_case_that_autocast_changes(tmp_path, capsys):
+    """`amp-harness calibrate --compiled` on an otherwise idle machine judges every case but the
+    one autocast leaves alone on the CPU (layer_norm): figures per CPU kind in
+    docs/hardware-and-speed.md. On a busy machine a case may come out recorded: rerun it idle."""
+    from harness.domains.compiled import speed as compiled_speed
+
+    assert main(["calibrate", "--compiled", "--baseline-dir", str(tmp_path)]) == 0
+    prof = profiles.load(tmp_path, detect().cpu_class.id)
+    cases = [*thresholds.DEFAULT_CASES, *compiled_speed.CALIBRATED_CASES]
+    unjudged = [f"{w}/{d}" for w, d in cases if not prof.threshold(w, d).judged]
+    assert unjudged == ["layer_norm/bfloat16"], (unjudged, capsys.readouterr().out)
+
+
+def test_calibrate_refuses_bad_counts(capsys):
+    for argv, said in (
+        (["--runs", "0"], "0 is not a positive integer"),
+        (["--rounds", "-1"], "-1 is not a positive"),
+        (["--runs", "many"], "'many' is not an integer"),
+    ):
+        assert main(["calibrate", *argv]) == 2
+        assert said in capsys.readouterr().err
+
+
 def test_thresholds_are_relative_to_the_class_whether_amp_is_faster_or_slower():
     for median in (4.0, 1.0, 0.5, 0.02):
         runs = [median * f for f in (1.0, 1.02, 0.99, 1.01, 1.0)]
@@ -199,6 +223,25 @@ def test_thresholds_are_relative_to_the_class_whether_amp_is_faster_or_slower():
         assert th.judged and th.calibrated_median == pytest.approx(median)
         assert median / bench.DETECT_SLOWDOWN < th.min_speedup < min(runs)  # a 1.3x slower path fails, clean passes
     assert not thresholds.threshold_from_calibration([4.0, 2.0, 4.2]).judged  # too noisy: recorded only
+
+
+def test_a_judged_threshold_separates_every_calibration_run_from_it_slowed_1_3x():
+    """The scatter rule is exactly what keeps clean calibration runs and their slowed copies apart."""
+    most = thresholds.MAX_CALIBRATION_SCATTER
+    for scatter in (1.0, 1.05, 1.1, most):
+        for runs in (
+            [1.0, scatter],
+            [1.0, 1.0, 1.0, scatter],
+            [1.0, scatter, scatter, scatter],
+            [1 / scatter, 1, scatter],
+        ):
+            th = thresholds.threshold_from_calibration(runs)
+            assert th.judged and th.min_speedup is not None
+            limit = th.min_speedup
+            assert all(r >= limit * 0.9999 for r in runs)
+            assert all(r / bench.DETECT_SLOWDOWN <= limit * 1.0001 for r in runs)
+    assert not thresholds.threshold_from_calibration([1.0, 1.0, most * 1.01]).judged
+    assert not thresholds.threshold_from_calibration([1.0, 1.0, 1 / (most * 1.01)]).judged
     assert (
         thresholds.pays_off("matmul", "bfloat16", 0.5, "cpu-x")
         == "bfloat16 autocast matmul is 2x slower than fp32 on cpu-x"
@@ -222,9 +265,48 @@ def test_the_speed_verdict_is_decided_once():
     assert speed.judge("m", "bf16", "c", wobbly, th, "CMD").outcome is Outcome.NOISY
 
 
-def test_noise_gate_marks_a_spread_that_straddles_the_threshold():
+def test_the_median_interval_has_its_stated_confidence():
+    """Order-statistic intervals of the median: exact binomial coverage, checked by simulation."""
+    import random
+
+    assert bench.MIN_ROUNDS == 6  # [min, max] of 6 holds the median with 1 - 2/64 = 96.9%
+    assert bench.median_interval([1.0] * 5) == (0.0, float("inf"))  # 5 rounds: no 95% interval
+    rng = random.Random(0)
+    for n in (6, 9, 20, 41):
+        held = sum(
+            lo <= 0.0 <= hi
+            for lo, hi in (bench.median_interval([rng.gauss(0, 1) for _ in range(n)]) for _ in range(2000))
+        )
+        assert held / 2000 >= bench.CONFIDENCE - 0.015, (n, held)  # 0.015: 3 binomial SEs of 2000 draws
+
+
+def test_rounds_stop_when_the_interval_is_narrow_or_the_time_is_up():
+    policy = bench.Rounds()
+    steady = bench.Timing((1.0,) * 6, (0.5,) * 6)
+    assert policy.stop(bench.Timing((1.0,) * 5, (0.5,) * 5), 0.0) is None  # fewer than MIN_ROUNDS
+    assert "interval within" in (policy.stop(steady, 0.0) or "")
+    wobbly = bench.Timing((1.0,) * 7, (0.4, 0.6, 0.5, 0.7, 0.45, 0.55, 0.62))
+    assert policy.stop(wobbly, 0.1) is None
+    assert "time cap" in (policy.stop(wobbly, bench.MAX_MEASURE_S) or "")
+    assert bench.Rounds.fixed(7).stop(wobbly, 0.0) == "fixed number of rounds"
+
+
+def test_the_cpu_clock_is_the_timing_threads_and_a_slowed_path_is_slower_on_it():
+    """A measurement on the CPU is judged by this thread's CPU time, with wall clock beside it, and
+    the negative controls' slowed path is DETECT_SLOWDOWN times slower on that clock."""
+    import torch
+
+    a = torch.randn(128, 128)
+    work = bench.Workload("mm", lambda device, dtype: lambda: a @ a, None)
+    t = bench.measure(work, torch.device("cpu"), torch.bfloat16, slowdown=bench.DETECT_SLOWDOWN, rounds=9)
+    assert t.clock == bench.THREAD_CPU and t.rounds == 9 and t.wall_speedup is not None
+    assert t.first_call_s is not None and all(s > 0 for s in t.first_call_s)
+    assert t.speedup < 1 / 1.2  # the baseline runs the same matmul: 1.3x slower, on the judging clock
+
+
+def test_noise_gate_marks_an_interval_that_holds_the_threshold():
     steady = bench.Timing((1.0,) * 7, (0.25,) * 7)  # speedup 4 exactly
-    assert steady.speedup == 4.0 and steady.spread == 0.0
+    assert steady.speedup == 4.0 and steady.spread == 0.0 and steady.interval == (4.0, 4.0)
     assert not bench.is_noisy(steady, 3.5)
     wobbly = bench.Timing((1.0,) * 7, (0.2, 0.33, 0.25, 0.4, 0.22, 0.3, 0.27))
     assert bench.is_noisy(wobbly, 3.5)
@@ -402,15 +484,16 @@ def test_the_example_ci_workflow_runs_qualify():
 
 
 def test_the_speed_suite_writes_pytest_benchmark_results(pytester, suite_copy, tmp_path):
-    """`--benchmark-json` gets the AMP blocks as pytest-benchmark results, the fp32 blocks and the
-    judged ratio in extra_info; `--benchmark-disable` leaves the harness timing alone."""
+    """`--benchmark-json` gets the first AMP blocks as pytest-benchmark results, every round's fp32
+    and AMP blocks on the judging clock and the judged ratio in extra_info; `--benchmark-disable` leaves the harness timing alone."""
     args = _speed_suite(pytester, suite_copy, 1.0, None)
     out = tmp_path / "bench.json"
     assert_clean(run_inner(pytester, *args, "-k", GATE_ID, f"--benchmark-json={out}"), at_least=1)
     [result] = json.loads(out.read_text())["benchmarks"]
-    assert result["stats"]["rounds"] == 7 and result["group"] == "matmul_1024/bfloat16"
+    assert result["stats"]["rounds"] == bench.MIN_ROUNDS and result["group"] == "matmul_1024/bfloat16"
     info = result["extra_info"]
-    assert len(info["fp32_s_per_iteration"]) == len(info["amp_s_per_iteration"]) == 7
+    assert len(info["fp32_s_per_iteration"]) == len(info["amp_s_per_iteration"]) >= bench.MIN_ROUNDS
+    assert info["clock"] == bench.THREAD_CPU
     assert info["verdict"] == "unjudged" and info["speedup_judged"] > 0
     assert_clean(run_inner(pytester, *args, "-k", GATE_ID, "--benchmark-disable"), at_least=1)
 

@@ -116,7 +116,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     workloads = {**bench.WORKLOADS, **compiled_speed.workloads("inductor")}
     known_cases = (*thresholds.DEFAULT_CASES, *compiled_speed.DEFAULT_CASES, *compiled_speed.THOROUGH_CASES)
-    cases = (*thresholds.DEFAULT_CASES, *(compiled_speed.DEFAULT_CASES if args.compiled else ()))
+    cases = (*thresholds.DEFAULT_CASES, *(compiled_speed.CALIBRATED_CASES if args.compiled else ()))
     if args.cases:
         wanted = [tuple(c.split("/", 1)) for c in args.cases]
         unknown = [("/".join(c)) for c in wanted if c not in known_cases]
@@ -144,14 +144,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     speedups: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
     for run in range(args.runs):
         for workload, dtype in cases:
-            w = workloads[workload]
-            dt = getattr(torch, dtype)
-            t = bench.interleaved(*w.pair(device, dt), device, rounds=args.rounds)
+            t = bench.measure(workloads[workload], device, getattr(torch, dtype), rounds=args.rounds)
             speedups[(workload, dtype)].append(t.speedup)
-            print(
-                f"  run {run + 1}/{args.runs} {workload}/{dtype}: speedup {t.speedup:.3g} (IQR {t.spread:.3g})",
-                flush=True,
-            )
+            print(f"  run {run + 1}/{args.runs} {workload}/{dtype}: {t.describe()}", flush=True)
     for (workload, dtype), runs in speedups.items():
         th = thresholds.for_device(thresholds.threshold_from_calibration(runs), workload, device, getattr(torch, dtype))
         assert th is not None
@@ -163,11 +158,23 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     prof.provenance = {
         **provenance(fp, device=str(device), profile=hc.id, commit=git_commit(Path.cwd())),
         "runs": args.runs,
-        "rounds": args.rounds,
+        "rounds": args.rounds or "adaptive",
+        "clock": bench.clock_of(device),
     }
     path = profiles.save(root, prof)
     print(f"hardware class {hc.id}: thresholds written to {path}; review and commit it with your baselines")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (0 runs or rounds would calibrate nothing)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not a positive integer")
+    return n
 
 
 def _capability_list(values: Sequence[str], option: str) -> list[str]:
@@ -245,10 +252,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument(
         "--compiled",
         action="store_true",
-        help="also calibrate compiled AMP (torch.compile with Inductor: against eager AMP and compiled fp32)",
+        help="also calibrate compiled AMP in bf16 (torch.compile with Inductor: against eager AMP and compiled fp32)",
     )
-    k.add_argument("--runs", type=int, default=5, help="independent measurements per workload (default 5)")
-    k.add_argument("--rounds", type=int, default=7, help="interleaved rounds per measurement (default 7)")
+    k.add_argument("--runs", type=_positive_int, default=5, help="independent measurements per workload (default 5)")
+    k.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=None,
+        help="a fixed number of interleaved rounds per measurement (default: adaptive, as the speed checks measure: "
+        "until the speedup's 95%% interval is narrow, within a time cap)",
+    )
     k.add_argument("--baseline-dir", default="baselines", help="baseline root; the file goes to <dir>/profiles/")
     k.set_defaults(func=_cmd_calibrate)
     q = sub.add_parser(

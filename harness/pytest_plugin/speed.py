@@ -3,7 +3,8 @@
 The speed suite and the compiled suite call :func:`check_speedup` with their workload; it measures
 the workload's AMP path against its baseline interleaved (through pytest-benchmark when enabled),
 judges it against the hardware class's calibrated threshold (a failure confirmed by a second
-measurement, NOISY when the spread straddles the threshold twice, NOT JUDGED where uncalibrated),
+measurement, NOISY when the speedup's confidence interval holds the threshold twice, NOT JUDGED
+where uncalibrated),
 and records the rows.
 """
 
@@ -19,9 +20,6 @@ from harness.domains.speed import verdict as speed
 from harness.numerics.verdict import Outcome
 from harness.pytest_plugin.recording import Recorder
 from harness.storage.profiles import Profile
-
-#: Interleaved rounds per measurement: 7 gives a median and quartiles.
-ROUNDS = 7
 
 
 def _pedantic(benchmark: Any, group: str | None = None) -> bench.Pedantic | None:
@@ -43,20 +41,21 @@ def _pedantic(benchmark: Any, group: str | None = None) -> bench.Pedantic | None
     return run
 
 
-def _measure(
-    workload: bench.Workload,
-    device: torch.device,
-    dtype: torch.dtype,
-    slowdown: float,
-    pedantic: bench.Pedantic | None = None,
-) -> bench.Timing:
-    fp32, amp = workload.pair(device, dtype)
-    if slowdown != 1.0:
-        probe = bench.interleaved(fp32, amp, device, rounds=3)
-        amp = bench.slowed(amp, slowdown, probe.amp_median_s, device)
-    if pedantic is not None:
-        return bench.interleaved_pedantic(fp32, amp, device, ROUNDS, pedantic)
-    return bench.interleaved(fp32, amp, device, rounds=ROUNDS)
+def _record_compile_seconds(
+    workload: bench.Workload, dtype_name: str, first_call_s: tuple[float, float], record: Recorder, device: torch.device
+) -> None:
+    """The first call of each compiled path (trace, compile, one step): its compile time, recorded."""
+    paths = {"baseline": (first_call_s[0], workload.baseline_dtype or dtype_name), "amp": (first_call_s[1], dtype_name)}
+    for path in sorted(workload.compiled_paths):
+        seconds, path_dtype = paths[path]
+        record(
+            f"{workload.name}.compile_s",
+            seconds,
+            unit="s",
+            dtype=path_dtype,
+            device=device,
+            note="first call of the compiled path: trace, compile (Inductor's cache may be warm) and one step",
+        )
 
 
 def check_speedup(
@@ -84,19 +83,23 @@ def check_speedup(
         return speed.judge(name, dtype_name, profile.hardware_class, t, th, calibrate_command)
 
     pedantic = _pedantic(benchmark, f"{name}/{dtype_name}")
-    first = decide(_measure(workload, device, dtype, slowdown, pedantic))
+    first = decide(bench.measure(workload, device, dtype, slowdown, pedantic=pedantic))
     v = first
     if first.outcome in (Outcome.NOISY, Outcome.FAIL):
         # A failure must be confirmed by a second measurement, and a noisy one is measured once
         # more (the PyTorch HUD's rule: a regression only after 2 consecutive violations). On a
         # shared 2-core VM one clean case in about 60 falls below its threshold once; twice in a
         # row, none was seen; a 1.3x slower path still fails both (tests/test_speed_and_qualify.py).
-        v = decide(_measure(workload, device, dtype, slowdown))  # the harness times the rerun
+        v = decide(bench.measure(workload, device, dtype, slowdown))  # the harness times the rerun
     timing = v.timing
     tags = {
         "workload": name,
         "baseline": workload.baseline_name,
-        "rounds": ROUNDS,
+        "rounds": timing.rounds,
+        "stopped": timing.stopped,
+        "clock": timing.clock,
+        "interval": list(timing.interval),
+        "wall_speedup": timing.wall_speedup,
         "iqr": timing.spread,
         "fp32_s": timing.fp32_median_s,
         "amp_s": timing.amp_median_s,
@@ -104,10 +107,16 @@ def check_speedup(
         "calibrated_median": th.calibrated_median if th else None,
         "first_measurement": {"outcome": first.outcome.value, "speedup": first.timing.speedup},
     }
+    if workload.compiled_paths and first.timing.first_call_s is not None:
+        _record_compile_seconds(workload, dtype_name, first.timing.first_call_s, record, device)
     if pedantic is not None:
         benchmark.extra_info.update(
             {
-                "timed": "AMP blocks (the pytest-benchmark result) interleaved with fp32 blocks (extra_info)",
+                "timed": (
+                    f"the first {bench.MIN_ROUNDS} AMP blocks by wall clock (the pytest-benchmark result), interleaved "
+                    f"with baseline blocks; judged: every round's ratio by {first.timing.clock} (extra_info)"
+                ),
+                "clock": first.timing.clock,
                 "fp32_s_per_iteration": list(first.timing.fp32_s),
                 "amp_s_per_iteration": list(first.timing.amp_s),
                 "speedup_first_measurement": first.timing.speedup,
@@ -167,6 +176,5 @@ def check_speedup(
     )
     if v.outcome is Outcome.NOISY:
         pytest.skip(
-            f"NOISY: {name}/{dtype_name} speedup {timing.speedup:.3g}x with IQR {timing.spread:.3g} "
-            f"straddles the threshold {v.limit}"
+            f"NOISY: {name}/{dtype_name} {timing.describe()}: the interval holds the threshold {v.limit}, twice"
         )

@@ -1,14 +1,19 @@
 """AMP-vs-fp32 speed measured as a ratio in one run, interleaved, with a variance gate.
 
-Timing uses ``torch.utils.benchmark.Timer`` on the CPU and CUDA events (after a synchronise) on
-CUDA; fp32 and AMP alternate round by round (A B A B ...) so drift of the machine hits both, and
-the speedup is the median of the per-round ratios.
+On the CPU a block is timed by the timing thread's CPU time (and by wall clock, recorded beside
+it), on CUDA by CUDA events after a synchronise; fp32 and AMP alternate round by round (A B A B
+...) so drift of the machine hits both; the speedup is the median of the per-round ratios, judged
+with its distribution-free confidence interval, and rounds continue until that interval is narrow
+or a time cap is reached (:class:`Rounds`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import math
 import statistics
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +43,11 @@ class Workload:
     baseline: Callable[[torch.device, torch.dtype], Fn] | None = None
     #: what the baseline is, in words (the speedup's denominator)
     baseline_name: str = "fp32"
+    #: the dtype the baseline runs in (None: the AMP path's, as eager AMP under compiled AMP)
+    baseline_dtype: str | None = "float32"
+    #: which paths ("baseline", "amp") are compiled: their first call, timed in the warm-up, is
+    #: recorded as the compile time
+    compiled_paths: frozenset[str] = frozenset()
 
     def pair(self, device: torch.device, dtype: torch.dtype) -> tuple[Fn, Fn]:
         """(baseline, AMP path): the two functions timed interleaved; the speedup is their ratio."""
@@ -137,12 +147,74 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
+#: The clock a CPU speedup is judged by: the timing thread's own CPU time (CLOCK_THREAD_CPUTIME_ID).
+#: On a shared machine other processes preempt the timing thread; wall clock counts the time it
+#: waits and this clock does not (docs/hardware-and-speed.md has the figures). On CUDA the clock is
+#: CUDA events after a synchronise, where wall time is the right measure of a GPU's work.
+THREAD_CPU = "thread_cpu"
+CUDA_EVENTS = "cuda_events"
+
+#: Confidence of the interval a speedup is judged with (NOISY when it holds the threshold).
+CONFIDENCE = 0.95
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: the order statistics (k, n + 1 - k) with
+    the largest k such that Binomial(n, 1/2) puts at most (1 - confidence) / 2 below k. Assumes
+    only that the rounds are independent draws of one ratio; no normality."""
+    xs = sorted(values)
+    n = len(xs)
+    tail = (1.0 - confidence) / 2.0
+    k, below = 0, 0.0
+    while k < n // 2:
+        below += math.comb(n, k) / 2.0**n  # P(B <= k)
+        if below > tail:
+            break
+        k += 1
+    if k == 0:  # too few rounds for the confidence: the interval is unbounded
+        return (0.0, math.inf)
+    return (xs[k - 1], xs[n - k])
+
+
+def _smallest_confident_n(confidence: float = CONFIDENCE) -> int:
+    n = 1
+    while median_interval([float(i + 1) for i in range(n)], confidence)[0] == 0.0 and n < 1000:
+        n += 1
+    return n
+
+
+#: Fewest interleaved rounds of a measurement: the smallest n whose median interval has the stated
+#: CONFIDENCE (6: [min, max] of 6 rounds holds the median with probability 1 - 2/64 = 96.9%).
+MIN_ROUNDS = _smallest_confident_n()
+
+#: A measurement stops once its interval is this narrow (hi / lo): a quarter of the DETECT_SLOWDOWN
+#: gap on a log scale, so an interval that holds a clean speedup cannot also reach a 1.3x slower one.
+TARGET_WIDTH = DETECT_SLOWDOWN**0.25
+
+#: ... or once its rounds have taken this long (seconds of wall clock), whichever is first: the cap
+#: that keeps a case on a busy machine within the suite's time budget (then it is judged on the
+#: interval it has, NOISY if that holds the threshold).
+MAX_MEASURE_S = 2.0
+
+
 @dataclass(frozen=True)
 class Timing:
-    """Per-round seconds per iteration of fp32 and AMP, interleaved."""
+    """Per-round seconds per iteration of the baseline (``fp32_s``) and the AMP path, interleaved,
+    by the judging ``clock``; the same blocks by wall clock; the first call of each path (its
+    warm-up, where a compiled path traces and compiles); why the rounds stopped."""
 
     fp32_s: tuple[float, ...]
     amp_s: tuple[float, ...]
+    clock: str = THREAD_CPU
+    fp32_wall_s: tuple[float, ...] = ()
+    amp_wall_s: tuple[float, ...] = ()
+    #: wall seconds of the first call of (baseline, AMP path), when measured
+    first_call_s: tuple[float, float] | None = None
+    stopped: str = "fixed number of rounds"
+
+    @property
+    def rounds(self) -> int:
+        return len(self.fp32_s)
 
     @property
     def ratios(self) -> list[float]:
@@ -150,7 +222,25 @@ class Timing:
 
     @property
     def speedup(self) -> float:
+        """The judged figure: the median of the per-round ratios, by the judging clock."""
         return statistics.median(self.ratios)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """CONFIDENCE interval of the speedup (:func:`median_interval` of the per-round ratios)."""
+        return median_interval(self.ratios)
+
+    @property
+    def width(self) -> float:
+        lo, hi = self.interval
+        return hi / lo if lo > 0 else math.inf
+
+    @property
+    def wall_speedup(self) -> float | None:
+        """The same median by wall clock (None where only one clock was read, or it is the judged one)."""
+        if not self.fp32_wall_s:
+            return None
+        return statistics.median(a / b for a, b in zip(self.fp32_wall_s, self.amp_wall_s, strict=True))
 
     @property
     def spread(self) -> float:
@@ -169,9 +259,21 @@ class Timing:
     def fp32_median_s(self) -> float:
         return statistics.median(self.fp32_s)
 
+    def describe(self) -> str:
+        lo, hi = self.interval
+        wall = self.wall_speedup
+        by_wall = f"; by wall clock {wall:.3g}x" if wall is not None else ""
+        return (
+            f"speedup {self.speedup:.3g}x by {self.clock}, {CONFIDENCE:.0%} interval [{lo:.3g}, {hi:.3g}] "
+            f"over {self.rounds} rounds ({self.stopped}){by_wall}"
+        )
 
-def _time_block(fn: Fn, device: torch.device, number: int) -> float:
-    """Seconds per iteration of ``number`` iterations."""
+
+def _time_block(fn: Fn, device: torch.device, number: int) -> tuple[float, float]:
+    """(judged seconds, wall seconds) per iteration of ``number`` iterations: on CUDA both are CUDA
+    events after a synchronise; on the CPU the timing thread's CPU time and wall clock of the same
+    block, on CPU_THREADS threads (torch's intra-op work then runs on this thread, so its CPU time
+    is the work's). ``torch.utils.benchmark.Timer`` reads one clock per block; both are read here."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
@@ -181,15 +283,29 @@ def _time_block(fn: Fn, device: torch.device, number: int) -> float:
             fn()
         end.record()
         torch.cuda.synchronize(device)
-        return float(start.elapsed_time(end)) / 1000.0 / number
-    from torch.utils.benchmark import Timer
+        s = float(start.elapsed_time(end)) / 1000.0 / number
+        return s, s
+    gc_was_on = gc.isenabled()
+    gc.disable()  # as timeit does: a collection inside one block only is noise
+    try:
+        with timing_threads(device):
+            w0, c0 = time.perf_counter(), time.thread_time()
+            for _ in range(number):
+                fn()
+            c1, w1 = time.thread_time(), time.perf_counter()
+    finally:
+        if gc_was_on:
+            gc.enable()
+    return (c1 - c0) / number, (w1 - w0) / number
 
-    # One thread (Timer's default, and CPU_THREADS): on a shared 2-core VM two threads scatter the
-    # speedup about twice as much (IQR 0.46 against 0.2 for bf16 matmul 1024, measured).
-    return float(Timer("fn()", globals={"fn": fn}, num_threads=CPU_THREADS).timeit(number).mean)
+
+def clock_of(device: torch.device) -> str:
+    return CUDA_EVENTS if device.type == "cuda" else THREAD_CPU
 
 
-#: CPU timings run on this many threads, in calibration and in the suite alike.
+#: CPU timings run on this many threads, in calibration and in the suite alike. One: on a shared
+#: 2-core machine two threads scatter the speedup about twice as much, and with one thread the
+#: timing thread's CPU time is all of the work's.
 CPU_THREADS = 1
 
 #: Target duration of one timed block: long against timer resolution and Python overhead (~us),
@@ -212,32 +328,64 @@ def timing_threads(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _warm_up(fp32: Fn, amp: Fn, device: torch.device, warmup: int, number: int | None = None) -> int:
-    """Run both ``warmup`` times; the iterations per timed block (enough for BLOCK_S of the slower
-    one, unless ``number`` is given). On the CPU the warm-up runs on the timing's CPU_THREADS: a
-    compiled function is specialised to the thread count (Dynamo guards on it), so warming it up on
-    another count would leave its recompilation inside the first timed block."""
+def _first_call(fn: Fn, device: torch.device) -> float:
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _warm_up(
+    fp32: Fn, amp: Fn, device: torch.device, warmup: int, number: int | None = None
+) -> tuple[tuple[int, int], tuple[float, float]]:
+    """Run both ``warmup`` times (the first call of each timed: a compiled path traces and compiles
+    in it); return the iterations per timed block of each path (enough for BLOCK_S of that path,
+    unless ``number`` is given: a fast path beside a 26x slower one would otherwise be timed in
+    blocks of a millisecond, where overheads and cache state scatter it) and the first calls'
+    seconds. On the CPU the warm-up runs on the timing's CPU_THREADS: a compiled function is
+    specialised to the thread count (Dynamo guards on it), so warming it up on another count would
+    leave its recompilation inside the first timed block."""
     with timing_threads(device):
-        for _ in range(warmup):
+        first = (_first_call(fp32, device), _first_call(amp, device))
+        for _ in range(warmup - 1):
             fp32()
             amp()
     if number is not None:
-        return number
-    slowest = max(_time_block(fp32, device, 1), _time_block(amp, device, 1))
-    return max(1, round(BLOCK_S / slowest))
+        return (number, number), first
+
+    def iterations(fn: Fn) -> int:
+        one = min(_time_block(fn, device, 1)[0] for _ in range(2))
+        return max(1, round(BLOCK_S / max(one, 1e-9)))
+
+    return (iterations(fp32), iterations(amp)), first
 
 
-def interleaved(
-    fp32: Fn, amp: Fn, device: torch.device, rounds: int, number: int | None = None, warmup: int = 2
-) -> Timing:
-    """Warm both up, then time fp32 and AMP alternately, ``rounds`` times; ``number`` iterations per
-    block (default: enough for BLOCK_S of the slower one)."""
-    number = _warm_up(fp32, amp, device, warmup, number)
-    a, b = [], []
-    for _ in range(rounds):
-        a.append(_time_block(fp32, device, number))
-        b.append(_time_block(amp, device, number))
-    return Timing(tuple(a), tuple(b))
+@dataclass(frozen=True)
+class Rounds:
+    """How many interleaved rounds a measurement takes: at least ``least``; then until the speedup's
+    interval is ``target_width`` narrow, ``max_s`` seconds have passed, or ``most`` rounds ran."""
+
+    least: int = MIN_ROUNDS
+    most: int = 200
+    target_width: float = TARGET_WIDTH
+    max_s: float = MAX_MEASURE_S
+
+    @classmethod
+    def fixed(cls, n: int) -> Rounds:
+        return cls(least=n, most=n, target_width=math.inf, max_s=math.inf)
+
+    def stop(self, t: Timing, elapsed_s: float) -> str | None:
+        n = t.rounds
+        if n < self.least:
+            return None
+        if n >= self.most:
+            return "fixed number of rounds" if self.least == self.most else f"round limit {self.most}"
+        if t.width <= self.target_width:
+            return f"interval within {self.target_width:.3g}x"
+        if elapsed_s >= self.max_s:
+            return f"time cap {self.max_s:g} s"
+        return None
 
 
 #: ``pedantic(target, setup, rounds) -> seconds of each round of target``: pytest-benchmark's
@@ -245,60 +393,117 @@ def interleaved(
 Pedantic = Callable[[Fn, Fn, int], list[float]]
 
 
-def interleaved_pedantic(
-    fp32: Fn, amp: Fn, device: torch.device, rounds: int, pedantic: Pedantic, warmup: int = 2
+def interleaved(
+    fp32: Fn,
+    amp: Fn,
+    device: torch.device,
+    rounds: Rounds | int | None = None,
+    number: int | None = None,
+    warmup: int = 2,
+    pedantic: Pedantic | None = None,
 ) -> Timing:
-    """As :func:`interleaved`, with the AMP blocks timed by pytest-benchmark: each round's fp32
-    block runs (timed here) in the runner's untimed ``setup``, then the AMP block is the timed
-    target, so the rounds still alternate fp32, AMP, fp32, AMP ... and the judged figure is the
-    same median ratio. A block is ``number`` iterations (pedantic allows one iteration per round
-    with a setup), synchronised on CUDA."""
-    number = _warm_up(fp32, amp, device, warmup)
-    fp32_s: list[float] = []
+    """Warm both up, then time the baseline and AMP alternately (fp32, AMP, fp32, AMP ...), as many
+    rounds as ``rounds`` says (default: adaptive, :class:`Rounds`); ``number`` iterations per block
+    (default: enough for BLOCK_S of each path).
 
-    def setup() -> None:
-        fp32_s.append(_time_block(fp32, device, number))
+    With ``pedantic`` (pytest-benchmark), the first ``rounds.least`` AMP blocks are pytest-benchmark's
+    result: each round's baseline block runs in its untimed ``setup`` and the AMP block is its timed
+    target, so the rounds still alternate; further rounds, when the interval asks for them, are
+    timed here alone. The judged figure is the same either way: both clocks of every block are
+    read here."""
+    policy = rounds if isinstance(rounds, Rounds) else Rounds() if rounds is None else Rounds.fixed(rounds)
+    (n_base, n_amp), first = _warm_up(fp32, amp, device, warmup, number)
+    base_j: list[float] = []
+    amp_j: list[float] = []
+    base_w: list[float] = []
+    amp_w: list[float] = []
 
-    def target() -> None:
-        with timing_threads(device):  # as _time_block times the fp32 blocks
-            for _ in range(number):
-                amp()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    def timing(stopped: str = "") -> Timing:
+        return Timing(tuple(base_j), tuple(amp_j), clock_of(device), tuple(base_w), tuple(amp_w), first, stopped)
 
-    amp_block_s = pedantic(target, setup, rounds)
-    if len(amp_block_s) != len(fp32_s) or not amp_block_s:
-        raise RuntimeError(f"pytest-benchmark timed {len(amp_block_s)} rounds for {len(fp32_s)} fp32 blocks")
-    return Timing(tuple(fp32_s), tuple(s / number for s in amp_block_s))
+    def time_base() -> None:
+        j, w = _time_block(fp32, device, n_base)
+        base_j.append(j)
+        base_w.append(w)
+
+    def time_amp() -> None:
+        j, w = _time_block(amp, device, n_amp)
+        amp_j.append(j)
+        amp_w.append(w)
+
+    start = time.perf_counter()
+    if pedantic is not None:
+        benchmarked = pedantic(time_amp, time_base, policy.least)
+        if len(benchmarked) != len(base_j) or len(amp_j) != len(base_j) or not base_j:
+            raise RuntimeError(f"pytest-benchmark timed {len(benchmarked)} rounds for {len(base_j)} fp32 blocks")
+    while True:
+        if base_j:
+            stopped = policy.stop(timing(), time.perf_counter() - start)
+            if stopped is not None:
+                return timing(stopped)
+        time_base()
+        time_amp()
+
+
+def measure(
+    workload: Workload,
+    device: torch.device,
+    dtype: torch.dtype,
+    slowdown: float = 1.0,
+    rounds: Rounds | int | None = None,
+    pedantic: Pedantic | None = None,
+) -> Timing:
+    """A workload's AMP speedup over its baseline on ``device``: the one measurement that
+    ``amp-harness calibrate`` and the speed checks both make. ``slowdown`` slows the AMP path by
+    that factor (the harness's negative controls)."""
+    fp32, amp = workload.pair(device, dtype)
+    if slowdown != 1.0:
+        amp = slowed(amp, slowdown, _probe_s(amp, device), device)
+    return interleaved(fp32, amp, device, rounds, pedantic=pedantic)
+
+
+def _probe_s(fn: Fn, device: torch.device) -> float:
+    """Median synchronised seconds of one call (what a slowed CUDA path waits per call)."""
+    if device.type != "cuda":
+        return 0.0  # a slowed CPU call waits in proportion to itself
+    with timing_threads(device):
+        fn()
+        return statistics.median(_time_block(fn, device, 1)[0] for _ in range(5))
 
 
 def is_noisy(timing: Timing, threshold: float | None) -> bool:
-    """Too noisy for the threshold to mean anything: the run's own spread reaches from its median
-    across the threshold (the verdict could flip within the measurement's variation)."""
+    """Too noisy for the threshold to mean anything: the speedup's CONFIDENCE interval holds it
+    (the verdict could flip within the measurement's own uncertainty)."""
     if threshold is None:
         return False
-    return abs(timing.speedup - threshold) < timing.spread
+    lo, hi = timing.interval
+    return lo <= threshold <= hi
 
 
 def slowed(fn: Fn, factor: float, seconds_per_call: float, device: torch.device | None = None) -> Fn:
     """``fn`` made ``factor`` times slower by busy-waiting (for the harness's negative controls).
 
-    On the CPU each call waits ``factor - 1`` times its own duration, so the path is exactly
-    ``factor`` times slower whatever the machine's speed does meanwhile (a fixed wait sized from a
-    probe was a smaller slowdown whenever the path ran slower than during the probe, and a
-    slowed path then passed). On CUDA, where a call returns before its kernels finish, the wait is
-    ``factor - 1`` times ``seconds_per_call``, the synchronised median of a probe.
+    On the CPU each call then spins ``factor - 1`` times its own CPU time, read on the judging clock
+    (this thread's CPU time), so the path is ``factor`` times slower whatever the machine does
+    meanwhile: a fixed wait sized from a probe was a smaller slowdown whenever the path ran slower
+    than during the probe, and a wall-clock wait shrinks on the judging clock whenever the thread
+    is preempted in it. On CUDA, where a call returns before its kernels finish, the wait is
+    ``factor - 1`` times ``seconds_per_call``, the synchronised median of a probe, by wall clock.
     """
-    import time
-
     extra = (factor - 1.0) * seconds_per_call
-    per_call = device is None or device.type == "cpu"
+    on_cpu = device is None or device.type == "cpu"
 
     def run() -> Any:
-        start = time.perf_counter()
+        if on_cpu:
+            start = time.thread_time()
+            out = fn()
+            now = time.thread_time()
+            end = now + (factor - 1.0) * (now - start)
+            while time.thread_time() < end:
+                pass
+            return out
         out = fn()
-        now = time.perf_counter()
-        end = now + ((factor - 1.0) * (now - start) if per_call else extra)
+        end = time.perf_counter() + extra
         while time.perf_counter() < end:
             pass
         return out

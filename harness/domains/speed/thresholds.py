@@ -30,11 +30,13 @@ DEFAULT_CASES: tuple[tuple[str, str], ...] = (
 )
 
 
-#: The most a pair's calibration runs may scatter (max/min) and still be judged: a third of the
-#: DETECT_SLOWDOWN gap on a log scale, so that the threshold stays at least that far below the
-#: slowest clean run. Measured on these shared 2-core machines: compute-bound pairs scatter 1-5%,
-#: memory-bound layer_norm up to 14% in calibration and 30% in a later clean run.
-MAX_CALIBRATION_SCATTER = DETECT_SLOWDOWN ** (1 / 3)
+#: The farthest (as a ratio, either way) any calibration run of a pair may lie from the runs'
+#: median for the pair to be judged: half the DETECT_SLOWDOWN gap on a log scale. Exactly then the
+#: threshold (median / sqrt(DETECT_SLOWDOWN)) separates the calibration sample itself: every run
+#: lies at or above it and every run slowed DETECT_SLOWDOWN times at or below it. Beyond it the
+#: class's own clean runs and the slowdown the gate must catch overlap, and no threshold separates
+#: them; the pair is recorded, not judged.
+MAX_CALIBRATION_SCATTER = DETECT_SLOWDOWN**0.5
 
 
 @dataclass(frozen=True)
@@ -54,36 +56,38 @@ class Threshold:
 
 #: A judged speedup as a trend (the dashboard): a change by more than this factor (either way) from
 #: the median of the previous runs of its class is flagged. Half the DETECT_SLOWDOWN gap on a log
-#: scale: a 1.3x slower AMP path moves the speedup twice as far, while clean runs scatter 1-5%
-#: (compute-bound) and up to 14% (layer_norm) here. Stored in rows as a relative drift.
+#: scale, the most a judged pair's calibration runs scatter: a 1.3x slower AMP path moves the
+#: speedup twice as far. Stored in rows as a relative drift.
 TREND_DRIFT = DETECT_SLOWDOWN**0.5 - 1.0
 
 
 def threshold_from_calibration(speedups: list[float]) -> Threshold:
     """Place a threshold from repeated measurements of one (workload, dtype) on one class.
 
-    The threshold is the geometric mean of the slowest calibration run and the median slowed by
-    DETECT_SLOWDOWN: equally far (as a ratio) from a clean run and from the path the gate must
-    catch, whether the median is above or below 1. A pair whose calibration runs scatter by more
-    than MAX_CALIBRATION_SCATTER is too noisy on this class to be judged and is recorded only.
+    The threshold is the geometric midpoint between the calibration runs' median and that median
+    slowed DETECT_SLOWDOWN times (median / sqrt(DETECT_SLOWDOWN)): as far, as a ratio, from a clean
+    run as from the path the gate must catch, whether the median is above or below 1. A pair whose
+    calibration run lies farther than MAX_CALIBRATION_SCATTER from the median is too noisy here to be
+    judged and is recorded only.
     """
-    med, low = statistics.median(speedups), min(speedups)
+    med, low, high = statistics.median(speedups), min(speedups), max(speedups)
     runs = ", ".join(f"{s:.3g}" for s in speedups)
-    caught = med / DETECT_SLOWDOWN
-    if max(speedups) / low > MAX_CALIBRATION_SCATTER:
+    scatter = max(high / med, med / low)
+    if scatter > MAX_CALIBRATION_SCATTER:
         return Threshold(
             "record",
             None,
-            f"calibrated: runs {runs} scatter {max(speedups) / low:.3g}x, more than {MAX_CALIBRATION_SCATTER:.3g}x "
-            f"(a third of the {DETECT_SLOWDOWN}x gap the gate must see): too noisy here to judge; recorded",
+            f"calibrated: runs {runs} lie up to {scatter:.3g}x from their median {med:.3g}, more than "
+            f"{MAX_CALIBRATION_SCATTER:.3g}x (half the {DETECT_SLOWDOWN}x gap the gate must see): no threshold "
+            "separates these clean runs from the same runs slowed; too noisy here to judge, recorded",
             med,
         )
-    t = math.sqrt(low * caught)
+    t = med / math.sqrt(DETECT_SLOWDOWN)
     return Threshold(
         "judge",
         round(t, 4),
-        f"calibrated on this class: speedups {runs} (median {med:.3g}); "
-        f"threshold sqrt(slowest {low:.3g} x median/{DETECT_SLOWDOWN} {caught:.3g}) = {t:.3g}",
+        f"calibrated on this class: speedups {runs} (median {med:.3g}, runs within {scatter:.3g}x of it); "
+        f"threshold median / sqrt({DETECT_SLOWDOWN}) = {t:.3g}",
         med,
     )
 

@@ -1,7 +1,7 @@
 """The speed verdict of one (workload, dtype) measurement, decided once.
 
-PASS or FAIL against the class's calibrated threshold; NOISY when the measurement's own spread
-straddles it (after one rerun); UNJUDGED when the class has no calibration (the reason says which
+PASS or FAIL against the class's calibrated threshold; NOISY when the speedup's confidence interval
+holds it (after one rerun); UNJUDGED when the class has no calibration (the reason says which
 command calibrates it). The suite records the verdict's row and asserts from the same object.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.domains.speed.bench import Timing, is_noisy
+from harness.domains.speed.bench import CONFIDENCE, Timing, is_noisy
 from harness.domains.speed.thresholds import Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome
@@ -41,8 +41,8 @@ class SpeedVerdict:
             f"AMP-over-fp32 speedup >= the {self.hardware_class} threshold {limit}x ({self.reason})",
             detail=(
                 f"{self.workload}/{self.dtype}: AMP speedup {t.speedup:.3g}x is below the {self.hardware_class} threshold "
-                f"{limit}x (fp32 {t.fp32_median_s * 1e3:.3g} ms, AMP {t.amp_median_s * 1e3:.3g} ms per iteration, "
-                f"IQR {t.spread:.3g}); threshold origin: {self.reason}",
+                f"{limit}x ({t.describe()}; baseline {t.fp32_median_s * 1e3:.3g} ms, AMP {t.amp_median_s * 1e3:.3g} ms "
+                f"per iteration); threshold origin: {self.reason}",
             ),
             allowance=limit,
             unit="x",
@@ -68,7 +68,11 @@ def judge(
         return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.UNJUDGED, threshold.origin)
     limit = threshold.min_speedup
     if is_noisy(timing, limit):
-        reason = f"the run's spread (IQR {timing.spread:.3g}) straddles the threshold {limit}, twice"
+        lo, hi = timing.interval
+        reason = (
+            f"the speedup's {CONFIDENCE:.0%} interval [{lo:.3g}, {hi:.3g}] over {timing.rounds} rounds holds the "
+            f"threshold {limit}, twice"
+        )
         return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
     assert limit is not None
     return SpeedVerdict(
