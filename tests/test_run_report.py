@@ -56,16 +56,53 @@ def test_rows_are_written_as_parquet_csv_and_run_json_and_load_back(pytester):
     assert loaded.run["fingerprint.cpu.model"].iloc[0] == fp["cpu"]["model"]
 
 
+THREADS_FILE = """
+import torch
+
+def test_threads(amp_record, amp_device):
+    amp_record("torch_threads", torch.get_num_threads(), outcome="info", device=amp_device)
+"""
+
+
 def test_rows_are_neither_lost_nor_duplicated_under_xdist(pytester):
-    pytester.makepyfile(test_rep=TEST_FILE)
+    """And each worker runs torch on its share of the cores, recorded in run.json with its class."""
+    import os
+
+    pytester.makepyfile(test_rep=TEST_FILE, test_threads=THREADS_FILE)
     result = pytester.runpytest_subprocess(*QUIET, "-n", "2", "--amp-report-dir=out")
-    result.assert_outcomes(passed=6)
-    df = _only_run(pytester.path / "out").rows
-    assert len(df) == 12
+    result.assert_outcomes(passed=7)
+    loaded = _only_run(pytester.path / "out")
+    df = loaded.rows
+    assert len(df) == 13
     keys = df[df.metric == "metric"]["nodeid"]
     assert keys.is_unique
     assert len(keys) == 6
     assert df["run_id"].nunique() == 1
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert df[df.metric == "torch_threads"]["value"].iloc[0] == share
+    workers = loaded.meta["xdist_workers"]
+    assert sorted(w["id"] for w in workers) == ["gw0", "gw1"]
+    used = [w for w in workers if w["threads"]]
+    assert used and all(w["threads"].startswith(f"{share} torch threads") for w in used), workers
+    assert all(w["hardware_class"] is None or w["hardware_class"].endswith(f"-t{share}") for w in used)
+
+
+def test_worker_threads_share_the_cores_unless_told_otherwise():
+    from harness.pytest_plugin.options import worker_threads
+
+    assert worker_threads("auto", 2, 2, None) == (1, "2 CPUs shared by 2 xdist workers")
+    assert worker_threads("auto", 8, 32, None)[0] == 4
+    assert worker_threads("auto", 4, 2, None)[0] == 1  # never 0
+    assert worker_threads("auto", 2, 2, "3")[0] is None  # OMP_NUM_THREADS: the user said
+    assert worker_threads("off", 2, 2, None)[0] is None
+    assert worker_threads("3", 2, 2, None)[0] == 3
+
+
+def test_a_bad_worker_threads_value_is_a_usage_error(pytester):
+    pytester.makepyfile(test_rep=TEST_FILE)
+    result = pytester.runpytest(*QUIET, "--amp-worker-threads=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--amp-worker-threads='0': expected auto, off or a positive integer*"])
 
 
 def test_no_report_when_no_check_records_anything(pytester):

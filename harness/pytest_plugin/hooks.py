@@ -60,13 +60,17 @@ def pytest_configure(config: pytest.Config) -> None:
         store=bl.BaselineStore(options.baseline_dir, candidates=options.candidates_dir),
         is_worker=workerinput is not None,
         worker_id=workerinput.get("workerid") if workerinput else None,
+        worker_count=int(workerinput.get("workercount", 0)) if workerinput else 0,
     )
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """Only amp-harness tests run under its hypothesis profile; the one active before comes back."""
-    profile = hypothesis_profile_of_ours(item.config) if is_ours(item) else None
+    ours = is_ours(item)
+    if ours:
+        state_of(item.config).share_cores()
+    profile = hypothesis_profile_of_ours(item.config) if ours else None
     if profile is None:
         return (yield)
     from hypothesis import settings

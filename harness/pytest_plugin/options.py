@@ -44,6 +44,8 @@ class Options:
     candidates_dir: Path | None = None
     #: qualification policy: AMP must be faster than fp32 on every judged speed case
     require_speedup: bool = False
+    #: torch threads of an xdist worker: "auto", "off" or a number (:func:`worker_threads`)
+    worker_threads: str = "auto"
 
     @property
     def hypothesis_profile(self) -> str:
@@ -107,6 +109,13 @@ def add_options(parser: pytest.Parser) -> None:
     )
     g.addoption("--amp-no-report", action="store_true", help="do not write a run report.")
     g.addoption(
+        "--amp-worker-threads",
+        default="auto",
+        help="torch threads of each pytest-xdist worker: auto (default: the CPUs this process may use, shared "
+        "equally among the workers, at least 1; left alone when OMP_NUM_THREADS is set), off (torch's own "
+        "default: every worker uses every core, and the workers' thread pools fight), or a number.",
+    )
+    g.addoption(
         "--amp-require-speedup",
         action="store_true",
         help="qualification policy: every speed case must run faster under AMP than in fp32 (off by default: "
@@ -147,6 +156,9 @@ def parse(config: pytest.Config) -> Options:
         raise pytest.UsageError(
             f"--amp-candidates-dir={cdir}: it is the baseline directory itself; name a separate directory"
         )
+    threads = str(config.getoption("--amp-worker-threads")).strip()
+    if threads not in ("auto", "off") and not (threads.isdigit() and int(threads) >= 1):
+        raise pytest.UsageError(f"--amp-worker-threads={threads!r}: expected auto, off or a positive integer")
     rdir = config.getoption("--amp-report-dir")
     report_dir = None if config.getoption("--amp-no-report") else Path(rdir) if rdir else rootdir / "amp-reports"
     return Options(
@@ -159,7 +171,22 @@ def parse(config: pytest.Config) -> Options:
         report_dir=report_dir,
         candidates_dir=candidates_dir,
         require_speedup=bool(config.getoption("--amp-require-speedup")),
+        worker_threads=threads,
     )
+
+
+def worker_threads(setting: str, workers: int, cpus: int, omp_env: str | None) -> tuple[int | None, str]:
+    """The torch thread count of one of ``workers`` xdist workers on ``cpus`` CPUs, and why; None
+    leaves torch's own. Each worker's torch otherwise starts a thread per core, so two workers on
+    two cores run four busy threads and every parallel region waits for a preempted one."""
+    if setting == "off":
+        return None, "--amp-worker-threads=off: torch's default"
+    if setting != "auto":
+        return int(setting), f"--amp-worker-threads={setting}"
+    if omp_env:
+        return None, f"OMP_NUM_THREADS={omp_env} is set: left to it"
+    share = max(1, cpus // max(1, workers))
+    return share, f"{cpus} CPUs shared by {workers} xdist workers"
 
 
 def cuda_missing_reason() -> str:

@@ -7,6 +7,7 @@ Fixtures never receive this object; they get narrow collaborators made from it
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -64,9 +65,37 @@ class State:
     write_errors: list[tuple[str, str]] = field(default_factory=list)
     report_path: Path | None = None
 
+    #: xdist workers in the run (0: not under xdist)
+    worker_count: int = 0
+    #: what :meth:`share_cores` set, in words (None: not yet, or nothing to set)
+    threads_note: str | None = None
+    #: (controller) each worker's id, torch threads and CPU hardware class
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+    def share_cores(self) -> None:
+        """In an xdist worker, give torch its share of the cores (``--amp-worker-threads``), once,
+        before the first amp-harness test and before the hardware class is detected (the class
+        records the thread count the checks ran on). Outside amp-harness tests nothing changes."""
+        if not self.is_worker or self.threads_note is not None:
+            return
+        import os
+
+        import torch
+
+        from harness.pytest_plugin.options import worker_threads
+
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        n, why = worker_threads(self.options.worker_threads, self.worker_count, cpus, os.environ.get("OMP_NUM_THREADS"))
+        if n is not None:
+            torch.set_num_threads(n)
+            with contextlib.suppress(RuntimeError):  # the inter-op pool already started: it stays
+                torch.set_num_interop_threads(n)
+        self.threads_note = f"{torch.get_num_threads()} torch threads ({why})"
+
     @cached_property
     def fingerprint(self) -> Fingerprint:
-        """Detected once, when first needed (it imports torch)."""
+        """Detected once, when first needed (it imports torch), after the worker's core share."""
+        self.share_cores()
         return detect()
 
     @cached_property
@@ -108,6 +137,11 @@ class State:
             "write_errors": self.write_errors,
             "used": sorted(str(p) for p in self.store.used),
             "outcomes": self.test_outcomes,
+            "worker": {
+                "id": self.worker_id,
+                "threads": self.threads_note,
+                "hardware_class": self.fingerprint.cpu_class.id if "fingerprint" in self.__dict__ else None,
+            },
         }
 
     def merge_worker(self, out: dict[str, Any]) -> None:
@@ -119,6 +153,8 @@ class State:
         self.store.used.update(Path(p) for p in out["used"])
         for k, v in out["outcomes"].items():
             self.test_outcomes[k] = self.test_outcomes.get(k, 0) + v
+        if out.get("worker"):
+            self.workers.append(dict(out["worker"]))
 
 
 STATE = pytest.StashKey[State]()

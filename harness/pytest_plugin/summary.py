@@ -42,6 +42,8 @@ def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
         "exitstatus": int(session.exitstatus),
         "row_outcomes": rp.summarize(st.rows),
         "write_errors": [{"path": p, "reason": why} for p, why in st.write_errors],
+        # under pytest-xdist: what each worker ran on (its torch threads are part of its class)
+        "xdist_workers": sorted(st.workers, key=lambda w: str(w.get("id"))),
     }
 
 
