@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+# Imported here, in the outer process, so that pytester's in-process runs (which drop the modules
+# they import when they finish) never unload and re-import torch's C extension, and never lose the
+# forkserver that distributed ranks fork from (a new one per inner run cost 3 s each).
+import multiprocessing.forkserver  # noqa: F401
 import shutil
 from pathlib import Path
 
 import pandas  # noqa: F401
 import pyarrow.parquet  # noqa: F401
 import pytest
-
-# Imported here, in the outer process, so that pytester's in-process runs (which drop the modules
-# they import when they finish) never unload and re-import torch's C extension.
 import torch
 import torch._dynamo
 from faults import register_negative_control_profile
 from helpers import SUITES
 
+import harness.domains.distributed.ranks
 import harness.numerics.formats  # noqa: F401
 from harness.storage import report as _report
 

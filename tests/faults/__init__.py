@@ -13,13 +13,15 @@ Typed and checked by ``mypy --strict`` with the harness (``.ci/run``).
 
 from __future__ import annotations
 
-from hypothesis import Phase, settings
-
 NEGATIVE_CONTROL_PROFILE = "negative-control"
 
 
 def register_negative_control_profile() -> None:
-    """For runs that only need to show a check fails: the first counterexample, not the smallest."""
+    """For runs that only need to show a check fails: the first counterexample, not the smallest.
+    Hypothesis is imported here, not with the package: distributed ranks import ``faults``, and
+    each would otherwise import hypothesis again (about 3 s per launch on 2 cores)."""
+    from hypothesis import Phase, settings
+
     settings.register_profile(
         NEGATIVE_CONTROL_PROFILE,
         max_examples=40,

@@ -112,6 +112,20 @@ def launch(
         return [reports[r]["result"] for r in range(world)]
 
 
+#: What the forkserver imports once for every rank. Beyond torch: what DDP and FSDP import on first
+#: use (torch._dynamo, and sympy through it: about 830 modules, 2 s per launch on 2 cores when every
+#: forked rank imported them again).
+FORKSERVER_PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "torch.nn.parallel",
+    "torch.distributed.fsdp",
+    "torch.distributed.algorithms.ddp_comm_hooks",
+    __name__,
+]
+
+
 def _preload_forkserver() -> None:
     """Ranks are forked from a server process that imported torch once (multiprocessing's
     forkserver, started at the first launch and reused): a fresh interpreter importing torch for
@@ -120,7 +134,7 @@ def _preload_forkserver() -> None:
     forking the test process would not be."""
     import multiprocessing
 
-    multiprocessing.set_forkserver_preload(["torch", "torch.distributed", __name__])
+    multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
 
 
 def _now() -> float:
