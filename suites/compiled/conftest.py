@@ -3,6 +3,7 @@ backend (compiling is this suite's cost: each dtype and variant is compiled once
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,14 @@ def require_compiler(device: torch.device, backend: Any) -> None:
         reason = toolchain.unavailable(device.type)
         if reason is not None:
             pytest.skip(f"no working compiler toolchain: {reason}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When this run selected compiled checks, Inductor's one-time ISA probe starts now, beside
+    the checks that run before them (:func:`harness.domains.compiled.toolchain.warm_up_in_background`)."""
+    here = Path(__file__).parent
+    if any(here in Path(str(item.path)).parents for item in session.items):
+        toolchain.warm_up_in_background()
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from harness.domains.compiled import toolchain
 from harness.domains.compiled.budget import Budget, derive
 from harness.domains.compiled.probe import Observation, call_block, make_block, make_inputs, observe
 
@@ -104,6 +105,7 @@ def pass_backend(fw_pass: GraphPass | None, bw_pass: GraphPass | None = None) ->
 def compile_fn(fn: Callable[..., Any], backend: Backend) -> Callable[..., Any]:
     """``torch.compile(fn)`` with ``backend`` after a Dynamo reset (no graph of another variant is
     reused: Dynamo caches per code object, and every variant compiles the same code)."""
+    toolchain.wait_for_warm_up()
     torch._dynamo.reset()
     return torch.compile(fn, backend=backend)
 

@@ -11,6 +11,7 @@ import functools
 import shutil
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 
 import torch
@@ -42,3 +43,37 @@ def unavailable(device_type: str) -> str | None:
             "(install the python3-dev package of this Python)"
         )
     return None
+
+
+_warm_up: threading.Thread | None = None
+
+
+def warm_up_in_background() -> None:
+    """Start Inductor's one-time CPU set-up in a background thread, once per process.
+
+    Before its first CPU kernel Inductor probes the vector ISAs the CPU reports by building and
+    loading a C++ test program for each (AMX, AVX-512 VNNI, AVX-512, AVX2): about 17 s on a fresh
+    Inductor cache on 2 cores, nearly all of it the compiler's, in subprocesses. Started when a run
+    has selected compiled checks, it runs on the core the tests leave idle; :func:`wait_for_warm_up`
+    (every compile) joins it, so Inductor itself then finds the result cached, as it would have
+    computed it. A failure here is left for Inductor to raise in the test that compiles."""
+    global _warm_up
+    if _warm_up is not None or unavailable("cpu") is not None:
+        return
+
+    def probe() -> None:
+        try:
+            from torch._inductor import cpu_vec_isa
+
+            cpu_vec_isa.valid_vec_isa_list()
+        except Exception:  # Inductor probes again in the compiling test and says why
+            return
+
+    _warm_up = threading.Thread(target=probe, name="amp-harness-inductor-isa-probe", daemon=True)
+    _warm_up.start()
+
+
+def wait_for_warm_up() -> None:
+    """Join the background set-up, if one was started (two concurrent probes would only repeat work)."""
+    if _warm_up is not None:
+        _warm_up.join()
