@@ -218,6 +218,21 @@ def _amp_slowdown() -> float:
 
 
 @pytest.fixture
+def _amp_speed_rounds() -> int | None:
+    """Rounds per speed measurement: None, adaptive (:class:`harness.domains.speed.bench.Rounds`).
+    The harness's own tests of the speed checks' mechanics (rows, pytest-benchmark results, the
+    NOT JUDGED path) fix it at ``bench.MIN_ROUNDS``: they judge nothing, so precision buys nothing.
+
+    Example::
+
+        @pytest.fixture
+        def _amp_speed_rounds():  # in a conftest.py: 6 rounds, whatever the interval
+            return 6
+    """
+    return None
+
+
+@pytest.fixture
 def amp_speedup(
     request: pytest.FixtureRequest,
     amp_device: torch.device,
@@ -226,6 +241,7 @@ def amp_speedup(
     amp_calibrate_command: str,
     amp_require_speedup: bool,
     _amp_slowdown: float,
+    _amp_speed_rounds: int | None,
     benchmark: Any,
 ) -> SpeedCheck:
     """``amp_speedup(workload, dtype_name, calibrate_flags="")``: measure a speed workload's AMP path
@@ -250,6 +266,7 @@ def amp_speedup(
             profile=amp_hardware_class,
             record=amp_record,
             slowdown=_amp_slowdown,
+            rounds=_amp_speed_rounds,
             calibrate_command=f"{amp_calibrate_command} {calibrate_flags}".strip(),
             benchmark=benchmark,
             require_speedup=amp_require_speedup,
