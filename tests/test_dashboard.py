@@ -229,6 +229,7 @@ def _synthetic(runs: int, metrics: int) -> db.Loaded:
 SCALE_BUDGET_S = 10.0
 
 
+@pytest.mark.amp_thorough  # about 9 s of the 10 s budget on the Intel kind: a scale test, not a default check
 def test_a_dashboard_over_1000_runs_of_500_metrics_builds_within_budget(benchmark):
     loaded = _synthetic(1000, 500)
     start = time.process_time()

@@ -51,12 +51,25 @@ def _run_with_cast(pytester: pytest.Pytester, suite_copy, cast: str) -> InnerRun
     return run_inner(pytester)
 
 
+@pytest.mark.amp_thorough  # the suite itself runs on torch's cast in every `pytest suites/`
 def test_the_suite_passes_on_the_correct_cast(pytester, suite_copy):
     """Control of the controls: with torch's own cast every check passes."""
     assert_clean(_run_with_cast(pytester, suite_copy, "correct"), at_least=ROUNDING_CHECKS)
 
 
-@pytest.mark.parametrize("cast", sorted(MUST_CATCH))
+#: The default tier's broken casts: together they make every check of the rounding file fail (each
+#: run also shows that no other check fails); the others are in the thorough tier, ~2.5 s each.
+DEFAULT_CASTS = ("truncating", "saturating", "sign_flip_on_overflow")
+
+
+def test_the_default_casts_make_every_rounding_check_fail():
+    caught = {check for cast in DEFAULT_CASTS for check in MUST_CATCH[cast]}
+    assert caught == {RNE, UNDERFLOW, OVERFLOW, NAN_INF, MONOTONIC, REL_ERROR}
+
+
+@pytest.mark.parametrize(
+    "cast", [c if c in DEFAULT_CASTS else pytest.param(c, marks=pytest.mark.amp_thorough) for c in sorted(MUST_CATCH)]
+)
 def test_a_broken_cast_fails_exactly_the_checks_that_guard_against_it(pytester, suite_copy, cast):
     run = _run_with_cast(pytester, suite_copy, cast)
     assert_caught(run, *(f"*::{check}[[]cpu-{fmt}]" for check, fmts in MUST_CATCH[cast].items() for fmt in fmts))

@@ -57,6 +57,7 @@ def _with_stored_traces(pytester) -> None:
     shutil.copytree(REPO / "baselines" / "scaler", pytester.path / "baselines" / "scaler")
 
 
+@pytest.mark.amp_thorough  # the suite itself runs on both of torch's scalers in every `pytest suites/`
 def test_the_scaler_suite_passes_on_torch_gradscaler_and_sharded_gradscaler(pytester, suite_copy):
     """Control of the controls: torch's own scalers pass every check, against the stored traces."""
     suite_copy(*FILES)  # with the suite's conftest: GradScaler and ShardedGradScaler
