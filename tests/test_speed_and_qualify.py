@@ -274,6 +274,42 @@ def test_the_speed_verdict_is_decided_once():
     assert speed.judge("m", "bf16", "c", wobbly, th, "CMD").outcome is Outcome.NOISY
 
 
+def test_a_speedup_below_its_threshold_on_a_busy_machine_is_no_verdict():
+    """Other processes' load decides only a would-be FAIL: a slow AMP path measured while the
+    machine was busy is NOISY, saying why; a pass stays a pass; idle, the FAIL stands."""
+    th = thresholds.threshold_from_calibration([2.0, 2.02, 1.98])
+    busy = bench.BUSY_OTHER_CORES * 2
+    slow_busy = bench.Timing((1.0,) * 7, (0.65,) * 7, other_load=busy)
+    v = speed.judge("m", "bf16", "c", slow_busy, th, "CMD")
+    assert v.outcome is Outcome.NOISY and "cores busy" in v.reason and "idle machine" in v.reason
+    assert speed.judge("m", "bf16", "c", bench.Timing((1.0,) * 7, (0.5,) * 7, other_load=busy), th, "C").outcome is (
+        Outcome.PASS
+    )
+    idle = bench.Timing((1.0,) * 7, (0.65,) * 7, other_load=bench.BUSY_OTHER_CORES / 5)
+    assert speed.judge("m", "bf16", "c", idle, th, "CMD").outcome is Outcome.FAIL
+
+
+def test_the_load_of_other_processes_is_read_from_the_machine():
+    """A busy child process (another process, to this one) shows as about one core of load; this
+    process's own busy work of the same length does not."""
+    import subprocess
+    import sys
+    import time
+
+    if bench.other_processes_load()() is None:
+        pytest.skip("no /proc/stat here: other processes' load cannot be read, and busy machines are not detected")
+    spin = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 1.0: pass"
+    watch = bench.other_processes_load()
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    with_child = watch() or 0.0
+    watch = bench.other_processes_load()
+    t = time.perf_counter()
+    while time.perf_counter() - t < 1.0:
+        pass
+    alone = watch() or 0.0
+    assert with_child - alone > bench.BUSY_OTHER_CORES, (with_child, alone)
+
+
 def test_the_median_interval_has_its_stated_confidence():
     """Order-statistic intervals of the median: exact binomial coverage, checked by simulation."""
     import random

@@ -106,6 +106,7 @@ def check_speedup(
         "clock": timing.clock,
         "interval": list(timing.interval),
         "wall_speedup": timing.wall_speedup,
+        "other_load": timing.other_load,
         "iqr": timing.spread,
         "fp32_s": timing.fp32_median_s,
         "amp_s": timing.amp_median_s,
@@ -181,6 +182,4 @@ def check_speedup(
         drift=drift if v.outcome is Outcome.NOISY else None,
     )
     if v.outcome is Outcome.NOISY:
-        pytest.skip(
-            f"NOISY: {name}/{dtype_name} {timing.describe()}: the interval holds the threshold {v.limit}, twice"
-        )
+        pytest.skip(f"NOISY: {name}/{dtype_name} {timing.describe()}: {v.reason} (measured twice)")

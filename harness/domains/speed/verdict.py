@@ -1,7 +1,7 @@
 """The speed verdict of one (workload, dtype) measurement, decided once.
 
 PASS or FAIL against the class's calibrated threshold; NOISY when the speedup's confidence interval
-holds it (after one rerun); UNJUDGED when the class has no calibration (the reason says which
+holds it, or when it falls below it while other processes kept the machine busy (after one rerun); UNJUDGED when the class has no calibration (the reason says which
 command calibrates it). The suite records the verdict's row and asserts from the same object.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.domains.speed.bench import CONFIDENCE, Timing, is_noisy
+from harness.domains.speed.bench import BUSY_OTHER_CORES, CONFIDENCE, Timing, is_busy, is_noisy
 from harness.domains.speed.thresholds import Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome
@@ -75,6 +75,13 @@ def judge(
         )
         return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
     assert limit is not None
+    if timing.speedup < limit and is_busy(timing):
+        reason = (
+            f"below the threshold {limit} while other processes kept {timing.other_load:.2g} CPU cores busy (more than "
+            f"{BUSY_OTHER_CORES}): on a busy machine shared caches and memory slow the AMP and baseline paths unequally, "
+            "so this is no verdict; measure on an idle machine"
+        )
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
     return SpeedVerdict(
         workload, dtype, hardware_class, timing, threshold, Outcome.of(timing.speedup >= limit), threshold.origin
     )
