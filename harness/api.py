@@ -8,12 +8,18 @@
 * Your loss scaler: :class:`ScalerAdapter` (what to implement), :func:`conformance_machine` (the
   hypothesis state machine that drives it against a versioned reference), the reference's
   exceptions, and the adapters of megatron-core and DeepSpeed.
+* Your fp8 scaling code: :class:`Fp8Scaling` (what to implement: scales and casts of a 2-D tensor
+  for a :class:`CastSpec`), checked bit for bit against the recipe specifications by the fp8 suite
+  (return your adapter from an ``fp8_scaling_under_test`` fixture), or in a test of your own with
+  :func:`check_fp8_scaling`; :class:`TorchaoScaling` is torchao's.
 * Results: :func:`load_report` and :func:`find_runs` read run reports back as pandas objects;
   :class:`Outcome` is the outcome column's vocabulary; :class:`KeyKind` keys your own baselines.
 
 Anything else under ``harness`` is internal and may change between releases.
 """
 
+from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
+from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
 from harness.domains.scaling.conformance import conformance_machine
 from harness.domains.scaling.reference import (
@@ -38,6 +44,7 @@ from harness.domains.training import (
     train,
 )
 from harness.domains.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, judge_lane, lane_steps
+from harness.numerics.scaled import CastSpec, Granularity
 from harness.numerics.verdict import Outcome
 from harness.storage.baselines import KeyKind
 from harness.storage.report import find_runs
@@ -54,7 +61,10 @@ __all__ = [
     "LANE_FACTOR",
     "SCALER_ADAPTERS",
     "AmpLane",
+    "CastSpec",
     "ConfigurationDeclined",
+    "Fp8Scaling",
+    "Granularity",
     "Inputs",
     "KeyKind",
     "Outcome",
@@ -63,7 +73,10 @@ __all__ = [
     "ScalerAdapter",
     "ScalerAtMinimumError",
     "ScalerConfig",
+    "ScalingCheck",
     "Setup",
+    "TorchaoScaling",
+    "check_fp8_scaling",
     "check_lane",
     "check_parity",
     "conformance_machine",

@@ -47,6 +47,13 @@ step "calibrating the speed thresholds of this device's hardware class, eager an
 CASES=()
 [ -n "${CALIBRATION_CASES:-}" ] && read -r -a CASES <<< "--cases ${CALIBRATION_CASES}"
 run amp-harness calibrate --device "$DEVICE" --runs "$RUNS" --baseline-dir "$OUT/baselines" --compiled "${CASES[@]}"
+if [ -z "${CALIBRATION_CASES:-}" ]; then
+    step "calibrating fp8 scaled matmul against bf16 matmul (the fp8 suite's speed case)"
+    run amp-harness calibrate --device "$DEVICE" --runs "$RUNS" --baseline-dir "$OUT/baselines" \
+        --cases scaled_mm_e4m3/float8_e4m3fn
+fi
+python -c "import torchao" 2>/dev/null \
+    || step "torchao is not installed: the fp8 suite's torchao checks will skip (pip install 'amp-harness[fp8]')"
 
 DEVICES="$DEVICE"
 [ "$DEVICE" != cpu ] && DEVICES=auto   # auto: the CPU and cuda:0

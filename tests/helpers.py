@@ -31,7 +31,12 @@ INNER_ARGS = (
 )
 
 
-def conftest_source(*, fixtures: Mapping[str, str] | None = None, patches: Mapping[str, str] | None = None) -> str:
+def conftest_source(
+    *,
+    fixtures: Mapping[str, str] | None = None,
+    patches: Mapping[str, str] | None = None,
+    imports: tuple[str, ...] = (),
+) -> str:
     """The text of an injected conftest, built in this one place.
 
     ``fixtures``: fixture name -> the Python expression it returns (``faults`` is importable), e.g.
@@ -46,8 +51,9 @@ def conftest_source(*, fixtures: Mapping[str, str] | None = None, patches: Mappi
         "import pytest",
         "import torch",
         "import torch.nn.functional",
-        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.scalers, faults.training",
+        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.fp8, faults.scalers, faults.training",
         "import harness.domains.autocast.oracle",
+        *(f"import {module}" for module in imports),
         "",
     ]
     for name, expression in (fixtures or {}).items():
@@ -67,12 +73,15 @@ def inject(
     *,
     fixtures: Mapping[str, str] | None = None,
     patches: Mapping[str, str] | None = None,
+    imports: tuple[str, ...] = (),
 ) -> None:
     """Write ``suites/<family>/conftest.py`` in the scratch directory with faults injected
     (``family=""`` writes ``suites/conftest.py``, above a suite's own conftest, which then stays)."""
     d = pytester.path / "suites" / family
     d.mkdir(parents=True, exist_ok=True)
-    (d / "conftest.py").write_text(conftest_source(fixtures=fixtures, patches=patches), encoding="utf-8")
+    (d / "conftest.py").write_text(
+        conftest_source(fixtures=fixtures, patches=patches, imports=imports), encoding="utf-8"
+    )
 
 
 # -- negative controls: one way to say a fault was caught -------------------------------------------

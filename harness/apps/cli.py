@@ -113,9 +113,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     profile_id = fp.cuda_profile if device.type == "cuda" else fp.cpu_profile
     root = Path(args.baseline_dir)
     from harness.domains.compiled import speed as compiled_speed
+    from harness.domains.fp8 import speed as fp8_speed
 
-    workloads = {**bench.WORKLOADS, **compiled_speed.workloads("inductor")}
-    known_cases = (*thresholds.DEFAULT_CASES, *compiled_speed.DEFAULT_CASES, *compiled_speed.THOROUGH_CASES)
+    workloads = {**bench.WORKLOADS, **compiled_speed.workloads("inductor"), **fp8_speed.WORKLOADS}
+    known_cases = (
+        *thresholds.DEFAULT_CASES,
+        *compiled_speed.DEFAULT_CASES,
+        *compiled_speed.THOROUGH_CASES,
+        *fp8_speed.CASES,
+    )
     cases = (*thresholds.DEFAULT_CASES, *(compiled_speed.CALIBRATED_CASES if args.compiled else ()))
     if args.cases:
         wanted = [tuple(c.split("/", 1)) for c in args.cases]

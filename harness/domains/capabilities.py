@@ -19,6 +19,7 @@ CAPABILITIES: tuple[str, ...] = (
     "memory",
     "distributed",
     "compiled AMP",
+    "fp8",
 )
 
 #: A test that uses one of these fixtures decides that capability without a marker (a user's own

@@ -36,6 +36,8 @@ class KnownIssue:
     reference: str
     #: the device types it concerns
     devices: tuple[str, ...] = ("cpu", "cuda")
+    #: the package whose minor releases ``affected`` names
+    package: str = "torch"
 
     def listed(self, torch_version: str, device_type: str) -> bool:
         """Whether the registry says this issue is present for that release and device."""
@@ -50,19 +52,19 @@ def registry_claim(
     release = minor(torch_version)
     if present and not listed:
         detail = (
-            f"known issue {issue.id} ({issue.summary}) occurs in torch {torch_version}{context}, which the registry "
+            f"known issue {issue.id} ({issue.summary}) occurs in {issue.package} {torch_version}{context}, which the registry "
             f"does not list: add {release!r} to its affected releases (or this case to its scope) in {where}"
         )
     else:
         detail = (
-            f"known issue {issue.id} appears fixed in torch {torch_version}{context}: remove {release!r} from its "
+            f"known issue {issue.id} appears fixed in {issue.package} {torch_version}{context}: remove {release!r} from its "
             f"affected releases in {where}"
         )
     return compare_claim(
         f"known_issue.{issue.id}",
         present,
         present == listed,
-        "the issue occurs exactly in the torch releases the registry lists",
+        f"the issue occurs exactly in the {issue.package} releases the registry lists",
         detail=detail,
         finding=present,
     )

@@ -24,6 +24,8 @@ class Encoding(Enum):
     IEEE = "ieee"
     #: "fn" formats (OCP FP8 E4M3): finite only; only the all-ones pattern is NaN.
     FINITE_NAN_ONLY = "fn"
+    #: OCP MX element formats (FP4 E2M1): every pattern is a finite number, no inf and no NaN.
+    FINITE = "finite"
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class FloatFormat:
     def max_finite_bits(self) -> int:
         if self.encoding is Encoding.IEEE:
             return ((self._exp_all_ones - 1) << self.mantissa_bits) | self._mant_mask
+        if self.encoding is Encoding.FINITE:
+            return (self._exp_all_ones << self.mantissa_bits) | self._mant_mask
         return (self._exp_all_ones << self.mantissa_bits) | (self._mant_mask - 1)
 
     @property
@@ -90,7 +94,10 @@ class FloatFormat:
         return None
 
     @property
-    def nan_bits(self) -> int:
+    def nan_bits(self) -> int | None:
+        """The canonical NaN pattern; None for a format without NaN (FP4 E2M1)."""
+        if self.encoding is Encoding.FINITE:
+            return None
         if self.encoding is Encoding.IEEE:
             return (self._exp_all_ones << self.mantissa_bits) | (1 << (self.mantissa_bits - 1))
         return (self._exp_all_ones << self.mantissa_bits) | self._mant_mask
@@ -110,7 +117,7 @@ class FloatFormat:
         if exp == self._exp_all_ones:
             if self.encoding is Encoding.IEEE:
                 return sign * math.inf if mant == 0 else math.nan
-            if mant == self._mant_mask:
+            if self.encoding is Encoding.FINITE_NAN_ONLY and mant == self._mant_mask:
                 return math.nan
         if exp == 0:
             return sign * math.ldexp(mant, self.emin - self.mantissa_bits)
@@ -171,26 +178,33 @@ class FloatFormat:
         """Round the exact value of ``x`` to this format, round-to-nearest, ties-to-even."""
         if math.isnan(x):
             return RoundResult(self.nan_bits, overflow=False, is_nan=True)
-        sign = self.sign_bit if math.copysign(1.0, x) < 0 else 0
+        negative = math.copysign(1.0, x) < 0
         if math.isinf(x):
             inf = self.inf_bits
+            sign = self.sign_bit if negative else 0
             return RoundResult(None if inf is None else sign | inf, overflow=True)
         num, den = abs(x).as_integer_ratio()
+        return self.round_ratio(num, den, negative=negative)
+
+    def round_ratio(self, num: int, den: int, *, negative: bool = False) -> RoundResult:
+        """Round the exact rational ``num/den`` (both >= 0, den > 0) to this format, ties-to-even.
+
+        Exact integer arithmetic, so a quotient such as ``fp8_max / amax`` is rounded once, as a
+        correctly rounded division would round it (the fp8 scale references need this).
+        """
+        if num < 0 or den <= 0:
+            raise ValueError(f"round_ratio needs num >= 0 and den > 0, got {num}/{den}")
+        sign = self.sign_bit if negative else 0
         if num == 0:
             return RoundResult(sign, overflow=False)
-        k = den.bit_length() - 1  # |x| = num * 2^-k
-        binade = num.bit_length() - 1 - k  # floor(log2 |x|)
+        binade = num.bit_length() - den.bit_length()  # floor(log2(num/den)) is binade or binade - 1
+        if (num << max(0, -binade)) < (den << max(0, binade)):
+            binade -= 1
         quantum_exp = max(binade, self.emin) - self.mantissa_bits
-        shift = -k - quantum_exp
-        if shift >= 0:
-            q = num << shift
-        else:
-            s = -shift
-            q = num >> s
-            rem = num & ((1 << s) - 1)
-            half = 1 << (s - 1)
-            if rem > half or (rem == half and q & 1):
-                q += 1
+        n, d = (num, den << quantum_exp) if quantum_exp >= 0 else (num << -quantum_exp, den)
+        q, rem = divmod(n, d)
+        if 2 * rem > d or (2 * rem == d and q & 1):
+            q += 1
         if q < (1 << self.mantissa_bits):  # subnormal (or zero after underflow)
             return RoundResult(sign | q, overflow=False)
         if q == (1 << (self.mantissa_bits + 1)):  # rounded up into the next binade
@@ -214,6 +228,8 @@ FP16 = FloatFormat("float16", "fp16", 5, 10)
 BF16 = FloatFormat("bfloat16", "bf16", 8, 7)
 FP8_E4M3FN = FloatFormat("float8_e4m3fn", "e4m3fn", 4, 3, Encoding.FINITE_NAN_ONLY)
 FP8_E5M2 = FloatFormat("float8_e5m2", "e5m2", 5, 2)
+#: OCP MX FP4 element format (torch's dtype packs two per byte: ``float4_e2m1fn_x2``).
+FP4_E2M1 = FloatFormat("float4_e2m1fn", "e2m1", 2, 1, Encoding.FINITE)
 
 #: The formats of mixed-precision training, by torch dtype name.
 FORMATS: dict[str, FloatFormat] = {f.name: f for f in (FP32, FP16, BF16, FP8_E4M3FN, FP8_E5M2)}

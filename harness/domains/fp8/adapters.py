@@ -1,0 +1,102 @@
+"""The fp8 scaling code under test: torchao's, or a user's own through :class:`Fp8Scaling`.
+
+The scaling suite asks an adapter two things per operand spec (:class:`~harness.numerics.scaled.CastSpec`):
+the float32 scales of a 2-D tensor, and the fp8 tensor it casts with them. It compares both with
+the exact reference bit for bit. A user's own fp8 code is checked by returning an adapter from the
+``fp8_scaling_under_test`` fixture, as a user's loss scaler is checked through ``ScalerAdapter``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from types import ModuleType
+from typing import Protocol
+
+import torch
+
+from harness.numerics.formats import torch_dtype
+from harness.numerics.scaled import CastSpec, Granularity
+
+#: the torchao release this harness's CPU CI pins (constraints/cpu.txt); the suite runs on others
+#: and records which one it judged
+TORCHAO_TESTED = "0.18.0"
+
+
+class Fp8Scaling(Protocol):
+    """What fp8 scaling code implements to be judged against the spec.
+
+    ``scale``: float32 scales of the 2-D tensor ``x`` for ``spec``, shaped to broadcast against it:
+    ``()`` tensorwise, ``(rows, 1)`` for axis -1, ``(1, cols)`` for axis 0.
+    ``cast``: ``x`` multiplied by ``scale`` and cast to ``spec.fmt`` (an fp8 tensor of x's shape).
+
+    Example, for a recipe of your own::
+
+        class MyScaling:
+            name = "mine"
+            def scale(self, x, spec): return my_fp8.compute_scale(x, spec.fmt.name, dim=spec.axis)
+            def cast(self, x, scale, spec): return my_fp8.quantize(x, scale)
+
+        @pytest.fixture
+        def fp8_scaling_under_test():
+            return MyScaling()
+    """
+
+    name: str
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor: ...
+
+    def cast(self, x: torch.Tensor, scale: torch.Tensor, spec: CastSpec) -> torch.Tensor: ...
+
+
+def import_torchao(name: str = "torchao") -> ModuleType:
+    """Import torchao (or one of its modules). Its import warns that its CUDA-only extensions did
+    not load on a CPU host: about torchao's environment, not about what the suite checks."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return importlib.import_module(name)
+
+
+def torchao_missing() -> str | None:
+    """Why the fp8 suite cannot use torchao here, or None when it can."""
+    try:
+        module = import_torchao()
+    except ImportError as e:
+        return f"torchao is not installed ({e}); install it with `pip install amp-harness[fp8]` (tested: torchao {TORCHAO_TESTED})"
+    except Exception as e:  # a torchao built for another torch fails in its own ways
+        return f"torchao failed to import with this torch {torch.__version__}: {type(e).__name__}: {e}"
+    if not hasattr(module, "float8"):
+        return f"torchao {getattr(module, '__version__', '?')} has no torchao.float8 (tested: {TORCHAO_TESTED})"
+    return None
+
+
+def torchao_version() -> str:
+    return str(getattr(import_torchao(), "__version__", "unknown"))
+
+
+class TorchaoScaling:
+    """torchao's dynamic scaling: ``tensor_to_scale`` and ``hp_tensor_and_scale_to_float8``, the two
+    calls its Float8Linear makes for every operand."""
+
+    name = "torchao"
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        utils = import_torchao("torchao.float8.float8_utils")
+        config = import_torchao("torchao.float8.config")
+        tensorwise = spec.granularity is Granularity.TENSOR
+        granularity = config.ScalingGranularity.TENSORWISE if tensorwise else config.ScalingGranularity.AXISWISE
+        s: torch.Tensor = utils.tensor_to_scale(
+            x,
+            torch_dtype(spec.fmt),
+            scaling_granularity=granularity,
+            axiswise_dim=None if tensorwise else spec.axis,
+            round_scales_to_power_of_2=spec.power_of_2,
+        )
+        return s
+
+    def cast(self, x: torch.Tensor, scale: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        tensor = import_torchao("torchao.float8.float8_training_tensor")
+        axis = None if spec.granularity is Granularity.TENSOR else spec.axis
+        t = tensor.hp_tensor_and_scale_to_float8(x, scale, torch_dtype(spec.fmt), axiswise_dim=axis)
+        data: torch.Tensor = t._data
+        return data

@@ -1,0 +1,44 @@
+"""Fixtures of the fp8 suite: the casts and the scaling code under test, replaceable to prove the
+suite can fail (the harness's own tests swap in broken ones), and fp8_torchao, skipped with the reason
+where it is missing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+import pytest
+import torch
+
+from harness.domains.fp8 import adapters
+from harness.numerics.formats import FloatFormat, cast_bits
+
+Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
+
+
+@pytest.fixture(scope="session")
+def fp8_torchao() -> ModuleType:
+    """fp8_torchao, or a skip that names what is missing (install: ``pip install amp-harness[fp8]``)."""
+    missing = adapters.torchao_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    return adapters.import_torchao()
+
+
+@pytest.fixture
+def fp8_cast_under_test() -> Cast:
+    """The fp32 -> fp8 cast the exhaustive rounding checks judge: torch's own, by default."""
+    return cast_bits
+
+
+@pytest.fixture
+def fp8_scaling_under_test(fp8_torchao: ModuleType) -> adapters.Fp8Scaling:
+    """The fp8 scaling code the recipe specifications judge (torchao's by default).
+
+    Example, checking your own::
+
+        @pytest.fixture
+        def fp8_scaling_under_test():
+            return MyScaling()     # implements harness.api.Fp8Scaling: scale() and cast()
+    """
+    return adapters.TorchaoScaling()

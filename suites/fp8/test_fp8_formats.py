@@ -1,0 +1,195 @@
+"""Claim family: fp8, e8m0 and fp4 codes and casts, checked exhaustively against bit-level references.
+
+Every code of each format decodes to the value its bit layout defines, and fp32 -> fp8 casts round
+every representable value, every midpoint between neighbours and the fp32 values on either side of
+each midpoint to nearest, ties to even. Overflow, which the formats leave to the implementation,
+is observed and baselined per stack (``suites/formats/test_fp8_casts.py`` for e4m3fn and e5m2,
+here for e8m0). Compiled casts must give the eager bits on the same probes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from harness.numerics.comparison import compare_bits, compare_claim, compare_data, explain
+from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, tensor_bits
+from harness.numerics.scaled import E8M0_BIAS, e8m0_decode, e8m0_nearest
+from harness.storage.baselines import KeyKind
+
+pytestmark = pytest.mark.amp_capability("fp8")
+
+FP8 = [FP8_E4M3FN, FP8_E5M2]
+
+
+def _ids(f: FloatFormat) -> str:
+    return f.short
+
+
+def _finite_magnitudes(fmt: FloatFormat) -> list[float]:
+    values = {abs(fmt.decode(c)) for c in range(1 << fmt.total_bits)}
+    return sorted(v for v in values if math.isfinite(v))
+
+
+def rounding_probes(fmt: FloatFormat) -> list[float]:
+    """Every finite value of ``fmt``, every midpoint between neighbours, the fp32 values just
+    below and above each midpoint; both signs. All are fp32-exact (fp8 midpoints need 5 bits)."""
+    mags = _finite_magnitudes(fmt)
+    out: list[float] = []
+    for lo, hi in itertools.pairwise(mags):
+        mid = (lo + hi) / 2
+        below = FP32.decode(FP32.round_bits(mid).bits - 1)  # type: ignore[operator]
+        above = FP32.decode(FP32.round_bits(mid).bits + 1)  # type: ignore[operator]
+        out += [lo, below, mid, above]
+    out.append(mags[-1])
+    return out + [-v for v in out if v != 0.0] + [-0.0]
+
+
+@pytest.mark.amp_quick
+@pytest.mark.parametrize("dtype_name", ["float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"])
+def test_every_code_decodes_to_the_value_its_bit_layout_defines(dtype_name, amp_device, amp_record):
+    dtype = getattr(torch, dtype_name, None)
+    if dtype is None:
+        pytest.skip(f"torch {torch.__version__} has no torch.{dtype_name}")
+    codes = torch.arange(256, dtype=torch.uint8, device=amp_device)
+    got = codes.view(dtype).to(torch.float32).cpu().tolist()
+    decode = e8m0_decode if dtype_name == "float8_e8m0fnu" else {f.name: f for f in FP8}[dtype_name].decode
+    expected = [decode(c) for c in range(256)]
+    bad = [
+        (c, e, g)
+        for c, (e, g) in enumerate(zip(expected, got, strict=True))
+        if not (e == g or (math.isnan(e) and math.isnan(g)))
+    ]
+    amp_record.require(
+        compare_claim(
+            f"{dtype_name}.decode_mismatches",
+            len(bad),
+            not bad,
+            "each of the 256 codes decodes to the bit-level reference's value (NaN to NaN)",
+            detail=f"{len(bad)} codes differ; first: "
+            + ", ".join(f"code {c:#04x}: expected {e!r}, got {g!r}" for c, e, g in bad[:4]),
+            expected=0,
+            allowance=0,
+            unit="codes",
+        ),
+        dtype=dtype_name,
+        device=amp_device,
+    )
+
+
+@pytest.mark.amp_quick
+@pytest.mark.parametrize("fmt", FP8, ids=_ids)
+def test_fp32_to_fp8_rounds_every_value_and_midpoint_to_nearest_even(fmt, amp_device, fp8_cast_under_test, amp_record):
+    values = rounding_probes(fmt)
+    got = fp8_cast_under_test(values, fmt, amp_device)
+    result = compare_bits(f"fp32->{fmt.name} exhaustive", got, [fmt.round_bits(v).bits for v in values], fmt, values)
+    amp_record.require(result, dtype=fmt.name, device=amp_device, tags={"probes": len(values)})
+
+
+def _e8m0_cast(values: list[float], device: torch.device) -> list[int]:
+    t = torch.tensor(values, dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
+    return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e8m0fnu"), reason="this torch has no torch.float8_e8m0fnu")
+def test_fp32_to_e8m0_rounds_to_the_nearest_power_of_two(amp_device, amp_record):
+    """Away from ties, every positive fp32 in e8m0's range goes to the nearest power of two (in
+    value); both sides of each tie 1.5 x 2^e are probed. Ties themselves are baselined below."""
+    values: list[float] = []
+    for e in range(-E8M0_BIAS, E8M0_BIAS):
+        tie = 1.5 * math.ldexp(1.0, e)
+        if tie < FP32.smallest_normal:  # fp32 subnormals: below the tie's resolution, probe the power only
+            values.append(math.ldexp(1.0, e))
+            continue
+        values += [math.ldexp(1.0, e), math.nextafter(tie, 0.0), math.nextafter(tie, math.inf)]
+    values = [v for v in values if FP32.round(v) == v]
+    got = _e8m0_cast(values, amp_device)
+    bad = [(v, g) for v, g in zip(values, got, strict=True) if (g,) != e8m0_nearest(v)]
+    amp_record.require(
+        compare_claim(
+            "float8_e8m0fnu.rounding_mismatches",
+            len(bad),
+            not bad,
+            "fp32 -> e8m0 picks the nearest power of two for every non-tie probe",
+            detail="; ".join(f"{v!r}: expected code {e8m0_nearest(v)}, got {g}" for v, g in bad[:4]),
+            expected=0,
+            allowance=0,
+            unit="values",
+        ),
+        dtype="float8_e8m0fnu",
+        device=amp_device,
+        tags={"probes": len(values)},
+    )
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e8m0fnu"), reason="this torch has no torch.float8_e8m0fnu")
+def test_e8m0_ties_zero_sign_and_overflow_match_this_stacks_baseline(amp_device, amp_record, amp_baseline):
+    """What the format leaves open (ties, zero, negatives, overflow, inf, NaN) is observed and kept
+    per stack: a release that changes it fails with the case named."""
+    probes = {
+        "tie 1.5": 1.5,
+        "tie 3.0": 3.0,
+        "tie 0.75": 0.75,
+        "zero": 0.0,
+        "-1": -1.0,
+        "2^-127": math.ldexp(1.0, -127),
+        "2^-149": math.ldexp(1.0, -149),
+        "2^127": math.ldexp(1.0, 127),
+        "1.5 x 2^127": 1.5 * math.ldexp(1.0, 127),
+        "fp32 max": FP32.max,
+        "inf": math.inf,
+        "nan": math.nan,
+    }
+    got = _e8m0_cast(list(probes.values()), amp_device)
+    observed = {name: {"code": g, "value": repr(e8m0_decode(g))} for name, g in zip(probes, got, strict=True)}
+    for name, o in observed.items():
+        amp_record(f"e8m0.cast({name})", o["code"], dtype="float8_e8m0fnu", device=amp_device, tags=o)
+    amp_baseline.check(f"e8m0_casts_{amp_device.type}", observed, key=KeyKind.STACK, device=str(amp_device))
+
+
+def test_fp4_e2m1_codes_and_rounding_match_the_reference(fp8_torchao, amp_device, amp_record):
+    """torch has a packed fp4 dtype (float4_e2m1fn_x2) without casts; torchao's MX kernels are the
+    casts MX training uses: decode of all 16 codes, round-to-nearest-even of every value and
+    midpoint, and saturation beyond the largest value (the format has no inf or NaN)."""
+    from harness.domains.fp8.adapters import import_torchao
+
+    kernels = import_torchao("torchao.prototype.mx_formats.kernels")
+    codes = torch.arange(16, dtype=torch.uint8)
+    decoded = kernels.f4_unpacked_to_f32(codes).tolist()
+    values = [*rounding_probes(FP4_E2M1), FP4_E2M1.max * 2, -FP4_E2M1.max * 2]
+    got = kernels.f32_to_f4_unpacked(torch.tensor(values, dtype=torch.float32)).tolist()
+    expected = [
+        FP4_E2M1.max_finite_bits | (FP4_E2M1.sign_bit if v < 0 else 0)
+        if FP4_E2M1.round_bits(v).bits is None
+        else FP4_E2M1.round_bits(v).bits
+        for v in values
+    ]
+    result = compare_data(
+        "float4_e2m1fn.codes_and_rounding",
+        {"decode": [FP4_E2M1.decode(c) for c in range(16)], "round": expected},
+        {"decode": decoded, "round": got},
+    )
+    amp_record.require(result, dtype="float4_e2m1fn", device="cpu", tags={"probes": len(values)})
+
+
+@pytest.mark.amp_thorough_on("cpu")  # one Inductor compile per format: ~8 s cold on 2 CPU cores
+@pytest.mark.parametrize("fmt", FP8, ids=_ids)
+def test_compiled_fp8_casts_give_the_eager_bits(fmt, amp_device, amp_record):
+    """Inductor generates its own cast code: on every rounding probe and the overflow, inf and NaN
+    probes it must give eager's bits (a difference would be registered as a finding of the release)."""
+    from harness.domains.compiled import runs, toolchain
+
+    missing = toolchain.unavailable(amp_device.type)
+    if missing is not None:
+        pytest.skip(f"no working compiler toolchain: {missing}")
+    values = [*rounding_probes(fmt), 1.5 * fmt.max, 2 * fmt.max, FP32.max, math.inf, math.nan]
+    values += [-v for v in values[-5:]]
+    x = torch.tensor(values, dtype=torch.float32, device=amp_device)
+    dtype = getattr(torch, fmt.name)
+    compiled = runs.compile_fn(lambda t: t.to(dtype), "inductor")
+    eager, got = tensor_bits(x.to(dtype)), tensor_bits(compiled(x))
+    result = compare_bits(f"compiled fp32->{fmt.name}", got, eager, fmt, values)
+    amp_record.require(result, dtype=fmt.name, device=amp_device, note=explain(result) if not result.passed else "")

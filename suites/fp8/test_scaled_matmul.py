@@ -1,0 +1,161 @@
+"""Claim family: scaled fp8 matrix products are as accurate as their formats allow, no less.
+
+``torch._scaled_mm`` (CPU; CUDA from SM 8.9) and torchao's Float8Linear (output, input gradient,
+weight gradient, per recipe) are compared with float64 on the same high-precision operands. Two
+budgets come from the operands' formats, their scales and the reduction length
+(``harness/domains/fp8/matmul.py``): an elementwise worst-case bound, and an SQNR floor from the
+standard model of rounding error. The bf16 autocast product's SQNR is recorded beside as context.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from harness.domains.fp8 import recipes
+from harness.domains.fp8.adapters import import_torchao
+from harness.domains.fp8.matmul import Operand, budget, sqnr
+from harness.numerics.comparison import compare_bound, compare_within
+from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP32, format_of
+from harness.numerics.scaled import CastSpec, Granularity, scales
+
+pytestmark = pytest.mark.amp_capability("fp8")
+
+#: small on purpose: the CPU kernels of e4m3 x e4m3 are slow on some hardware classes (see docs)
+M, K, N = 32, 64, 48
+
+#: (a's spec, b's spec) of the product a @ b^T: the operand pairs the recipes use
+PAIRS = {
+    "tensorwise-e4m3xe4m3": (CastSpec(FP8_E4M3FN), CastSpec(FP8_E4M3FN)),
+    "tensorwise-e5m2xe4m3": (CastSpec(FP8_E5M2), CastSpec(FP8_E4M3FN)),
+    "rowwise-e4m3xe4m3": (
+        CastSpec(FP8_E4M3FN, Granularity.AXIS, -1, power_of_2=True),
+        CastSpec(FP8_E4M3FN, Granularity.AXIS, -1, power_of_2=True),
+    ),
+}
+
+
+def _scale_tensor(x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+    """The reference's scales of ``x`` (rows: its first dim), shaped to broadcast against it."""
+    s = torch.tensor(scales(x.tolist(), spec), dtype=torch.float64)
+    if spec.granularity is Granularity.TENSOR:
+        return s.reshape(())
+    return s.reshape(-1, 1) if spec.axis in (-1, 1) else s.reshape(1, -1)
+
+
+def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, tags=None):
+    ref = a.values @ b.values
+    bud = budget(a, b, out=out_fmt)
+    amp_record.require(compare_within(name, actual, ref, bud.bound, bud.origin), device=device, tags=tags)
+    measured = sqnr(actual.cpu(), ref)
+    amp_record.require(
+        compare_bound(f"{name}.sqnr_shortfall_db", max(0.0, bud.sqnr_floor_db - measured), 0.0, bud.origin, unit="dB"),
+        device=device,
+        tags={**(tags or {}), "sqnr_db": round(measured, 2), "floor_db": round(bud.sqnr_floor_db, 2)},
+    )
+    amp_record(f"{name}.sqnr_db", measured, unit="dB", device=device, note=f"floor {bud.sqnr_floor_db:.1f} dB")
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_scaled_mm_is_within_its_error_budget_and_sqnr_floor(
+    pair, out_dtype, amp_device, amp_record, fp8_scaling_under_test
+):
+    spec_a, spec_b = PAIRS[pair]
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
+    sa, sb = fp8_scaling_under_test.scale(a, spec_a), fp8_scaling_under_test.scale(b, spec_b)
+    qa = fp8_scaling_under_test.cast(a, sa, spec_a).to(amp_device)
+    qb = fp8_scaling_under_test.cast(b, sb, spec_b).to(amp_device)
+    inv_a = sa.reciprocal().reshape(-1, 1) if sa.dim() else sa.reciprocal()
+    inv_b = sb.reciprocal().reshape(1, -1) if sb.dim() else sb.reciprocal()
+    try:
+        c = torch._scaled_mm(
+            qa, qb.t(), scale_a=inv_a.to(amp_device), scale_b=inv_b.to(amp_device), out_dtype=getattr(torch, out_dtype)
+        )
+    except RuntimeError as e:  # CUDA below SM 8.9, or a kernel this build lacks
+        pytest.skip(f"torch._scaled_mm ({pair}, {out_dtype}) is not available on {amp_device}: {e}")
+    a64, b64 = a.double(), b.double().t()
+    opa = Operand(a64, spec_a.fmt, _scale_tensor(a, spec_a))
+    sb_t = _scale_tensor(b, spec_b)
+    opb = Operand(b64, spec_b.fmt, sb_t.t() if sb_t.dim() else sb_t)
+    _judge(amp_record, f"scaled_mm.{pair}.{out_dtype}", c, opa, opb, format_of(out_dtype), amp_device)
+    # context: the same product under bf16 autocast, against the same float64 reference
+    with torch.autocast(amp_device.type, dtype=torch.bfloat16):
+        eager = a.to(amp_device) @ b.to(amp_device).t()
+    amp_record(f"scaled_mm.{pair}.bf16_autocast_sqnr_db", sqnr(eager.cpu(), a64 @ b64), unit="dB", device=amp_device)
+
+
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+def test_float8_linear_output_and_gradients_are_within_budget(name, fp8_torchao, amp_device, amp_record):
+    """Float8Linear's three matmuls against float64 on the same input, weight and output gradient,
+    with the budget of the operands' casts as the recipe specifies them."""
+    float8 = import_torchao("torchao.float8")
+    spec = recipes.recipe(name)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(M, K, generator=g)
+    go = torch.randn(M, N, generator=g)
+    lin = torch.nn.Linear(K, N, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(N, K, generator=g) / K**0.5)
+    w = lin.weight.detach().clone()
+    f8 = float8.convert_to_float8_training(
+        torch.nn.Sequential(copy.deepcopy(lin)), config=float8.Float8LinearConfig.from_recipe_name(name)
+    ).to(amp_device)
+    xd = x.clone().to(amp_device).requires_grad_(True)
+    y = f8(xd)
+    y.backward(go.to(amp_device))
+    grad_w = f8[0].weight.grad
+    assert xd.grad is not None and grad_w is not None
+
+    def operand(values: torch.Tensor, gemm: str, role: str, transpose: bool) -> Operand:
+        """The operand ``values`` (spec layout) of ``gemm``, transposed into the product if asked."""
+        cast = spec.cast(gemm, role)
+        v = values.double()
+        if cast is None:
+            return Operand(v.t() if transpose else v)
+        s = _scale_tensor(values, cast)
+        return Operand(v.t() if transpose else v, cast.fmt, s.t() if transpose and s.dim() else s)
+
+    tags = {"recipe": name}
+    _judge(
+        amp_record,
+        f"float8_linear.{name}.output",
+        y.detach(),
+        operand(x, "output", "input", False),
+        operand(w, "output", "weight", True),
+        FP32,
+        amp_device,
+        tags,
+    )
+    _judge(
+        amp_record,
+        f"float8_linear.{name}.grad_input",
+        xd.grad,
+        operand(go, "grad_input", "grad_output", False),
+        operand(w, "grad_input", "weight", False),
+        FP32,
+        amp_device,
+        tags,
+    )
+    _judge(
+        amp_record,
+        f"float8_linear.{name}.grad_weight",
+        grad_w,
+        operand(go, "grad_weight", "grad_output", True),
+        operand(x, "grad_weight", "input", False),
+        FP32,
+        amp_device,
+        tags,
+    )
+    with torch.autocast(amp_device.type, dtype=torch.bfloat16):
+        eager = lin.to(amp_device)(x.to(amp_device))
+    amp_record(
+        f"float8_linear.{name}.bf16_autocast_output_sqnr_db",
+        sqnr(eager.detach().cpu(), x.double() @ w.double().t()),
+        unit="dB",
+        device=amp_device,
+        tags={**tags, "bf16_u": BF16.unit_roundoff},
+    )

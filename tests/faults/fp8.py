@@ -1,0 +1,150 @@
+"""Broken fp8 scaling code. Each wraps torchao's correct scaling and corrupts it the way a real bug
+would; the fp8 suite gets one through its ``fp8_scaling_under_test`` fixture, or torchao's own
+functions are patched where the suite uses torchao directly (Float8Linear, training, MX)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from harness.domains.fp8.adapters import TorchaoScaling
+from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2
+from harness.numerics.scaled import AMAX_EPS, CastSpec, Granularity
+
+
+class WrongAxis(TorchaoScaling):
+    """Axiswise scales reduced over the other dimension (per column where per row belongs)."""
+
+    name = "wrong axis"
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        if spec.granularity is Granularity.AXIS:
+            spec = replace(spec, axis=0 if spec.axis in (-1, 1) else -1)
+        return super().scale(x, spec)
+
+
+class AmaxIgnoresNegatives(TorchaoScaling):
+    """amax = max(x) instead of max(|x|): large negative values saturate."""
+
+    name = "amax ignores negative values"
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        fmax = spec.fmt.max
+        amax = x.max() if spec.granularity is Granularity.TENSOR else x.amax(dim=spec.axis, keepdim=True)
+        s = (fmax / amax.to(torch.float64).clamp(min=AMAX_EPS)).to(torch.float32)
+        return torch.exp2(torch.floor(torch.log2(s))) if spec.power_of_2 else s
+
+
+class E5m2ForE4m3(TorchaoScaling):
+    """e5m2 (2 mantissa bits) where the recipe names e4m3 (3 bits): scales and casts both."""
+
+    name = "e5m2 where e4m3 belongs"
+
+    def _swap(self, spec: CastSpec) -> CastSpec:
+        return replace(spec, fmt=FP8_E5M2) if spec.fmt is FP8_E4M3FN else spec
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        return super().scale(x, self._swap(spec))
+
+    def cast(self, x: torch.Tensor, scale: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        return super().cast(x, scale, self._swap(spec))
+
+
+class ScaleOffByTwo(TorchaoScaling):
+    """Every scale twice what it should be (a factor of 2 lost in a power-of-two rounding)."""
+
+    name = "scale off by a factor of two"
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        return super().scale(x, spec) * 2
+
+
+class StaleAmax(TorchaoScaling):
+    """The scale of the tensor's first row stands for all of it (a stale or partial amax, as a
+    delayed-scaling history that missed a spike): the rest overflow and saturate silently."""
+
+    name = "stale amax"
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        s = super().scale(x[:1], spec)
+        if spec.granularity is Granularity.AXIS and spec.axis in (-1, 1):
+            return s.expand(x.shape[0], 1)  # the first row's scale for every row
+        return s
+
+
+class RoundsTowardZero(TorchaoScaling):
+    """The cast truncates (rounds toward zero) instead of rounding to nearest."""
+
+    name = "cast rounds toward zero"
+
+    def cast(self, x: torch.Tensor, scale: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        good = super().cast(x, scale, spec)
+        exact = x.to(torch.float64) * scale.to(torch.float64)
+        back = good.to(torch.float64)
+        bits = good.view(torch.uint8).clone()
+        up = (back.abs() > exact.abs()) & torch.isfinite(exact) & (bits & 0x7F != 0)
+        bits[up] -= 1  # one step toward zero, same sign
+        return bits.view(good.dtype)
+
+
+BROKEN_SCALING: dict[str, type[TorchaoScaling]] = {
+    c.__name__: c for c in (WrongAxis, AmaxIgnoresNegatives, E5m2ForE4m3, ScaleOffByTwo, StaleAmax, RoundsTowardZero)
+}
+
+
+# -- patches of torchao itself (``inject(..., patches=...)``: factory(original) -> replacement) --------------
+def doubled_scale(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torchao's tensor_to_scale, times two: Float8Linear's casts saturate their largest values."""
+
+    def broken(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return original(*args, **kwargs) * 2
+
+    return broken
+
+
+def exact_pow2(original: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A torchao whose power-of-two rounding is exact (frexp): the registered finding "appears fixed"."""
+
+    def fixed(scale: torch.Tensor) -> torch.Tensor:
+        _, e = torch.frexp(scale)
+        exact = torch.ldexp(torch.ones_like(scale), e - 1)
+        return torch.where(torch.isfinite(scale) & (scale > 0), exact, scale)
+
+    return fixed
+
+
+def one_less(original: int) -> int:
+    """A constant one below torchao's (an element format's largest power of two, off by one)."""
+    return original - 1
+
+
+def import_torchao() -> Any:
+    """torchao, for an injected ``torchao`` fixture."""
+    from harness.domains.fp8.adapters import import_torchao as imp
+
+    return imp()
+
+
+class PlainTorchScaling:
+    """A user's own correct fp8 scaling in plain torch, no torchao (what the adapter docs show): it
+    must pass every scaling check, power-of-two scales included (its rounding is exact)."""
+
+    name = "plain torch"
+
+    def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        a = x.abs()
+        amax = a.amax() if spec.granularity is Granularity.TENSOR else a.amax(dim=spec.axis, keepdim=True)
+        s = (spec.fmt.max / amax.to(torch.float64).clamp(min=AMAX_EPS)).to(torch.float32)
+        if spec.power_of_2:
+            _, e = torch.frexp(s)
+            s = torch.where(torch.isfinite(s) & (s > 0), torch.ldexp(torch.ones_like(s), e - 1), s)
+        return s
+
+    def cast(self, x: torch.Tensor, scale: torch.Tensor, spec: CastSpec) -> torch.Tensor:
+        fmax = spec.fmt.max
+        from harness.numerics.formats import torch_dtype
+
+        return (x.to(torch.float32) * scale).clamp(-fmax, fmax).to(torch_dtype(spec.fmt))

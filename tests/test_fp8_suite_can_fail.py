@@ -1,0 +1,146 @@
+"""Negative controls: the fp8 suite, run on deliberately wrong fp8 code, must fail.
+
+The real suite files are copied into a scratch directory; a conftest swaps in a broken cast or
+scaling adapter (``faults/fp8.py``), or patches torchao where the suite uses it directly; each test
+asserts exactly which checks catch the fault.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import assert_caught, assert_clean, inject, run_inner
+
+pytest.importorskip("torchao", reason="the fp8 suite's controls need torchao (pip install amp-harness[fp8])")
+
+SCALING = "fp8/test_fp8_scaling.py"
+MATMUL = "fp8/test_scaled_matmul.py"
+FORMATS = "fp8/test_fp8_formats.py"
+TRAINING = "fp8/test_float8_training.py"
+
+EXACT = "test_scales_and_casts_equal_the_exact_reference"
+SATURATION = "test_a_correctly_scaled_tensor_never_relies_on_saturation"
+SCALED_MM = "test_scaled_mm_is_within_its_error_budget_and_sqnr_floor"
+
+#: broken scaling adapter -> the checks (fnmatch patterns of test ids) that must fail; nothing else may
+MUST_CATCH: dict[str, tuple[str, ...]] = {
+    # a per-column amax still bounds every element: no saturation, but the scales and the rowwise
+    # product's scale shapes are wrong
+    "WrongAxis": (f"*::{EXACT}[[]cpu-*wise-e4m3-pow2]", f"*::{SCALED_MM}[[]cpu-rowwise-*]"),
+    "AmaxIgnoresNegatives": (f"*::{EXACT}[[]*]", f"*::{SATURATION}[[]*]", f"*::{SCALED_MM}[[]*]"),
+    "E5m2ForE4m3": (f"*::{EXACT}[[]cpu-*e4m3*]", f"*::{SATURATION}[[]cpu-*e4m3*]", f"*::{SCALED_MM}[[]*]"),
+    "ScaleOffByTwo": (f"*::{EXACT}[[]*]", f"*::{SATURATION}[[]*]", f"*::{SCALED_MM}[[]*]"),
+    "StaleAmax": (f"*::{EXACT}[[]*]", f"*::{SATURATION}[[]*]", f"*::{SCALED_MM}[[]*]"),
+    "RoundsTowardZero": (f"*::{EXACT}[[]*]", f"*::{SCALED_MM}[[]*]"),
+}
+
+FIXTURES = {
+    "fp8_torchao": "faults.fp8.import_torchao()",
+    "fp8_cast_under_test": "faults.casts.correct",
+}
+
+
+def _run(pytester, suite_copy, scaling: str, *files: str, cast: str = "faults.casts.correct", args=(), **patches: str):
+    suite_copy(*files, conftest=False)
+    fixtures = {**FIXTURES, "fp8_cast_under_test": cast, "fp8_scaling_under_test": scaling}
+    owners = tuple(sorted({target.rpartition(".")[0] for target in patches}))
+    inject(pytester, "fp8", fixtures=fixtures, patches=patches or None, imports=owners)
+    return run_inner(pytester, *args)
+
+
+@pytest.mark.amp_thorough  # the suite itself runs on torchao's scaling in every `pytest suites/`
+def test_the_scaling_checks_pass_on_torchaos_own_scaling(pytester, suite_copy):
+    assert_clean(_run(pytester, suite_copy, "faults.fp8.TorchaoScaling()", SCALING, MATMUL), at_least=20)
+
+
+def test_a_users_own_correct_scaling_in_plain_torch_passes(pytester, suite_copy):
+    """The adapter path users take: scaling code of their own, without torchao, judged by the suite."""
+    run = _run(pytester, suite_copy, "faults.fp8.PlainTorchScaling()", SCALING, args=("-k", "exact_reference"))
+    assert_clean(run, at_least=5)
+
+
+#: The default tier's broken scaling: it fails every scaling and scaled-matmul check (each run also
+#: shows that no other check fails); the others are in the thorough tier, ~4 s each.
+DEFAULT_FAULTS = ("ScaleOffByTwo",)
+#: the checks a scaling fault can reach (the registry and MX checks have controls of their own below)
+SCALING_CHECKS = ("-k", "exact_reference or saturation or scaled_mm")
+
+
+def test_the_default_faults_make_every_scaling_check_fail():
+    caught = {p.split("::")[1].split("[")[0] for f in DEFAULT_FAULTS for p in MUST_CATCH[f]}
+    assert caught == {EXACT, SATURATION, SCALED_MM}
+
+
+@pytest.mark.parametrize(
+    "fault", [f if f in DEFAULT_FAULTS else pytest.param(f, marks=pytest.mark.amp_thorough) for f in sorted(MUST_CATCH)]
+)
+def test_broken_fp8_scaling_fails_exactly_the_checks_that_guard_against_it(pytester, suite_copy, fault):
+    run = _run(pytester, suite_copy, f"faults.fp8.BROKEN_SCALING[{fault!r}]()", SCALING, MATMUL, args=SCALING_CHECKS)
+    assert_caught(run, *MUST_CATCH[fault])
+
+
+def test_a_cast_that_rounds_toward_zero_fails_the_exhaustive_rounding_check(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        "faults.fp8.TorchaoScaling()",
+        FORMATS,
+        cast="faults.casts.truncating",
+        args=("-k", "rounds"),
+    )
+    assert_caught(run, "*::test_fp32_to_fp8_rounds_every_value_and_midpoint_to_nearest_even[[]cpu-*]")
+    run.stdout.fnmatch_lines(["*fp32->float8_e*m*exhaustive: FAILED: mismatched elements*"], consecutive=False)
+
+
+def test_a_doubled_scale_inside_float8_linear_fails_its_budget_and_training(pytester, suite_copy):
+    """torchao's own tensor_to_scale times two: Float8Linear saturates its largest values; its
+    matmuls leave their budgets and float8 training leaves its allowance (tensorwise here; every
+    recipe and the outlier check fail the same way)."""
+    run = _run(
+        pytester,
+        suite_copy,
+        "faults.fp8.TorchaoScaling()",
+        MATMUL,
+        TRAINING,
+        args=("-k", "tensorwise and (float8_linear or mlp_training)"),
+        **{"torchao.float8.float8_scaling_utils.tensor_to_scale": "faults.fp8.doubled_scale"},
+    )
+    assert_caught(
+        run,
+        "*::test_float8_linear_output_and_gradients_are_within_budget[[]cpu-tensorwise]",
+        "*::test_float8_mlp_training_stays_within_the_fp32_seed_band[[]cpu-tensorwise]",
+    )
+    run.stdout.fnmatch_lines(
+        [
+            "*mlp.float8_tensorwise.worst_diff_over_allowance: FAILED: * (allowance 1)*",
+            "*mlp / float8 tensorwise: at step * the evaluation loss differs from fp32 by *, allowance *; reproduce: seed 0*",
+        ]
+    )
+
+
+def test_mx_scales_with_a_wrong_element_exponent_fail(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        "faults.fp8.TorchaoScaling()",
+        SCALING,
+        args=("-k", "mx_block"),
+        **{"torchao.prototype.mx_formats.mx_tensor.F8E4M3_MAX_POW2": "faults.fp8.one_less"},
+    )
+    assert_caught(
+        run,
+        "*::test_mx_block_scales_equal_the_reference[[]e4m3-floor]",
+        "*::test_mx_block_scales_equal_the_reference[[]e4m3-ceil]",
+    )
+
+
+def test_a_torchao_that_fixed_a_registered_finding_fails_as_appears_fixed(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        "faults.fp8.TorchaoScaling()",
+        SCALING,
+        args=("-k", "registered"),
+        **{"torchao.float8.float8_utils._round_scale_down_to_power_of_2": "faults.fp8.exact_pow2"},
+    )
+    assert_caught(run, "*::test_registered_fp8_findings_match_what_this_torchao_does[[]torchao-pow2-scale-rounds-up]")
+    run.stdout.fnmatch_lines(["*appears fixed in torchao*remove*KNOWN_ISSUES in harness/domains/fp8/known_issues.py*"])
