@@ -36,13 +36,18 @@ MUST_CATCH: dict[str, tuple[str, ...]] = {
 FIXTURES = {
     "fp8_torchao": "faults.fp8.import_torchao()",
     "fp8_cast_under_test": "faults.casts.correct",
+    "fp8_decode_under_test": "faults.fp8.torch_decode",
+    "e8m0_cast_under_test": "faults.fp8.torch_e8m0_cast",
 }
 
 
 def _run(pytester, suite_copy, scaling: str, *files: str, cast: str = "faults.casts.correct", args=(), **patches: str):
     suite_copy(*files, conftest=False)
     fixtures = {**FIXTURES, "fp8_cast_under_test": cast, "fp8_scaling_under_test": scaling}
-    owners = tuple(sorted({target.rpartition(".")[0] for target in patches}))
+    # the modules to import for each patched attribute (a class's module where its owner is a class)
+    owners = tuple(
+        sorted({".".join(p for p in t.rpartition(".")[0].split(".") if not p[:1].isupper()) for t in patches})
+    )
     inject(pytester, "fp8", fixtures=fixtures, patches=patches or None, imports=owners)
     return run_inner(pytester, *args)
 
@@ -52,6 +57,7 @@ def test_the_scaling_checks_pass_on_torchaos_own_scaling(pytester, suite_copy):
     assert_clean(_run(pytester, suite_copy, "faults.fp8.TorchaoScaling()", SCALING, MATMUL), at_least=20)
 
 
+@pytest.mark.amp_thorough  # the adapter path itself is exercised by every broken adapter below
 def test_a_users_own_correct_scaling_in_plain_torch_passes(pytester, suite_copy):
     """The adapter path users take: scaling code of their own, without torchao, judged by the suite."""
     run = _run(pytester, suite_copy, "faults.fp8.PlainTorchScaling()", SCALING, args=("-k", "exact_reference"))
@@ -76,6 +82,74 @@ def test_the_default_faults_make_every_scaling_check_fail():
 def test_broken_fp8_scaling_fails_exactly_the_checks_that_guard_against_it(pytester, suite_copy, fault):
     run = _run(pytester, suite_copy, f"faults.fp8.BROKEN_SCALING[{fault!r}]()", SCALING, MATMUL, args=SCALING_CHECKS)
     assert_caught(run, *MUST_CATCH[fault])
+
+
+def test_broken_decodes_and_e8m0_and_fp4_casts_fail_their_format_checks(pytester, suite_copy):
+    """Subnormal codes decoded as zero, an e8m0 cast that truncates, an fp4 cast that clears its
+    mantissa bit: each fails the check of its own (one run, three faults that touch different checks)."""
+    suite_copy(FORMATS, conftest=False)
+    fixtures = {
+        **FIXTURES,
+        "fp8_scaling_under_test": "faults.fp8.TorchaoScaling()",
+        "fp8_decode_under_test": "faults.fp8.decode_flushing_subnormals",
+        "e8m0_cast_under_test": "faults.fp8.e8m0_rounding_down",
+    }
+    patches = {"torchao.prototype.mx_formats.kernels.f32_to_f4_unpacked": "faults.fp8.fp4_truncating"}
+    inject(pytester, "fp8", fixtures=fixtures, patches=patches, imports=("torchao.prototype.mx_formats.kernels",))
+    run = run_inner(pytester, "-k", "decodes or e8m0_rounds or fp4")
+    assert_caught(
+        run,
+        "*::test_every_code_decodes_to_the_value_its_bit_layout_defines[[]cpu-float8_e4m3fn]",
+        "*::test_every_code_decodes_to_the_value_its_bit_layout_defines[[]cpu-float8_e5m2]",
+        "*::test_fp32_to_e8m0_rounds_to_the_nearest_power_of_two[[]cpu]",
+        "*::test_fp4_e2m1_codes_and_rounding_match_the_reference[[]cpu]",
+    )
+    run.stdout.fnmatch_lines(
+        ["*float8_e4m3fn.decode_mismatches: FAILED*", "*code 0x01: expected 0.001953125, got 0.0*"]
+    )
+
+
+@pytest.mark.amp_thorough  # a fresh copy of the formats file on a faulty 'compiler'; the real compile is thorough on the CPU too
+def test_a_compiler_whose_fp8_casts_truncate_fails_the_compiled_cast_check(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        "faults.fp8.TorchaoScaling()",
+        FORMATS,
+        args=("-k", "compiled", "--amp-tier=thorough"),
+        **{"harness.domains.compiled.runs.compile_fn": "faults.fp8.compile_truncating"},
+    )
+    assert_caught(run, "*::test_compiled_fp8_casts_give_the_eager_bits[[]cpu-*]")
+
+
+def test_a_torchao_recipe_that_changed_an_operands_format_fails_the_recipe_check(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        "faults.fp8.TorchaoScaling()",
+        SCALING,
+        args=("-k", "recipe_casts"),
+        **{"torchao.float8.Float8LinearConfig.from_recipe_name": "faults.fp8.rowwise_grad_output_e5m2"},
+    )
+    assert_caught(run, "*::test_torchaos_recipe_casts_each_operand_as_its_specification_says[[]rowwise]")
+    run.stdout.fnmatch_lines(["*grad_input/grad_output: spec e4m3fn, one scale per axis -1, power of 2, torchao e5m2*"])
+
+
+@pytest.mark.amp_thorough  # the outlier check and every recipe's training run again on the fault: ~10 s
+def test_a_doubled_scale_fails_the_outlier_check_and_every_recipes_training(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        "faults.fp8.TorchaoScaling()",
+        TRAINING,
+        args=("-k", "mlp_training or outlier", "--amp-tier=thorough"),
+        **{"torchao.float8.float8_scaling_utils.tensor_to_scale": "faults.fp8.doubled_scale"},
+    )
+    assert_caught(
+        run,
+        "*::test_float8_mlp_training_stays_within_the_fp32_seed_band[[]cpu-*]",
+        "*::test_an_activation_outlier_mid_run_leaves_no_lasting_damage[[]cpu-*]",
+    )
 
 
 def test_a_cast_that_rounds_toward_zero_fails_the_exhaustive_rounding_check(pytester, suite_copy):
@@ -123,7 +197,7 @@ def test_mx_scales_with_a_wrong_element_exponent_fail(pytester, suite_copy):
         suite_copy,
         "faults.fp8.TorchaoScaling()",
         SCALING,
-        args=("-k", "mx_block"),
+        args=("-k", "mx_block and e4m3 and (floor or ceil) and not rceil"),
         **{"torchao.prototype.mx_formats.mx_tensor.F8E4M3_MAX_POW2": "faults.fp8.one_less"},
     )
     assert_caught(

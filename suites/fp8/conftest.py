@@ -31,6 +31,28 @@ def fp8_cast_under_test() -> Cast:
     return cast_bits
 
 
+def _decode_codes(dtype_name: str, device: torch.device) -> list[float]:
+    codes = torch.arange(256, dtype=torch.uint8, device=device)
+    return [float(v) for v in codes.view(getattr(torch, dtype_name)).to(torch.float32).cpu().tolist()]
+
+
+def _e8m0_cast(values: Sequence[float], device: torch.device) -> list[int]:
+    t = torch.tensor(list(values), dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
+    return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
+
+
+@pytest.fixture
+def fp8_decode_under_test() -> Callable[[str, torch.device], list[float]]:
+    """(dtype name, device) -> the values of codes 0..255 as torch decodes them."""
+    return _decode_codes
+
+
+@pytest.fixture
+def e8m0_cast_under_test() -> Callable[[Sequence[float], torch.device], list[int]]:
+    """(fp32 values, device) -> the e8m0 codes torch casts them to."""
+    return _e8m0_cast
+
+
 @pytest.fixture
 def fp8_scaling_under_test(fp8_torchao: ModuleType) -> adapters.Fp8Scaling:
     """The fp8 scaling code the recipe specifications judge (torchao's by default).

@@ -83,7 +83,15 @@ def mlp_fp32(amp_device):
     return _MLP_BANDS[key]
 
 
-@pytest.mark.parametrize("recipe_name", sorted(recipes.RECIPES))
+@pytest.mark.parametrize(
+    "recipe_name",
+    # rowwise_with_gw_hp casts its forward as rowwise does; its high-precision weight gradient is
+    # checked against float64 in the default tier (test_scaled_matmul.py)
+    [
+        r if r != "rowwise_with_gw_hp" else pytest.param(r, marks=pytest.mark.amp_thorough)
+        for r in sorted(recipes.RECIPES)
+    ],
+)
 def test_float8_mlp_training_stays_within_the_fp32_seed_band(
     recipe_name, fp8_torchao, mlp_fp32, amp_device, amp_record
 ):

@@ -50,12 +50,12 @@ def rounding_probes(fmt: FloatFormat) -> list[float]:
 
 @pytest.mark.amp_quick
 @pytest.mark.parametrize("dtype_name", ["float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"])
-def test_every_code_decodes_to_the_value_its_bit_layout_defines(dtype_name, amp_device, amp_record):
-    dtype = getattr(torch, dtype_name, None)
-    if dtype is None:
+def test_every_code_decodes_to_the_value_its_bit_layout_defines(
+    dtype_name, amp_device, fp8_decode_under_test, amp_record
+):
+    if getattr(torch, dtype_name, None) is None:
         pytest.skip(f"torch {torch.__version__} has no torch.{dtype_name}")
-    codes = torch.arange(256, dtype=torch.uint8, device=amp_device)
-    got = codes.view(dtype).to(torch.float32).cpu().tolist()
+    got = fp8_decode_under_test(dtype_name, amp_device)
     decode = e8m0_decode if dtype_name == "float8_e8m0fnu" else {f.name: f for f in FP8}[dtype_name].decode
     expected = [decode(c) for c in range(256)]
     bad = [
@@ -89,13 +89,8 @@ def test_fp32_to_fp8_rounds_every_value_and_midpoint_to_nearest_even(fmt, amp_de
     amp_record.require(result, dtype=fmt.name, device=amp_device, tags={"probes": len(values)})
 
 
-def _e8m0_cast(values: list[float], device: torch.device) -> list[int]:
-    t = torch.tensor(values, dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
-    return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
-
-
 @pytest.mark.skipif(not hasattr(torch, "float8_e8m0fnu"), reason="this torch has no torch.float8_e8m0fnu")
-def test_fp32_to_e8m0_rounds_to_the_nearest_power_of_two(amp_device, amp_record):
+def test_fp32_to_e8m0_rounds_to_the_nearest_power_of_two(amp_device, e8m0_cast_under_test, amp_record):
     """Away from ties, every positive fp32 in e8m0's range goes to the nearest power of two (in
     value); both sides of each tie 1.5 x 2^e are probed. Ties themselves are baselined below."""
     values: list[float] = []
@@ -104,9 +99,10 @@ def test_fp32_to_e8m0_rounds_to_the_nearest_power_of_two(amp_device, amp_record)
         if tie < FP32.smallest_normal:  # fp32 subnormals: below the tie's resolution, probe the power only
             values.append(math.ldexp(1.0, e))
             continue
-        values += [math.ldexp(1.0, e), math.nextafter(tie, 0.0), math.nextafter(tie, math.inf)]
-    values = [v for v in values if FP32.round(v) == v]
-    got = _e8m0_cast(values, amp_device)
+        tie_bits = FP32.round_bits(tie).bits
+        assert tie_bits is not None
+        values += [math.ldexp(1.0, e), FP32.decode(tie_bits - 1), FP32.decode(tie_bits + 1)]  # fp32 neighbours
+    got = e8m0_cast_under_test(values, amp_device)
     bad = [(v, g) for v, g in zip(values, got, strict=True) if (g,) != e8m0_nearest(v)]
     amp_record.require(
         compare_claim(
@@ -126,7 +122,9 @@ def test_fp32_to_e8m0_rounds_to_the_nearest_power_of_two(amp_device, amp_record)
 
 
 @pytest.mark.skipif(not hasattr(torch, "float8_e8m0fnu"), reason="this torch has no torch.float8_e8m0fnu")
-def test_e8m0_ties_zero_sign_and_overflow_match_this_stacks_baseline(amp_device, amp_record, amp_baseline):
+def test_e8m0_ties_zero_sign_and_overflow_match_this_stacks_baseline(
+    amp_device, e8m0_cast_under_test, amp_record, amp_baseline
+):
     """What the format leaves open (ties, zero, negatives, overflow, inf, NaN) is observed and kept
     per stack: a release that changes it fails with the case named."""
     probes = {
@@ -143,7 +141,7 @@ def test_e8m0_ties_zero_sign_and_overflow_match_this_stacks_baseline(amp_device,
         "inf": math.inf,
         "nan": math.nan,
     }
-    got = _e8m0_cast(list(probes.values()), amp_device)
+    got = e8m0_cast_under_test(list(probes.values()), amp_device)
     observed = {name: {"code": g, "value": repr(e8m0_decode(g))} for name, g in zip(probes, got, strict=True)}
     for name, o in observed.items():
         amp_record(f"e8m0.cast({name})", o["code"], dtype="float8_e8m0fnu", device=amp_device, tags=o)

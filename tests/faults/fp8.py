@@ -148,3 +148,74 @@ class PlainTorchScaling:
         from harness.numerics.formats import torch_dtype
 
         return (x.to(torch.float32) * scale).clamp(-fmax, fmax).to(torch_dtype(spec.fmt))
+
+
+# -- decodes and casts of the format checks: torch's own, then broken ones --------------------------------------
+def torch_decode(dtype_name: str, device: torch.device) -> list[float]:
+    """torch's decode of codes 0..255 (what the suite's fixture does)."""
+    values = torch.arange(256, dtype=torch.uint8, device=device).view(getattr(torch, dtype_name)).float().cpu()
+    return [float(v) for v in values.tolist()]
+
+
+def torch_e8m0_cast(values: Any, device: torch.device) -> list[int]:
+    """torch's fp32 -> e8m0 cast, as codes (what the suite's fixture does)."""
+    t = torch.tensor(list(values), dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
+    return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
+
+
+def decode_flushing_subnormals(dtype_name: str, device: torch.device) -> list[float]:
+    """torch's decode with subnormal codes read as zero (a DAZ mode in a conversion path)."""
+    from harness.numerics.formats import format_of
+
+    values = torch.arange(256, dtype=torch.uint8, device=device).view(getattr(torch, dtype_name)).float().cpu()
+    out = [float(v) for v in values.tolist()]
+    if dtype_name == "float8_e8m0fnu":
+        return out
+    fmt = format_of(dtype_name)
+    return [0.0 if 0 < abs(v) < fmt.smallest_normal else v for v in out]
+
+
+def e8m0_rounding_down(values: Any, device: torch.device) -> list[int]:
+    """An e8m0 cast that truncates to the power of two below (the exponent field, mantissa dropped)."""
+    t = torch.tensor(list(values), dtype=torch.float32, device=device)
+    exponent = (t.view(torch.int32) >> 23) & 0xFF
+    return [int(e) for e in exponent.cpu().tolist()]
+
+
+def fp4_truncating(original: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """torchao's fp32 -> fp4 with the mantissa bit cleared: every odd code rounds toward zero."""
+
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        return torch.bitwise_and(original(x), 0b1110)
+
+    return broken
+
+
+def compile_truncating(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A 'compiler' whose fp8 casts round toward zero: what a code generator's wrong rounding mode does."""
+
+    def compile_fn(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+        def run(x: torch.Tensor) -> torch.Tensor:
+            good: torch.Tensor = fn(x)
+            bits = good.view(torch.uint8).clone()
+            up = (good.float().abs() > x.abs()) & torch.isfinite(x) & (bits & 0x7F != 0)
+            bits[up] -= 1
+            return bits.view(good.dtype)
+
+        return run
+
+    return compile_fn
+
+
+def rowwise_grad_output_e5m2(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A torchao whose rowwise recipe casts grad_output to e5m2 (a recipe changed in a release)."""
+
+    def from_recipe_name(name: Any) -> Any:
+        config = original(name)
+        if str(getattr(name, "value", name)) != "rowwise":
+            return config
+        cast = replace(config.cast_config_grad_output, target_dtype=torch.float8_e5m2)
+        # torchao requires grad_output in one dtype for both matmuls that use it
+        return replace(config, cast_config_grad_output=cast, cast_config_grad_output_for_grad_weight=cast)
+
+    return from_recipe_name
