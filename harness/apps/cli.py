@@ -73,30 +73,64 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from harness.apps import dashboard as db
 
-    loaded = db.write_dashboard(args.reports, args.output, window=args.window)
+    if not args.reports and not args.fleet:
+        print("amp-harness dashboard: name run or report directories, or --fleet DIR", file=sys.stderr)
+        return 2
+    try:
+        loaded = db.write_dashboard(args.reports, args.output, fleet=args.fleet, window=args.window)
+    except FileNotFoundError as e:
+        print(f"amp-harness dashboard: {e}", file=sys.stderr)
+        return 2
     for problem in loaded.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
     print(f"dashboard: {len(loaded.runs)} runs, {len(loaded.rows)} rows -> {args.output}")
     return 0 if len(loaded.runs) else 2
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
-    import pandas as pd
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from harness.storage import fleet
 
-    from harness.apps import dashboard as db
+    published, problems = 0, 0
+    for path in map(Path, args.runs):
+        dirs = [path] if (path / rp.ROWS_PARQUET).is_file() else (rp.find_runs(path) if path.is_dir() else [])
+        if not dirs:
+            print(f"amp-harness publish: {path}: no run report here", file=sys.stderr)
+            problems += 1
+        for d in dirs:
+            try:
+                print(f"{d} -> {fleet.publish(rp.load(d), args.fleet)}")
+                published += 1
+            except rp.ReportError as e:
+                print(f"amp-harness publish: skipped {e}", file=sys.stderr)
+                problems += 1
+    return 0 if published and not problems else 2
 
-    a, b = rp.load(args.run_a), rp.load(args.run_b)
-    table = db.compare(a.rows, b.rows)
-    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 70):
-        print(
-            f"A: {a.meta.get('run_id')} ({a.meta.get('profile')})   B: {b.meta.get('run_id')} ({b.meta.get('profile')})"
-        )
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.6g}", na_rep=""))
-    flagged = int((table["flag"] != "").sum())
-    print(f"{len(table)} shared metrics, {flagged} beyond their allowance")
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from harness.apps import diff as df
+
+    try:
+        if args.fleet:
+            a, b = df.fleet_side("A", args.fleet, args.run_a), df.fleet_side("B", args.fleet, args.run_b)
+        else:
+            a, b = df.load_side("A", args.run_a), df.load_side("B", args.run_b)
+    except df.DiffInputError as e:
+        print(f"amp-harness diff: {e}", file=sys.stderr)
+        return 2
+    result = df.diff(a, b)
+    text = df.RENDERERS[args.format](result)
+    if args.output:
+        from harness.storage import atomic
+
+        atomic.write_text(Path(args.output), text)
+        print(f"{result.summary()} -> {args.output}")
+    else:
+        sys.stdout.write(text)
     if args.csv:
-        table.to_csv(args.csv, index=False)
-    return 1 if flagged else 0
+        from harness.storage import atomic
+
+        atomic.write_text(Path(args.csv), df.render_csv(result))
+    return 1 if result.regressed else 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -233,18 +267,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("path", nargs="?", default="amp-reports")
     r.set_defaults(func=_cmd_report)
     d = sub.add_parser("dashboard", help="one self-contained HTML dashboard over many run reports")
-    d.add_argument("reports", nargs="+", help="run directories, report directories or rows.parquet files")
+    d.add_argument("reports", nargs="*", help="run directories, report directories or rows.parquet files")
+    d.add_argument("--fleet", help="a fleet dataset (amp-harness publish) instead: its latest runs per class and stack")
     d.add_argument("-o", "--output", default="dashboard.html")
     d.add_argument("--window", type=int, default=5, help="previous runs whose median is the reference (default 5)")
     d.set_defaults(func=_cmd_dashboard)
     c = sub.add_parser(
-        "compare",
-        help="two runs side by side: values, delta, allowance, flag (exit 1 when any is beyond its allowance)",
+        "diff",
+        aliases=["compare"],
+        help="what changed between two runs: regressed, improved, new, missing, changed (exit 1 when B regressed)",
     )
-    c.add_argument("run_a")
-    c.add_argument("run_b")
-    c.add_argument("--csv", help="also write the table as CSV")
-    c.set_defaults(func=_cmd_compare)
+    c.add_argument("run_a", help="run A: a run report directory, or a report directory (its latest run)")
+    c.add_argument("run_b", help="run B: the same")
+    c.add_argument(
+        "--format", choices=("text", "md", "csv", "html"), default="text", help="output format (default text)"
+    )
+    c.add_argument("-o", "--output", help="write the output to this file instead of standard output")
+    c.add_argument("--csv", help="also write every entry, unchanged ones included, as CSV")
+    c.add_argument(
+        "--fleet",
+        help="read A and B from this fleet dataset: each a selector such as 'stack=torch-2.13,hardware_class=cpu-' "
+        "(the latest matching run) or a run id",
+    )
+    c.set_defaults(func=_cmd_diff)
+    u = sub.add_parser(
+        "publish", help="add run reports to a fleet dataset (partitioned by hardware class, stack, date)"
+    )
+    u.add_argument("runs", nargs="+", help="run report directories, or report directories (all their runs)")
+    u.add_argument("--fleet", required=True, help="the fleet dataset's directory (a shared or mounted directory)")
+    u.set_defaults(func=_cmd_publish)
     k = sub.add_parser(
         "calibrate", help="measure AMP speedups here and write this hardware class's thresholds to the baseline dir"
     )

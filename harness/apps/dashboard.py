@@ -50,6 +50,8 @@ class Loaded:
     rows: pd.DataFrame
     runs: pd.DataFrame
     problems: list[str] = field(default_factory=list)
+    #: runs in the fleet dataset the view was drawn from (None: loaded from report directories)
+    fleet_runs: int | None = None
 
 
 def _report_dirs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -68,36 +70,69 @@ def _report_dirs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
     """Load run reports; a corrupt or unsupported one is named in ``problems`` and skipped."""
-    rows, runs, problems = [], [], []
+    rows: list[pd.DataFrame] = []
+    runs: list[dict[str, Any]] = []
+    problems: list[str] = []
     for d in _report_dirs(paths):
         try:
             r = rp.load(d)
         except rp.ReportError as exc:
             problems.append(str(exc))
             continue
-        df = r.rows.copy()
-        for col in rp.COLUMNS:  # older schemas lack some columns: fill them
-            if col not in df.columns:
-                df[col] = pd.NA
-        rows.append(df[list(rp.COLUMNS)])
-        meta = r.meta
-        fp = meta.get("fingerprint", {})
-        tests = meta.get("tests", {})
-        runs.append(
-            {
-                "run_id": meta.get("run_id", d.name),
-                "started": meta.get("started"),
-                "profile": meta.get("profile"),
-                "device": meta.get("primary_device"),
-                "torch": fp.get("torch_version"),
-                "cuda": fp.get("cuda_version"),
-                "harness": meta.get("harness_version"),
-                "commit": meta.get("git_commit"),
-                "schema": meta.get("schema_version"),
-                "verdict": "FAIL" if tests.get("failed") or tests.get("error") else "PASS",
-                "rows": len(df),
-            }
-        )
+        _collect(r, d, rows, runs)
+    return _loaded(rows, runs, problems)
+
+
+def load_fleet(root: str | os.PathLike[str], window: int = WINDOW) -> Loaded:
+    """From a fleet dataset (:mod:`harness.storage.fleet`), only what the dashboard shows: the
+    last ``window + 1`` runs of each hardware class and stack (trends, flags, stacks view), read
+    file by file, so memory is bounded by that, not by the fleet's size."""
+    from harness.storage import fleet
+
+    rows: list[pd.DataFrame] = []
+    runs: list[dict[str, Any]] = []
+    problems: list[str] = []
+    everything = fleet.index(root)
+    for run in fleet.latest(everything, window + 1):
+        try:
+            r = fleet.load(run)
+        except rp.ReportError as exc:
+            problems.append(str(exc))
+            continue
+        _collect(r, run.path, rows, runs)
+    loaded = _loaded(rows, runs, problems)
+    loaded.fleet_runs = len(everything)
+    return loaded
+
+
+def _collect(r: rp.LoadedReport, d: Path, rows: list[pd.DataFrame], runs: list[dict[str, Any]]) -> None:
+    df = r.rows.copy()
+    for col in rp.COLUMNS:  # older schemas lack some columns: fill them
+        if col not in df.columns:
+            df[col] = pd.NA
+    rows.append(df[list(rp.COLUMNS)])
+    meta = r.meta
+    fp = meta.get("fingerprint", {})
+    tests = meta.get("tests", {})
+    runs.append(
+        {
+            "run_id": meta.get("run_id", d.name),
+            "started": meta.get("started"),
+            "profile": hardware_class(meta),
+            "isa_profile": meta.get("profile"),
+            "device": meta.get("primary_device"),
+            "torch": fp.get("torch_version"),
+            "cuda": fp.get("cuda_version"),
+            "harness": meta.get("harness_version"),
+            "commit": meta.get("git_commit"),
+            "schema": meta.get("schema_version"),
+            "verdict": "FAIL" if tests.get("failed") or tests.get("error") else "PASS",
+            "rows": len(df),
+        }
+    )
+
+
+def _loaded(rows: list[pd.DataFrame], runs: list[dict[str, Any]], problems: list[str]) -> Loaded:
     rows_df = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(rp.COLUMNS))
     runs_df = pd.DataFrame(
         runs,
@@ -105,6 +140,7 @@ def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
             "run_id",
             "started",
             "profile",
+            "isa_profile",
             "device",
             "torch",
             "cuda",
@@ -116,6 +152,18 @@ def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
         ],
     )
     return Loaded(rows_df, runs_df.sort_values("started", na_position="first").reset_index(drop=True), problems)
+
+
+def hardware_class(meta: dict[str, Any]) -> str | None:
+    """The hardware class a run measured on (its primary device's), else its ISA profile: what the
+    dashboard's profile column shows (``cpu-amd-zen4-f25m17-avx512bf16-t2``, not ``cpu-avx512bf16``)."""
+    fp = meta.get("fingerprint") or {}
+    device = str(meta.get("primary_device") or "cpu")
+    cls = fp.get("cuda_class" if device.startswith("cuda") else "cpu_class") if isinstance(fp, dict) else None
+    if isinstance(cls, dict) and cls.get("id"):
+        return str(cls["id"])
+    profile = meta.get("profile")
+    return None if profile is None else str(profile)
 
 
 def metric_ids(df: pd.DataFrame) -> pd.Series:
@@ -132,6 +180,9 @@ def series(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     the metric is comparable and its drift (from its rows), and the run's time and commit."""
     df = rows.dropna(subset=["value"]).copy()
     df["metric_id"] = metric_ids(df)
+    if len(runs) and "profile" in runs:  # the run's hardware class, where its report names one
+        by_run = runs.dropna(subset=["profile"]).set_index("run_id")["profile"]
+        df["profile"] = df["run_id"].map(by_run).fillna(df["profile"])
     order = {r: i for i, r in enumerate(runs["run_id"])}
     df["order"] = df["run_id"].map(order)
     if "comparable" not in df.columns:
@@ -238,9 +289,10 @@ def flags(ser: pd.DataFrame, window: int = WINDOW, min_history: int = MIN_HISTOR
 
 
 def pass_fail_matrix(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """suite x profile for the latest run of each profile: FAIL, NOISY, PASS or INFO."""
-    latest = runs.dropna(subset=["profile"]).groupby("profile").tail(1)["run_id"]
-    df = rows[rows["run_id"].isin(latest)]
+    """suite x hardware class for the latest run of each class: FAIL, NOISY, PASS or INFO."""
+    latest = runs.dropna(subset=["profile"]).groupby("profile").tail(1)
+    df = rows[rows["run_id"].isin(latest["run_id"])].copy()
+    df["profile"] = df["run_id"].map(latest.set_index("run_id")["profile"])
     rank = {"fail": 3, "noisy": 2, "pass": 1, "known": 1, "info": 0, "skip": 0}
     worst = df.assign(r=df["outcome"].map(rank).fillna(0)).groupby(["suite", "profile"])["r"].max()
     names = {3: "FAIL", 2: "NOISY", 1: "PASS", 0: "INFO"}
@@ -257,25 +309,8 @@ def largest_changes(ser: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     both = last[["value"]].merge(prev[["value"]], left_index=True, right_index=True, suffixes=("", "_previous"))
     both["delta"] = both["value"] - both["value_previous"]
     both["relative"] = both["delta"] / both["value_previous"].abs().where(both["value_previous"] != 0)
-    both = both.dropna(subset=["relative"])
+    both = both[both["delta"] != 0].dropna(subset=["relative"])  # a change, or nothing
     return both.reindex(both["relative"].abs().sort_values(ascending=False).index).head(top).reset_index()
-
-
-def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Every metric shared by two runs: both values, delta, relative delta, allowance, flag."""
-
-    def per_metric(df: pd.DataFrame) -> pd.DataFrame:
-        d = df.dropna(subset=["value"]).copy()
-        d["metric_id"] = metric_ids(d)
-        return d.groupby("metric_id").agg(value=("value", "median"), allowance=("allowance", "max"))
-
-    j = per_metric(a).merge(per_metric(b), left_index=True, right_index=True, suffixes=("_a", "_b"))
-    j["delta"] = j["value_b"] - j["value_a"]
-    j["relative"] = j["delta"] / j["value_a"].abs().where(j["value_a"] != 0)
-    j["allowance"] = j["allowance_b"].fillna(j["allowance_a"])
-    beyond = j["allowance"].notna() & (j["delta"].abs() > j["allowance"])
-    j["flag"] = beyond.map({True: "BEYOND ALLOWANCE", False: ""})
-    return j[["value_a", "value_b", "delta", "relative", "allowance", "flag"]].reset_index()
 
 
 # -- rendering --------------------------------------------------------------------------------------
@@ -285,7 +320,7 @@ MAX_PLOTS = 24
 
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=80)  # no tight bbox: that draws every figure twice
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -324,6 +359,7 @@ def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | No
     out = []
     for m in metrics:
         fig, ax = plt.subplots(figsize=(5.5, 2.6))
+        fig.subplots_adjust(left=0.12, right=0.98, top=0.82, bottom=0.3)  # fixed margins: one draw per plot
         notes = []
         for profile, g in ser[ser["metric_id"] == m].groupby("profile"):
             x = (
@@ -373,12 +409,64 @@ def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | No
         ax.set_title(title, fontsize=7)
         ax.set_xlabel("run time (commit)", fontsize=7)
         ax.tick_params(labelsize=6)
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=6, loc="upper left")  # "best" searches every point: slow on a fleet
         if not ax.lines and not ax.patches:
             ax.text(0.5, 0.5, "no finite values", ha="center", transform=ax.transAxes)
         out.append((m, _png(fig)))
         plt.close(fig)
     return out
+
+
+def stacks_view(loaded: Loaded) -> pd.DataFrame:
+    """The latest run of each (torch release, hardware class) side by side: per suite, what
+    ``amp-harness diff`` says of it against its class's reference column (the oldest torch release's
+    latest run on the same hardware class)."""
+    from harness.apps import diff as df_
+
+    runs = loaded.runs.dropna(subset=["run_id"])
+    if runs.empty:
+        return pd.DataFrame()
+    latest = runs.groupby(["torch", "profile"], dropna=False, sort=False).tail(1)
+
+    def key(r: Any) -> tuple[tuple[int, ...], str]:
+        torch = str(r["torch"]) if isinstance(r["torch"], str) else "0"
+        try:
+            from harness.domains.versions import release
+
+            return release(torch), str(r["profile"])
+        except ValueError:
+            return (0,), str(r["profile"])
+
+    ordered = sorted((r for _, r in latest.iterrows()), key=key)
+
+    def side(r: Any, label: str) -> df_.Side:
+        meta = {
+            "run_id": r["run_id"],
+            "git_commit": r.get("commit"),
+            "primary_device": r.get("device"),
+            "fingerprint": {"torch_version": r.get("torch"), "cpu_class": {"id": r.get("profile")}},
+        }
+        rows = loaded.rows[loaded.rows["run_id"] == r["run_id"]]
+        return df_.Side(label, rp.LoadedReport(Path(str(r["run_id"])), rows, meta))
+
+    columns: dict[str, dict[str, str]] = {}
+    for r in ordered:
+        ref = next(o for o in ordered if o["profile"] == r["profile"])  # the class's oldest torch release
+        name = f"torch {r['torch']} / {r['profile']}"
+        if ref["run_id"] == r["run_id"]:
+            suites = sorted(set(loaded.rows.loc[loaded.rows["run_id"] == r["run_id"], "suite"].dropna()))
+            columns[name] = {suite: "reference" for suite in suites}
+            continue
+        d = df_.diff(side(ref, "A"), side(r, "B"))
+        cells: dict[str, str] = {}
+        for suite in sorted({c.suite for c in d.changes}):
+            counts = {s: sum(1 for c in d.changes if c.suite == suite and c.status is s) for s in df_.Status}
+            listed = [f"{n} {s.value}" for s, n in counts.items() if n and s is not df_.Status.UNCHANGED]
+            cells[suite] = ", ".join(listed) or "unchanged"
+        for suite, only in d.skipped_suites:
+            cells[suite] = f"only in {'this run' if only == 'B' else 'the reference'}"
+        columns[f"{name} (vs torch {ref['torch']})"] = cells
+    return pd.DataFrame(columns).rename_axis("suite").reset_index().fillna("-")
 
 
 def _table(df: pd.DataFrame, cls: str = "") -> str:
@@ -410,6 +498,11 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
         + ", ".join(f"{html.escape(str(k))}: {v}" for k, v in sorted(counts.items()))
         + "</p>",
     ]
+    if loaded.fleet_runs is not None:
+        parts.append(
+            f"<p>Drawn from a fleet dataset of {loaded.fleet_runs} runs: the latest {window + 1} of each hardware "
+            "class and stack.</p>"
+        )
     if loaded.problems:
         parts.append(
             "<h2>Reports skipped</h2><ul class='problems'>"
@@ -426,7 +519,16 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
         "deterministic value or a move beyond a statistic's drift; 2 violating points in a row = regression)</h2>",
         _table(flagged.sort_values(["flag", "metric_id"]), "flags") if len(flagged) else "<p>none</p>",
     ]
-    parts += ["<h2>Largest changes since the previous run</h2>", _table(changes, "changes")]
+    stacks = stacks_view(loaded)
+    parts += [
+        "<h2>Stacks (latest run of each torch release and hardware class; statuses of amp-harness diff "
+        "against the reference column)</h2>",
+        _table(stacks, "stacks") if len(stacks.columns) > 2 else "<p>one stack only</p>",
+    ]
+    parts += [
+        "<h2>Largest changes since the previous run</h2>",
+        _table(changes, "changes") if len(changes) else "<p>none: no comparable metric changed</p>",
+    ]
     parts += ["<h2>Trends</h2><div class='plots'>"]
     parts += [f"<figure><img alt='{html.escape(m)}' src='data:image/png;base64,{b64}'></figure>" for m, b64 in plots]
     parts += ["</div></body></html>"]
@@ -437,8 +539,14 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
     return out
 
 
-def write_dashboard(paths: Iterable[str | os.PathLike[str]], output: str | os.PathLike[str], **kw: Any) -> Loaded:
-    loaded = load_reports(paths)
+def write_dashboard(
+    paths: Iterable[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    fleet: str | os.PathLike[str] | None = None,
+    **kw: Any,
+) -> Loaded:
+    """Render the dashboard of report directories, or of a fleet dataset (``fleet``)."""
+    loaded = load_fleet(fleet, kw.get("window", WINDOW)) if fleet is not None else load_reports(paths)
     text = render(loaded, **kw)
     atomic.write_text(Path(output), text)
     return loaded

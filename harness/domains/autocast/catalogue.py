@@ -218,6 +218,9 @@ def _fft(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 # fmt: off
+#: an op new in torch 2.14 (looked up by name: older releases and their type stubs lack it)
+_SQRTH = "matrix_sqrth"
+
 CATALOGUE: tuple[OpCase, ...] = (
     # -- matrix products, convolutions, attention, RNN cells: lower-precision lists -------------
     op("torch.mm", "mm", torch.mm, M2, LOW),
@@ -333,6 +336,12 @@ CATALOGUE: tuple[OpCase, ...] = (
     op("torch.linalg.qr", "linalg_qr", lambda a: torch.linalg.qr(a)[0], (R(4, 4),), FP32),
     op("torch.linalg.svdvals", "linalg_svdvals", torch.linalg.svdvals, (R(4, 4),), FP32),
     op("torch.linalg.eigvalsh", "linalg_eigvalsh", torch.linalg.eigvalsh, (SPD(),), FP32),
+    # new in torch 2.14 (registered for AutocastCPU there): a row only where the API exists
+    *(
+        (op("torch.linalg.matrix_sqrth", "linalg_matrix_sqrth", lambda a: getattr(torch.linalg, _SQRTH)(a), (SPD(),), FP32),)
+        if hasattr(torch.linalg, _SQRTH)
+        else ()
+    ),
     op("torch.linalg.solve", "linalg_solve", torch.linalg.solve, SOLVE, FP32),
     op("torch.fft.fft", "fft_fft", lambda a: torch.view_as_real(torch.fft.fft(a)), X48, FP32),
     op("torch.fft.rfft", "fft_rfft", lambda a: torch.view_as_real(torch.fft.rfft(a)), X48, FP32),

@@ -13,7 +13,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "(torch._functorch.config.backward_pass_autocast = 'same_as_forward'), so a region with autocast disabled "
         "inside an autocast forward gets a low-precision backward: its fp32 weight gradients differ from eager's "
         "(backward called outside autocast) far beyond fp32 rounding. Remedy: backward_pass_autocast = 'off'",
-        affected=("2.13",),
+        affected=("2.13", "2.14"),
         reference="pytorch/pytorch#179804, #153044; default deprecated in #177286, 'off' by default from #177287",
     ),
     "inductor-elides-eager-roundings": KnownIssue(

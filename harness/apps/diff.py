@@ -1,0 +1,426 @@
+"""``amp-harness diff A B``: what changed between two runs (two stacks, two machines, two commits).
+
+Each side is a run report or a report directory; a directory gives its latest run. Every check,
+metric, autocast policy cell and known issue the two runs share a suite for gets one status, in the
+vocabulary of PyTorch's Dynamo accuracy CSVs:
+
+* ``regressed``: passed in A, fails in B (the only status that makes the exit status 1);
+* ``improved``: failed in A, passes in B;
+* ``new`` / ``missing``: in B only / in A only;
+* ``changed``: a comparable metric beyond its stated run-to-run drift, a speedup beyond the speed
+  rule's detectable slowdown, an autocast policy cell with another result, a known issue that
+  appeared, disappeared or changed status;
+* ``unchanged``: the rest (counted per suite, listed in csv output).
+
+Suites only one side ran are named and skipped: their checks would all read as new or missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from harness.storage import report as rp
+
+#: the speed rule's detectable slowdown (harness.domains.speed.bench.DETECT_SLOWDOWN): an unjudged
+#: speedup that moved less than this between two runs is within what the rule cannot tell apart
+SPEED_CHANGE = 1.3
+#: the widest table the text format prints
+WIDTH = 100
+
+
+class Status(Enum):
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    NEW = "new"
+    MISSING = "missing"
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+
+
+#: the order statuses are listed in (worst first)
+ORDER = {s: i for i, s in enumerate(Status)}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of a diff: a check, metric, policy cell or known issue, and what happened to it."""
+
+    suite: str
+    kind: str
+    name: str
+    status: Status
+    a: str
+    b: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a diff: the run, and the words its header line uses."""
+
+    label: str
+    report: rp.LoadedReport
+
+    @property
+    def run_id(self) -> str:
+        return str(self.report.meta.get("run_id", self.report.path.name))
+
+    def describe(self) -> str:
+        meta = self.report.meta
+        fp = meta.get("fingerprint") or {}
+        cls = (fp.get("cpu_class") or {}).get("id") if isinstance(fp, Mapping) else None
+        device = str(meta.get("primary_device") or "")
+        if device.startswith("cuda") and isinstance(fp, Mapping):
+            cls = (fp.get("cuda_class") or {}).get("id") or cls
+        torch = fp.get("torch_version") if isinstance(fp, Mapping) else None
+        commit = str(meta.get("git_commit") or "")[:8]
+        return (
+            f"{self.label}: run {self.run_id}, torch {torch or '?'}, commit {commit or '?'}\n"
+            f"   class {cls or meta.get('profile') or '?'}"
+        )
+
+
+@dataclass
+class Diff:
+    a: Side
+    b: Side
+    changes: list[Change] = field(default_factory=list)
+    #: suites one side ran and the other did not: (suite, "A" or "B")
+    skipped_suites: list[tuple[str, str]] = field(default_factory=list)
+
+    def count(self, status: Status) -> int:
+        return sum(1 for c in self.changes if c.status is status)
+
+    @property
+    def regressed(self) -> bool:
+        return self.count(Status.REGRESSED) > 0
+
+    def summary(self) -> str:
+        return ", ".join(f"{self.count(s)} {s.value}" for s in Status)
+
+
+class DiffInputError(Exception):
+    """A side that cannot be diffed (not a report, corrupt, empty): the message names it."""
+
+
+def load_side(label: str, path: str | Path) -> Side:
+    """A run report directory, its rows.parquet, or a report directory (its latest run)."""
+    p = Path(path)
+    if not p.exists():
+        raise DiffInputError(f"{label}: {p} does not exist")
+    target = p
+    if p.is_dir() and not (p / rp.ROWS_PARQUET).is_file():
+        runs = rp.find_runs(p)
+        if not runs:
+            raise DiffInputError(f"{label}: {p} holds no run report (no */{rp.ROWS_PARQUET})")
+        target = runs[-1]
+    try:
+        loaded = rp.load(target)
+    except rp.ReportError as e:
+        raise DiffInputError(f"{label}: {e}") from None
+    if loaded.rows.empty:
+        raise DiffInputError(f"{label}: {target} has no rows (an empty run)")
+    return Side(label, loaded)
+
+
+def fleet_side(label: str, root: str | Path, selector: str) -> Side:
+    """The latest run of a fleet dataset that matches ``selector`` (:func:`harness.storage.fleet.select`)."""
+    from harness.storage import fleet
+
+    try:
+        run = fleet.select(fleet.index(root), selector)
+        loaded = fleet.load(run)
+    except (FileNotFoundError, ValueError, rp.ReportError) as e:
+        raise DiffInputError(f"{label}: {e}") from None
+    if loaded.rows.empty:
+        raise DiffInputError(f"{label}: {run.path} has no rows (an empty run)")
+    return Side(label, loaded)
+
+
+# -- building the diff ---------------------------------------------------------------------------------
+_RANK = {"fail": 4, "noisy": 3, "pass": 2, "known": 2, "unjudged": 1, "inconclusive": 1, "info": 0, "skip": 0}
+
+
+def _records(side: Side) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in r.items()} for r in side.report.rows.to_dict("records")]
+
+
+def _short_check(nodeid: str) -> str:
+    """``test_x[cpu-bf16]`` of ``suites/autocast/test_y.py::test_x[cpu-bf16]``."""
+    return nodeid.rsplit("::", 1)[-1]
+
+
+def _checks(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(suite, short test id) -> the test's worst row outcome."""
+    worst: dict[tuple[str, str], str] = {}
+    for r in records:
+        key = (str(r["suite"]), _short_check(str(r["nodeid"])))
+        o = str(r["outcome"])
+        if key not in worst or _RANK.get(o, 0) > _RANK.get(worst[key], 0):
+            worst[key] = o
+    return worst
+
+
+def _metric_key(r: Mapping[str, Any]) -> tuple[str, str]:
+    parts = [str(r.get(k) or "") for k in ("metric", "dtype", "device")]
+    return str(r["suite"]), " ".join(p for p in parts if p)
+
+
+def _number(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _metrics(records: Iterable[dict[str, Any]], *, speed: bool) -> dict[tuple[str, str], tuple[float, float | None]]:
+    """(suite, metric) -> (median value, drift) of comparable metrics (``speed``: the speedups)."""
+    values: dict[tuple[str, str], list[float]] = {}
+    drifts: dict[tuple[str, str], float | None] = {}
+    for r in records:
+        metric = str(r["metric"])
+        is_speed = metric.endswith(".speedup")
+        if is_speed != speed or (not speed and not bool(r.get("comparable"))):
+            continue
+        v = _number(r.get("value"))
+        if v is None:
+            continue
+        key = _metric_key(r)
+        values.setdefault(key, []).append(v)
+        d = _number(r.get("drift"))
+        drifts[key] = max(d, drifts.get(key) or 0.0) if d is not None else drifts.get(key)
+    out = {}
+    for key, vs in values.items():
+        vs.sort()
+        out[key] = (vs[len(vs) // 2], drifts.get(key))
+    return out
+
+
+def _tags(r: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        t = json.loads(str(r.get("tags") or "{}"))
+    except ValueError:
+        return {}
+    return t if isinstance(t, dict) else {}
+
+
+def _policy(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(suite, "op dtype device") -> the cell's category (what autocast ran the op in)."""
+    out = {}
+    for r in records:
+        metric = str(r["metric"])
+        if metric.startswith("policy."):
+            tags = _tags(r)
+            cell = f"{metric.removeprefix('policy.')} {r.get('dtype') or ''} {r.get('device') or ''}".strip()
+            out[(str(r["suite"]), cell)] = str(tags.get("category", tags.get("result", "?")))
+    return out
+
+
+def _known(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(suite, issue id) -> its outcome (known: present where listed; pass: absent where not)."""
+    out = {}
+    for r in records:
+        metric = str(r["metric"])
+        if metric.startswith("known_issue."):
+            out[(str(r["suite"]), metric.removeprefix("known_issue."))] = str(r["outcome"])
+    return out
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def _beyond(a: float, b: float, drift: float | None) -> bool:
+    if drift is None:
+        return False  # no stated drift: not comparable between runs
+    if drift == 0.0 or a == 0.0:
+        return a != b
+    ratio = b / a
+    return not (1 / (1 + drift) <= ratio <= 1 + drift)
+
+
+def diff(a: Side, b: Side) -> Diff:
+    ra, rb = _records(a), _records(b)
+    suites_a, suites_b = {str(r["suite"]) for r in ra}, {str(r["suite"]) for r in rb}
+    shared = suites_a & suites_b
+    out = Diff(
+        a,
+        b,
+        skipped_suites=[(s, "A") for s in sorted(suites_a - shared)] + [(s, "B") for s in sorted(suites_b - shared)],
+    )
+    ra = [r for r in ra if str(r["suite"]) in shared]
+    rb = [r for r in rb if str(r["suite"]) in shared]
+
+    ca, cb = _checks(ra), _checks(rb)
+    x: str | None
+    y: str | None
+    for key in sorted(ca.keys() | cb.keys()):
+        x, y = ca.get(key), cb.get(key)
+        if x is None:
+            status = Status.NEW
+        elif y is None:
+            status = Status.MISSING
+        elif y == "fail" and x != "fail":
+            status = Status.REGRESSED
+        elif x == "fail" and y != "fail":
+            status = Status.IMPROVED
+        else:
+            status = Status.UNCHANGED if x == y else Status.CHANGED
+        out.changes.append(Change(key[0], "check", key[1], status, x or "-", y or "-"))
+
+    for speed in (False, True):
+        ma, mb = _metrics(ra, speed=speed), _metrics(rb, speed=speed)
+        for key in sorted(ma.keys() | mb.keys()):
+            va, vb = ma.get(key), mb.get(key)
+            kind = "speed" if speed else "metric"
+            if va is None or vb is None:
+                status = Status.NEW if va is None else Status.MISSING
+                out.changes.append(
+                    Change(
+                        key[0],
+                        kind,
+                        key[1],
+                        status,
+                        "-" if va is None else _fmt(va[0]),
+                        "-" if vb is None else _fmt(vb[0]),
+                    )
+                )
+                continue
+            (xv, xd), (yv, yd) = va, vb
+            if speed:
+                moved = xv > 0 and yv > 0 and max(xv / yv, yv / xv) > SPEED_CHANGE
+                detail = f"beyond the speed rule's detectable {SPEED_CHANGE}x" if moved else ""
+            else:
+                drift = yd if yd is not None else xd
+                moved = _beyond(xv, yv, drift)
+                detail = f"drift {drift:g}" if moved and drift is not None else ""
+            status = Status.CHANGED if moved else Status.UNCHANGED
+            out.changes.append(Change(key[0], kind, key[1], status, _fmt(xv), _fmt(yv), detail))
+
+    pa, pb = _policy(ra), _policy(rb)
+    for key in sorted(pa.keys() | pb.keys()):
+        x, y = pa.get(key), pb.get(key)
+        if x is None or y is None:
+            status = Status.NEW if x is None else Status.MISSING
+        else:
+            status = Status.UNCHANGED if x == y else Status.CHANGED
+        detail = f"{key[1]}: A gives {x}, B gives {y}" if status is Status.CHANGED else ""
+        out.changes.append(Change(key[0], "policy", key[1], status, x or "-", y or "-", detail))
+
+    ka, kb = _known(ra), _known(rb)
+    for key in sorted(ka.keys() | kb.keys()):
+        x, y = ka.get(key), kb.get(key)
+        if x == y:
+            status = Status.UNCHANGED
+        elif y == "fail":
+            status = Status.REGRESSED
+        else:
+            status = Status.CHANGED
+        words = {"known": "present", "pass": "absent", "fail": "registry disagrees", None: "not observed"}
+        detail = f"A: {words.get(x, x)}, B: {words.get(y, y)}" if status is not Status.UNCHANGED else ""
+        out.changes.append(Change(key[0], "known", key[1], status, x or "-", y or "-", detail))
+    out.changes.sort(key=lambda c: (c.suite, ORDER[c.status], c.kind, c.name))
+    return out
+
+
+# -- rendering -------------------------------------------------------------------------------------------
+COLUMNS = ("suite", "kind", "name", "status", "a", "b", "detail")
+
+
+def _listed(d: Diff) -> list[Change]:
+    return [c for c in d.changes if c.status is not Status.UNCHANGED]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def render_text(d: Diff) -> str:
+    """The grouped table, at most WIDTH columns wide."""
+    lines = [_cut(line, WIDTH) for side in (d.a, d.b) for line in side.describe().splitlines()]
+    lines.append(_cut(f"summary: {d.summary()}", WIDTH))
+    for suite, side in d.skipped_suites:
+        lines.append(_cut(f"skipped: suite {suite!r} is only in {side}", WIDTH))
+    listed = _listed(d)
+    suites = sorted({c.suite for c in d.changes})
+    for suite in suites:
+        rows = [c for c in listed if c.suite == suite]
+        unchanged = sum(1 for c in d.changes if c.suite == suite and c.status is Status.UNCHANGED)
+        if not rows:
+            lines.append(_cut(f"{suite}: {unchanged} unchanged", WIDTH))
+            continue
+        lines.append("")
+        lines.append(_cut(f"{suite}: {len(rows)} listed, {unchanged} unchanged", WIDTH))
+        lines.append(f"  {'status':<10} {'kind':<7} {'name':<47} {'A':>15} {'B':>15}")
+        for c in rows:
+            lines.append(
+                f"  {c.status.value:<10} {c.kind:<7} {_cut(c.name, 47):<47} {_cut(c.a, 15):>15} {_cut(c.b, 15):>15}"
+            )
+            if c.detail:
+                lines.append(_cut(f"    {c.detail}", WIDTH))
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(d: Diff) -> str:
+    out = [f"- {' '.join(side.describe().split())}" for side in (d.a, d.b)] + [f"- summary: {d.summary()}"]
+    out += [f"- skipped: suite `{s}` is only in {side}" for s, side in d.skipped_suites]
+    for suite in sorted({c.suite for c in d.changes}):
+        rows = [c for c in _listed(d) if c.suite == suite]
+        unchanged = sum(1 for c in d.changes if c.suite == suite and c.status is Status.UNCHANGED)
+        out += ["", f"## {suite}: {len(rows)} listed, {unchanged} unchanged"]
+        if rows:
+            out += ["", "| status | kind | name | A | B | detail |", "|---|---|---|---|---|---|"]
+            out += [
+                f"| {c.status.value} | {c.kind} | `{c.name}` | {c.a} | {c.b} | {c.detail.replace('|', '/')} |"
+                for c in rows
+            ]
+    return "\n".join(out) + "\n"
+
+
+def render_csv(d: Diff) -> str:
+    """Every entry, unchanged ones included (for a spreadsheet or a dashboard)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(COLUMNS)
+    for c in d.changes:
+        w.writerow([c.suite, c.kind, c.name, c.status.value, c.a, c.b, c.detail])
+    return buf.getvalue()
+
+
+def render_html(d: Diff) -> str:
+    def esc(v: Any) -> str:
+        return html.escape(str(v))
+
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>amp-harness diff</title>",
+        "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}"
+        ".regressed{color:#b00}.improved{color:#070}</style>",
+        f"<p>{esc(' '.join(d.a.describe().split()))}<br>{esc(' '.join(d.b.describe().split()))}<br>"
+        f"summary: {esc(d.summary())}</p>",
+    ]
+    parts += [f"<p>skipped: suite {esc(s)} is only in {side}</p>" for s, side in d.skipped_suites]
+    for suite in sorted({c.suite for c in d.changes}):
+        rows = [c for c in _listed(d) if c.suite == suite]
+        parts.append(f"<h2>{esc(suite)}: {len(rows)} listed</h2>")
+        if rows:
+            parts.append("<table><tr><th>status</th><th>kind</th><th>name</th><th>A</th><th>B</th><th>detail</th></tr>")
+            parts += [
+                f"<tr class='{c.status.value}'><td>{c.status.value}</td><td>{esc(c.kind)}</td><td>{esc(c.name)}</td>"
+                f"<td>{esc(c.a)}</td><td>{esc(c.b)}</td><td>{esc(c.detail)}</td></tr>"
+                for c in rows
+            ]
+            parts.append("</table>")
+    return "\n".join(parts) + "\n"
+
+
+RENDERERS = {"text": render_text, "md": render_markdown, "csv": render_csv, "html": render_html}
