@@ -114,8 +114,10 @@ SLOWED_RUNS = 4
 NUMERICS_K = "derived_budget and bf16 and mm and not bmm"
 #: Default speed cases, steadiest first: the history uses the first one calibration judged. The
 #: AMX bf16 matmuls of the Intel kind scatter up to 1.4x between idle calibration runs; these stayed
-#: within 1.1x on both CPU kinds (docs/hardware-and-speed.md).
-STEADY_CASES = (("matmul_256", "float16"), ("lm_train_step", "bfloat16"), ("linear_fwd_bwd", "bfloat16"))
+#: within 1.1x on both CPU kinds (docs/hardware-and-speed.md). bf16 linear fwd+bwd is left out: on
+#: the Intel kind with AMX it calibrated within 1.05x over three runs and then ran 1.3x faster in the
+#: next minute, so a 1.3x slower path passed the strict control (measured 2026-12-02).
+STEADY_CASES = (("matmul_256", "float16"), ("lm_train_step", "bfloat16"))
 
 
 def _judged_case(calibrated: Path) -> str:
