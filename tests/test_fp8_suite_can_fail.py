@@ -41,7 +41,15 @@ FIXTURES = {
 }
 
 
-def _run(pytester, suite_copy, scaling: str, *files: str, cast: str = "faults.casts.correct", args=(), **patches: str):
+def _run(
+    pytester,
+    suite_copy,
+    *files: str,
+    scaling: str = "faults.fp8.TorchaoScaling()",
+    cast: str = "faults.casts.correct",
+    args=(),
+    **patches: str,
+):
     suite_copy(*files, conftest=False)
     fixtures = {**FIXTURES, "fp8_cast_under_test": cast, "fp8_scaling_under_test": scaling}
     # the modules to import for each patched attribute (a class's module where its owner is a class)
@@ -54,13 +62,13 @@ def _run(pytester, suite_copy, scaling: str, *files: str, cast: str = "faults.ca
 
 @pytest.mark.amp_thorough  # the suite itself runs on torchao's scaling in every `pytest suites/`
 def test_the_scaling_checks_pass_on_torchaos_own_scaling(pytester, suite_copy):
-    assert_clean(_run(pytester, suite_copy, "faults.fp8.TorchaoScaling()", SCALING, MATMUL), at_least=20)
+    assert_clean(_run(pytester, suite_copy, SCALING, MATMUL), at_least=20)
 
 
 @pytest.mark.amp_thorough  # the adapter path itself is exercised by every broken adapter below
 def test_a_users_own_correct_scaling_in_plain_torch_passes(pytester, suite_copy):
     """The adapter path users take: scaling code of their own, without torchao, judged by the suite."""
-    run = _run(pytester, suite_copy, "faults.fp8.PlainTorchScaling()", SCALING, args=("-k", "exact_reference"))
+    run = _run(pytester, suite_copy, SCALING, scaling="faults.fp8.PlainTorchScaling()", args=("-k", "exact_reference"))
     assert_clean(run, at_least=5)
 
 
@@ -80,7 +88,9 @@ def test_the_default_faults_make_every_scaling_check_fail():
     "fault", [f if f in DEFAULT_FAULTS else pytest.param(f, marks=pytest.mark.amp_thorough) for f in sorted(MUST_CATCH)]
 )
 def test_broken_fp8_scaling_fails_exactly_the_checks_that_guard_against_it(pytester, suite_copy, fault):
-    run = _run(pytester, suite_copy, f"faults.fp8.BROKEN_SCALING[{fault!r}]()", SCALING, MATMUL, args=SCALING_CHECKS)
+    run = _run(
+        pytester, suite_copy, SCALING, MATMUL, scaling=f"faults.fp8.BROKEN_SCALING[{fault!r}]()", args=SCALING_CHECKS
+    )
     assert_caught(run, *MUST_CATCH[fault])
 
 
@@ -114,7 +124,6 @@ def test_a_compiler_whose_fp8_casts_truncate_fails_the_compiled_cast_check(pytes
     run = _run(
         pytester,
         suite_copy,
-        "faults.fp8.TorchaoScaling()",
         FORMATS,
         args=("-k", "compiled", "--amp-tier=thorough"),
         **{"harness.domains.compiled.runs.compile_fn": "faults.fp8.compile_truncating"},
@@ -126,7 +135,6 @@ def test_a_torchao_recipe_that_changed_an_operands_format_fails_the_recipe_check
     run = _run(
         pytester,
         suite_copy,
-        "faults.fp8.TorchaoScaling()",
         SCALING,
         args=("-k", "recipe_casts"),
         **{"torchao.float8.Float8LinearConfig.from_recipe_name": "faults.fp8.rowwise_grad_output_e5m2"},
@@ -141,7 +149,6 @@ def test_a_doubled_scale_fails_the_outlier_check_and_every_recipes_training(pyte
     run = _run(
         pytester,
         suite_copy,
-        "faults.fp8.TorchaoScaling()",
         TRAINING,
         args=("-k", "mlp_training or outlier", "--amp-tier=thorough"),
         **{"torchao.float8.float8_scaling_utils.tensor_to_scale": "faults.fp8.doubled_scale"},
@@ -164,7 +171,6 @@ def test_a_cast_that_rounds_toward_zero_fails_the_exhaustive_rounding_check(pyte
     run = _run(
         pytester,
         suite_copy,
-        "faults.fp8.TorchaoScaling()",
         FORMATS,
         cast="faults.casts.truncating",
         args=("-k", "rounds"),
@@ -179,7 +185,6 @@ def test_a_doubled_scale_inside_float8_linear_fails_its_budget(pytester, suite_c
     run = _run(
         pytester,
         suite_copy,
-        "faults.fp8.TorchaoScaling()",
         MATMUL,
         TRAINING,
         args=("-k", "tensorwise and float8_linear"),
@@ -192,7 +197,6 @@ def test_mx_scales_with_a_wrong_element_exponent_fail(pytester, suite_copy):
     run = _run(
         pytester,
         suite_copy,
-        "faults.fp8.TorchaoScaling()",
         SCALING,
         args=("-k", "mx_block and e4m3 and (floor or ceil) and not rceil"),
         **{"torchao.prototype.mx_formats.mx_tensor.F8E4M3_MAX_POW2": "faults.fp8.one_less"},
@@ -208,7 +212,6 @@ def test_a_torchao_that_fixed_a_registered_finding_fails_as_appears_fixed(pytest
     run = _run(
         pytester,
         suite_copy,
-        "faults.fp8.TorchaoScaling()",
         SCALING,
         args=("-k", "registered"),
         **{"torchao.float8.float8_utils._round_scale_down_to_power_of_2": "faults.fp8.exact_pow2"},

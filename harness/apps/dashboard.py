@@ -118,7 +118,7 @@ def _collect(r: rp.LoadedReport, d: Path, rows: list[pd.DataFrame], runs: list[d
         {
             "run_id": meta.get("run_id", d.name),
             "started": meta.get("started"),
-            "profile": hardware_class(meta),
+            "profile": rp.hardware_class(meta),
             "isa_profile": meta.get("profile"),
             "device": meta.get("primary_device"),
             "torch": fp.get("torch_version"),
@@ -152,18 +152,6 @@ def _loaded(rows: list[pd.DataFrame], runs: list[dict[str, Any]], problems: list
         ],
     )
     return Loaded(rows_df, runs_df.sort_values("started", na_position="first").reset_index(drop=True), problems)
-
-
-def hardware_class(meta: dict[str, Any]) -> str | None:
-    """The hardware class a run measured on (its primary device's), else its ISA profile: what the
-    dashboard's profile column shows (``cpu-amd-zen4-f25m17-avx512bf16-t2``, not ``cpu-avx512bf16``)."""
-    fp = meta.get("fingerprint") or {}
-    device = str(meta.get("primary_device") or "cpu")
-    cls = fp.get("cuda_class" if device.startswith("cuda") else "cpu_class") if isinstance(fp, dict) else None
-    if isinstance(cls, dict) and cls.get("id"):
-        return str(cls["id"])
-    profile = meta.get("profile")
-    return None if profile is None else str(profile)
 
 
 def metric_ids(df: pd.DataFrame) -> pd.Series:
@@ -204,7 +192,7 @@ def series(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(["profile", "metric_id", "order"]).reset_index(drop=True)
 
 
-def _violates(value: float, ref: float, drift: float | None, history: Sequence[float]) -> int:
+def violates(value: float, ref: float, drift: float | None, history: Sequence[float]) -> int:
     """+1/-1 when ``value`` left the band around ``ref`` (up/down), else 0."""
     if not (math.isfinite(value) and math.isfinite(ref)):
         same = (math.isnan(value) and math.isnan(ref)) or value == ref
@@ -246,7 +234,7 @@ def flag_history(
         prev = vals[max(0, i - window) : i]
         if len(prev) < min_history:
             return 0
-        return _violates(vals[i], reference(prev), drift[i], [v for v in prev if math.isfinite(v)] or [0.0])
+        return violates(vals[i], reference(prev), drift[i], [v for v in prev if math.isfinite(v)] or [0.0])
 
     n = len(vals)
     if n - 1 < min_history:
@@ -324,7 +312,8 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _finite_or_none(value: Any) -> float | None:
+def finite_or_none(value: Any) -> float | None:
+    """``value`` as a float; None where it is not a number or is NaN (inf stays)."""
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -355,7 +344,7 @@ def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | No
         for profile, metric, reference in zip(
             flagged["profile"], flagged["metric_id"], flagged["reference"], strict=True
         ):
-            refs[(profile, str(metric))] = _finite_or_none(reference)
+            refs[(profile, str(metric))] = finite_or_none(reference)
     out = []
     for m in metrics:
         fig, ax = plt.subplots(figsize=(5.5, 2.6))
@@ -428,11 +417,11 @@ def stacks_view(loaded: Loaded) -> pd.DataFrame:
         return pd.DataFrame()
     latest = runs.groupby(["torch", "profile"], dropna=False, sort=False).tail(1)
 
+    from harness.domains.versions import release
+
     def key(r: Any) -> tuple[tuple[int, ...], str]:
         torch = str(r["torch"]) if isinstance(r["torch"], str) else "0"
         try:
-            from harness.domains.versions import release
-
             return release(torch), str(r["profile"])
         except ValueError:
             return (0,), str(r["profile"])

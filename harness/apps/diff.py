@@ -21,13 +21,13 @@ import csv
 import html
 import io
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from harness.apps.dashboard import finite_or_none, violates
 from harness.storage import report as rp
 
 #: the speed rule's detectable slowdown (harness.domains.speed.bench.DETECT_SLOWDOWN): an unjudged
@@ -77,16 +77,10 @@ class Side:
     def describe(self) -> str:
         meta = self.report.meta
         fp = meta.get("fingerprint") or {}
-        cls = (fp.get("cpu_class") or {}).get("id") if isinstance(fp, Mapping) else None
-        device = str(meta.get("primary_device") or "")
-        if device.startswith("cuda") and isinstance(fp, Mapping):
-            cls = (fp.get("cuda_class") or {}).get("id") or cls
+        cls = rp.hardware_class(meta)
         torch = fp.get("torch_version") if isinstance(fp, Mapping) else None
         commit = str(meta.get("git_commit") or "")[:8]
-        return (
-            f"{self.label}: run {self.run_id}, torch {torch or '?'}, commit {commit or '?'}\n"
-            f"   class {cls or meta.get('profile') or '?'}"
-        )
+        return f"{self.label}: run {self.run_id}, torch {torch or '?'}, commit {commit or '?'}\n   class {cls or '?'}"
 
 
 @dataclass
@@ -175,14 +169,6 @@ def _metric_key(r: Mapping[str, Any]) -> tuple[str, str]:
     return str(r["suite"]), " ".join(p for p in parts if p)
 
 
-def _number(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
 def _metrics(records: Iterable[dict[str, Any]], *, speed: bool) -> dict[tuple[str, str], tuple[float, float | None]]:
     """(suite, metric) -> (median value, drift) of comparable metrics (``speed``: the speedups)."""
     values: dict[tuple[str, str], list[float]] = {}
@@ -192,12 +178,12 @@ def _metrics(records: Iterable[dict[str, Any]], *, speed: bool) -> dict[tuple[st
         is_speed = metric.endswith(".speedup")
         if is_speed != speed or (not speed and not bool(r.get("comparable"))):
             continue
-        v = _number(r.get("value"))
+        v = finite_or_none(r.get("value"))
         if v is None:
             continue
         key = _metric_key(r)
         values.setdefault(key, []).append(v)
-        d = _number(r.get("drift"))
+        d = finite_or_none(r.get("drift"))
         drifts[key] = max(d, drifts.get(key) or 0.0) if d is not None else drifts.get(key)
     out = {}
     for key, vs in values.items():
@@ -241,12 +227,9 @@ def _fmt(v: float) -> str:
 
 
 def _beyond(a: float, b: float, drift: float | None) -> bool:
-    if drift is None:
-        return False  # no stated drift: not comparable between runs
-    if drift == 0.0 or a == 0.0:
-        return a != b
-    ratio = b / a
-    return not (1 / (1 + drift) <= ratio <= 1 + drift)
+    """B left A's band: the dashboard's rule (:func:`dashboard.violates`); without a stated drift a
+    metric is not comparable between two runs."""
+    return drift is not None and violates(b, a, drift, [a]) != 0
 
 
 def diff(a: Side, b: Side) -> Diff:

@@ -59,12 +59,8 @@ def stack_of(meta: dict[str, Any]) -> str:
 
 
 def class_of(meta: dict[str, Any]) -> str:
-    fp = meta.get("fingerprint") or {}
-    device = str(meta.get("primary_device") or "cpu")
-    cls = fp.get("cuda_class" if device.startswith("cuda") else "cpu_class") if isinstance(fp, dict) else None
-    if isinstance(cls, dict) and cls.get("id"):
-        return str(cls["id"])
-    return str(meta.get("profile") or "unknown")
+    """The partition a run lands in: its hardware class (:func:`report.hardware_class`) or "unknown"."""
+    return rp.hardware_class(meta) or "unknown"
 
 
 def publish(run: rp.LoadedReport, root: str | os.PathLike[str]) -> Path:

@@ -175,6 +175,18 @@ def write(report_dir: Path, run_id: str, rows: Sequence[dict[str, Any]], meta: d
     return final
 
 
+def hardware_class(meta: dict[str, Any]) -> str | None:
+    """The hardware class a run measured on (its primary device's), from its run metadata; else its
+    ISA profile; None when it names neither (``cpu-amd-zen4-f25m17-avx512bf16-t2``, not ``cpu-avx512bf16``)."""
+    fp = meta.get("fingerprint") or {}
+    device = str(meta.get("primary_device") or "cpu")
+    cls = fp.get("cuda_class" if device.startswith("cuda") else "cpu_class") if isinstance(fp, dict) else None
+    if isinstance(cls, dict) and cls.get("id"):
+        return str(cls["id"])
+    profile = meta.get("profile")
+    return None if profile is None else str(profile)
+
+
 class ReportError(Exception):
     """A report that cannot be loaded; names the file."""
 

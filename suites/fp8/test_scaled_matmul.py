@@ -16,6 +16,7 @@ import torch
 
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.adapters import import_torchao
+from harness.domains.fp8.conformance import scale_shape
 from harness.domains.fp8.matmul import Operand, budget, sqnr
 from harness.numerics.comparison import compare_bound, compare_within
 from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP32, format_of
@@ -39,10 +40,7 @@ PAIRS = {
 
 def _scale_tensor(x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
     """The reference's scales of ``x`` (rows: its first dim), shaped to broadcast against it."""
-    s = torch.tensor(scales(x.tolist(), spec), dtype=torch.float64)
-    if spec.granularity is Granularity.TENSOR:
-        return s.reshape(())
-    return s.reshape(-1, 1) if spec.axis in (-1, 1) else s.reshape(1, -1)
+    return torch.tensor(scales(x.tolist(), spec), dtype=torch.float64).reshape(scale_shape(*x.shape, spec))
 
 
 def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, tags=None):
@@ -79,8 +77,7 @@ def test_scaled_mm_is_within_its_error_budget_and_sqnr_floor(
         pytest.skip(f"torch._scaled_mm ({pair}, {out_dtype}) is not available on {amp_device}: {e}")
     a64, b64 = a.double(), b.double().t()
     opa = Operand(a64, spec_a.fmt, _scale_tensor(a, spec_a))
-    sb_t = _scale_tensor(b, spec_b)
-    opb = Operand(b64, spec_b.fmt, sb_t.t() if sb_t.dim() else sb_t)
+    opb = Operand(b64, spec_b.fmt, _scale_tensor(b, spec_b).t())
     _judge(amp_record, f"scaled_mm.{pair}.{out_dtype}", c, opa, opb, format_of(out_dtype), amp_device)
     # context: the same product under bf16 autocast, against the same float64 reference
     with torch.autocast(amp_device.type, dtype=torch.bfloat16):
@@ -117,39 +114,26 @@ def test_float8_linear_output_and_gradients_are_within_budget(name, fp8_torchao,
         if cast is None:
             return Operand(v.t() if transpose else v)
         s = _scale_tensor(values, cast)
-        return Operand(v.t() if transpose else v, cast.fmt, s.t() if transpose and s.dim() else s)
+        return Operand(v.t() if transpose else v, cast.fmt, s.t() if transpose else s)
 
+    # each matmul: (its result, (operand, role, transposed into the product) for a and b)
+    gemms = {
+        "output": (y.detach(), (x, "input", False), (w, "weight", True)),
+        "grad_input": (xd.grad, (go, "grad_output", False), (w, "weight", False)),
+        "grad_weight": (grad_w, (go, "grad_output", True), (x, "input", False)),
+    }
     tags = {"recipe": name}
-    _judge(
-        amp_record,
-        f"float8_linear.{name}.output",
-        y.detach(),
-        operand(x, "output", "input", False),
-        operand(w, "output", "weight", True),
-        FP32,
-        amp_device,
-        tags,
-    )
-    _judge(
-        amp_record,
-        f"float8_linear.{name}.grad_input",
-        xd.grad,
-        operand(go, "grad_input", "grad_output", False),
-        operand(w, "grad_input", "weight", False),
-        FP32,
-        amp_device,
-        tags,
-    )
-    _judge(
-        amp_record,
-        f"float8_linear.{name}.grad_weight",
-        grad_w,
-        operand(go, "grad_weight", "grad_output", True),
-        operand(x, "grad_weight", "input", False),
-        FP32,
-        amp_device,
-        tags,
-    )
+    for gemm, (actual, a, b) in gemms.items():
+        _judge(
+            amp_record,
+            f"float8_linear.{name}.{gemm}",
+            actual,
+            operand(a[0], gemm, a[1], a[2]),
+            operand(b[0], gemm, b[1], b[2]),
+            FP32,
+            amp_device,
+            tags,
+        )
     with torch.autocast(amp_device.type, dtype=torch.bfloat16):
         eager = lin.to(amp_device)(x.to(amp_device))
     amp_record(
