@@ -89,19 +89,22 @@ def check_speedup(
         return speed.judge(name, dtype_name, profile.hardware_class, t, th, calibrate_command)
 
     pedantic = _pedantic(benchmark, f"{name}/{dtype_name}")
-    first = decide(bench.measure(workload, device, dtype, slowdown, rounds, pedantic=pedantic))
+    probe_ref = th.probe_s if th is not None else None
+    first = decide(bench.measure(workload, device, dtype, slowdown, rounds, pedantic=pedantic, probe_ref_s=probe_ref))
     v = first
     if first.outcome in (Outcome.NOISY, Outcome.FAIL):
         # A failure must be confirmed by a second measurement, and a noisy one is measured once
         # more (the PyTorch HUD's rule: a regression only after 2 consecutive violations). On a
         # shared 2-core VM one clean case in about 60 falls below its threshold once; twice in a
         # row, none was seen; a 1.3x slower path still fails both (tests/test_speed_and_qualify.py).
-        v = decide(bench.measure(workload, device, dtype, slowdown, rounds))  # the harness times the rerun
+        v = decide(bench.measure(workload, device, dtype, slowdown, rounds, probe_ref_s=probe_ref))  # timed here
     timing = v.timing
     tags = {
         "workload": name,
         "baseline": workload.baseline_name,
         "rounds": timing.rounds,
+        "rounds_contended": timing.contended,
+        "probe_contention": timing.contention,
         "stopped": timing.stopped,
         "clock": timing.clock,
         "interval": list(timing.interval),

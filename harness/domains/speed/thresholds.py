@@ -9,13 +9,14 @@ on the class is a separate finding (:func:`pays_off`), not a threshold.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
 
 import torch
 
-from harness.domains.speed.bench import DETECT_SLOWDOWN, WORKLOADS
+from harness.domains.speed.bench import CONTENDED, DETECT_SLOWDOWN, MIN_ROUNDS, WORKLOADS
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: (workload, dtype) pairs of the default tier; the thorough tier adds the rest of WORKLOADS.
@@ -48,6 +49,9 @@ class Threshold:
     origin: str
     #: median speedup of the calibration runs (the class's own speed)
     calibrated_median: float | None = None
+    #: the case's uncontended contention-probe seconds per iteration at calibration (CPU; rounds of
+    #: the suite whose probe runs over bench.CONTENDED times it are not judged)
+    probe_s: float | None = None
 
     @property
     def judged(self) -> bool:
@@ -92,6 +96,28 @@ def threshold_from_calibration(speedups: list[float]) -> Threshold:
     )
 
 
+def calibrated(speedups: list[float], wanted: int, probe_s: float | None, taken: int | None = None) -> Threshold:
+    """The threshold from a calibration's quietest uncontended runs (``speedups``; ``wanted`` were
+    asked for, chosen from ``taken``), carrying the case's uncontended probe time. Fewer runs than
+    asked for: the host kept the matrix units contended through the retakes; recorded, not judged."""
+    if len(speedups) < wanted:
+        med = statistics.median(speedups) if speedups else None
+        return Threshold(
+            "record",
+            None,
+            f"calibrated: only {len(speedups)} of {wanted} runs had {MIN_ROUNDS} rounds with the contention probe within "
+            f"{CONTENDED:.3g}x of its uncontended time (other tenants of the host held the matrix units); recorded, "
+            "calibrate again when the host is quieter",
+            med,
+            probe_s,
+        )
+    th = threshold_from_calibration(speedups)
+    if taken is not None and taken > len(speedups):
+        chosen = f"; the {len(speedups)} quietest of {taken} runs by the contention probe"
+        th = dataclasses.replace(th, origin=th.origin + chosen)
+    return dataclasses.replace(th, probe_s=probe_s)
+
+
 def unchanged_by_autocast(workload: str, device: torch.device, dtype: torch.dtype) -> str | None:
     """Why AMP cannot be judged on this workload here, or None. Where autocast runs the workload's
     op in float32 (layer_norm on CPU, unlike CUDA), the fp32 and AMP paths are one computation and
@@ -122,7 +148,9 @@ def for_device(
     if threshold is None:
         return None
     unchanged = unchanged_by_autocast(workload, device, dtype)
-    return threshold if unchanged is None else Threshold("record", None, unchanged, threshold.calibrated_median)
+    if unchanged is None:
+        return threshold
+    return Threshold("record", None, unchanged, threshold.calibrated_median, threshold.probe_s)
 
 
 def pays_off_claim(

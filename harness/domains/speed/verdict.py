@@ -1,15 +1,24 @@
 """The speed verdict of one (workload, dtype) measurement, decided once.
 
 PASS or FAIL against the class's calibrated threshold; NOISY when the speedup's confidence interval
-holds it, or when it falls below it while other processes kept the machine busy (after one rerun); UNJUDGED when the class has no calibration (the reason says which
-command calibrates it). The suite records the verdict's row and asserts from the same object.
+holds it, when too few rounds ran uncontended (the contention probe), or when it falls below it
+while other processes kept the machine busy (after one rerun); UNJUDGED when the class has no
+calibration (the reason says which command calibrates it). The suite records the verdict's row and asserts from the same object.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.domains.speed.bench import BUSY_OTHER_CORES, CONFIDENCE, Timing, is_busy, is_noisy
+from harness.domains.speed.bench import (
+    BUSY_OTHER_CORES,
+    CONFIDENCE,
+    CONTENDED,
+    MIN_ROUNDS,
+    Timing,
+    is_busy,
+    is_noisy,
+)
 from harness.domains.speed.thresholds import Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome
@@ -67,6 +76,21 @@ def judge(
     if not threshold.judged:
         return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.UNJUDGED, threshold.origin)
     limit = threshold.min_speedup
+    quieter = timing.contention is not None and timing.contention * CONTENDED < 1.0
+    if quieter:
+        reason = (
+            f"the contention probe ran {1 / (timing.contention or 1.0):.3g}x faster than at calibration (more than "
+            f"{CONTENDED:.3g}x): the class was calibrated while other tenants of the host held its matrix units, so its "
+            f"threshold is a contended machine's; no verdict; calibrate again: {calibrate_command}"
+        )
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
+    if timing.rounds < MIN_ROUNDS and timing.contended:
+        reason = (
+            f"only {timing.rounds} of {timing.taken} rounds ran with the contention probe within {CONTENDED:.3g}x of "
+            f"its calibrated time (median {timing.contention:.3g}x): other tenants of the host held this core's matrix "
+            f"units, invisible in this machine's load; fewer than {MIN_ROUNDS} rounds give no interval, so no verdict"
+        )
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
     if is_noisy(timing, limit):
         lo, hi = timing.interval
         reason = (
