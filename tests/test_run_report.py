@@ -160,3 +160,51 @@ def test_judged_rows_are_comparable_and_information_is_not():
         assert (row(info).comparable, row(info).drift) == (False, None), info
     assert row("pass", drift=0.14).drift == 0.14
     assert row("pass", comparable=False).comparable is False
+
+
+def test_property_examples_do_not_depend_on_the_modules_loaded_before(tmp_path):
+    """A derandomized property run draws the same examples whether or not another local module
+    (a conftest, a harness module another suite imports) was loaded first; without the plugin's
+    guard hypothesis harvests that module's constants and the examples change (the control). In a
+    fresh interpreter: this test itself runs under the guard."""
+    import subprocess
+    import sys
+
+    (tmp_path / "amp_local_constants.py").write_text(
+        "VALUES = [" + ", ".join(str(9973 * k) for k in range(1, 80)) + "]\n", encoding="utf-8"
+    )
+    script = tmp_path / "draw.py"
+    script.write_text(
+        """
+import importlib, json, sys
+from hypothesis import given, settings, strategies as st
+from harness.pytest_plugin.examples import independent_of_loaded_modules
+
+drawn = []
+
+@settings(derandomize=True, max_examples=200, database=None)
+@given(st.integers(0, 10**6))
+def prop(x):
+    drawn.append(x)
+
+def collect(guarded):
+    drawn.clear()
+    if guarded:
+        with independent_of_loaded_modules():
+            prop()
+    else:
+        prop()
+    return list(drawn)
+
+before = (collect(True), collect(False))
+sys.path.insert(0, sys.argv[1])
+importlib.import_module("amp_local_constants")
+after = (collect(True), collect(False))
+print(json.dumps({"guarded_same": before[0] == after[0], "unguarded_same": before[1] == after[1]}))
+""",
+        encoding="utf-8",
+    )
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout)
+    assert result["guarded_same"], result
+    assert not result["unguarded_same"], f"hypothesis no longer harvests local constants: the guard may go ({result})"

@@ -345,6 +345,17 @@ def test_rounds_go_on_past_contended_ones_until_the_time_cap():
     assert "4 more not judged (contention probe" in _rounds(*[CONTENDED_ROUND] * 4, *[UNCONTENDED] * 6).describe()
 
 
+def test_the_probe_runs_where_a_neighbour_shares_the_units_and_is_cheap():
+    """On the CPU in bf16 and fp16 only: not on CUDA (the GPU's own clock), not in float8, whose
+    CPU matmul is a reference path (a second a call: the probe made the fp8 speed case 11 s)."""
+    import torch
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert all(bench.contention_probe(cpu, d) is not None for d in bench.PROBE_DTYPES)
+    assert bench.contention_probe(cuda, torch.bfloat16) is None
+    assert bench.contention_probe(cpu, torch.float8_e4m3fn) is None
+
+
 def test_a_calibration_takes_the_uncontended_probe_time_and_wants_its_runs():
     """The reference is the fast end of the probe's rounds (contention only adds time); a case whose
     retakes stayed contended is recorded, not judged, and says so."""

@@ -16,6 +16,7 @@ import pytest
 
 from harness.domains.capabilities import CAPABILITIES, capability_of_fixtures
 from harness.pytest_plugin import options as opts
+from harness.pytest_plugin.examples import independent_of_loaded_modules
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
 from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of
@@ -66,7 +67,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
-    """Only amp-harness tests run under its hypothesis profile; the one active before comes back."""
+    """Only amp-harness tests run under its hypothesis profile; the one active before comes back.
+    Under a derandomized one, hypothesis's examples do not depend on the modules loaded so far
+    (:mod:`harness.pytest_plugin.examples`)."""
     ours = is_ours(item)
     if ours:
         state_of(item.config).share_cores()
@@ -78,6 +81,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     previous = settings.get_current_profile_name()
     settings.load_profile(profile)
     try:
+        if settings().derandomize:  # reproducible rows: the same examples whatever ran before
+            with independent_of_loaded_modules():
+                return (yield)
         return (yield)
     finally:
         settings.load_profile(previous)

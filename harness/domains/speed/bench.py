@@ -225,10 +225,17 @@ CONTENDED = DETECT_SLOWDOWN * DETECT_SLOWDOWN**0.5
 PROBE_REF_QUANTILE = 0.05
 
 
+#: The dtypes the probe runs in: autocast's low-precision dtypes, whose CPU matmuls use the matrix
+#: and vector units a neighbour contends for. A float8 matmul on the CPU is a reference path (1 s
+#: for one 512 probe): no probe there.
+PROBE_DTYPES = (torch.bfloat16, torch.float16)
+
+
 def contention_probe(device: torch.device, dtype: torch.dtype) -> Fn | None:
     """The contention probe (PROBE_N square matmul in ``dtype``) on the CPU; None on CUDA, where the
-    clock is the GPU's own and a VM's neighbours do not share its matrix units."""
-    if device.type != "cpu":
+    clock is the GPU's own and a VM's neighbours do not share its matrix units, and for a dtype
+    outside PROBE_DTYPES."""
+    if device.type != "cpu" or dtype not in PROBE_DTYPES:
         return None
     g = torch.Generator().manual_seed(1)
     a, b = (torch.randn(PROBE_N, PROBE_N, generator=g).to(dtype) for _ in range(2))
