@@ -133,6 +133,12 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 1 if result.regressed else 0
 
 
+#: Passes of retakes a calibration may take, per --runs. Contended spells on the Intel kind with AMX
+#: lasted tens of seconds, and a pass measures only the cases still wanting (2 s each); with twice
+#: --runs passes, one calibration in three ended with two cases still scattered.
+RETAKE_PASSES = 4
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -200,7 +206,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     # again while it has fewer than --runs runs with an interval of uncontended rounds, or while
     # its --runs quietest runs (judged rounds' probe nearest the reference: chosen by the probe,
     # never by their speedup) scatter too much to be judged; run-major like the runs, so one
-    # contended spell does not take all of a case's retakes, for at most twice --runs passes.
+    # contended spell does not take all of a case's retakes, for at most RETAKE_PASSES x --runs passes.
     refs = {
         d: bench.probe_reference([p for (_, dt), ts in timings.items() if dt == d for t in ts for p in t.probe_s])
         for d in {dt for _, dt in cases}
@@ -225,7 +231,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             return True
         return not thresholds.threshold_from_calibration([t.speedup for t in chosen]).judged
 
-    for retake in range(2 * args.runs):
+    for retake in range(RETAKE_PASSES * args.runs):
         for workload, dtype in [case for case in judgeable if wanting(case)]:
             t = bench.measure(
                 workloads[workload], device, getattr(torch, dtype), rounds=args.rounds, probe_ref_s=refs[dtype]

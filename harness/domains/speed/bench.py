@@ -599,6 +599,8 @@ def interleaved(
         base_j.append(j)
         base_w.append(w)
         if probe is not None:
+            with timing_threads(device):
+                probe()  # untimed: its inputs back in cache after the workload's block evicted them
             probe_j.append(_time_block(probe, device, n_probe)[0])
 
     def time_amp() -> None:
