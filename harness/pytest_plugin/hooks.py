@@ -8,6 +8,7 @@ lazily so that an installed harness costs nothing in unrelated pytest runs.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -80,11 +81,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
     previous = settings.get_current_profile_name()
     settings.load_profile(profile)
+    # reproducible rows under a derandomized profile: the same examples whatever ran before
+    guard = independent_of_loaded_modules() if settings().derandomize else contextlib.nullcontext()
     try:
-        if settings().derandomize:  # reproducible rows: the same examples whatever ran before
-            with independent_of_loaded_modules():
-                return (yield)
-        return (yield)
+        with guard:
+            return (yield)
     finally:
         settings.load_profile(previous)
 

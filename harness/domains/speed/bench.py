@@ -323,10 +323,13 @@ class Timing:
     def ratios(self) -> list[float]:
         return [self.fp32_s[i] / self.amp_s[i] for i in self.kept]
 
+    def _reported(self) -> list[int]:
+        """The rounds the figures come from: the judged ones; all where every round was contended
+        (then the figures are reported, and the interval is unbounded)."""
+        return self.kept or list(range(self.taken))
+
     def _figures(self) -> list[float]:
-        """The judged rounds' ratios; all rounds' where every round was contended (then the figures
-        are reported, and the interval is unbounded)."""
-        return self.ratios or [a / b for a, b in zip(self.fp32_s, self.amp_s, strict=True)]
+        return [self.fp32_s[i] / self.amp_s[i] for i in self._reported()]
 
     @property
     def speedup(self) -> float:
@@ -348,8 +351,7 @@ class Timing:
         """The same median by wall clock (None where only one clock was read, or it is the judged one)."""
         if not self.fp32_wall_s:
             return None
-        rounds = self.kept or range(self.taken)
-        return statistics.median(self.fp32_wall_s[i] / self.amp_wall_s[i] for i in rounds)
+        return statistics.median(self.fp32_wall_s[i] / self.amp_wall_s[i] for i in self._reported())
 
     @property
     def spread(self) -> float:
@@ -362,11 +364,11 @@ class Timing:
 
     @property
     def amp_median_s(self) -> float:
-        return statistics.median(self.amp_s[i] for i in self.kept or range(self.taken))
+        return statistics.median(self.amp_s[i] for i in self._reported())
 
     @property
     def fp32_median_s(self) -> float:
-        return statistics.median(self.fp32_s[i] for i in self.kept or range(self.taken))
+        return statistics.median(self.fp32_s[i] for i in self._reported())
 
     def describe(self) -> str:
         lo, hi = self.interval
@@ -506,11 +508,13 @@ def _warm_up(
     if number is not None:
         return (number, number), first
 
-    def iterations(fn: Fn) -> int:
-        one = min(_time_block(fn, device, 1)[0] for _ in range(2))
-        return max(1, round(BLOCK_S / max(one, 1e-9)))
+    return (_iterations(fp32, device, BLOCK_S), _iterations(amp, device, BLOCK_S)), first
 
-    return (iterations(fp32), iterations(amp)), first
+
+def _iterations(fn: Fn, device: torch.device, block_s: float) -> int:
+    """Iterations of ``fn`` (warmed up) that fill about ``block_s`` seconds of a timed block."""
+    one = min(_time_block(fn, device, 1)[0] for _ in range(2))
+    return max(1, round(block_s / max(one, 1e-9)))
 
 
 @dataclass(frozen=True)
@@ -651,8 +655,7 @@ def _probe_iterations(probe: Fn, device: torch.device) -> int:
     """Iterations of the probe's block (warmed up first, on the timing's threads)."""
     with timing_threads(device):
         probe()
-        one = min(_time_block(probe, device, 1)[0] for _ in range(2))
-    return max(1, round(PROBE_BLOCK_S / max(one, 1e-9)))
+    return _iterations(probe, device, PROBE_BLOCK_S)
 
 
 def _probe_s(fn: Fn, device: torch.device) -> float:
