@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,12 @@ def _run(scratch: Path, baseline_dir: Path, slowdown: float, reports: Path) -> p
     return rows[rows.metric.str.endswith(".speedup")]
 
 
+def _outcome(outcome: str, tags: str) -> str:
+    """``noisy (busy)``: a NOISY verdict with the rule that abstained (the row's ``noisy_cause``)."""
+    cause = json.loads(tags).get("noisy_cause") if outcome == "noisy" else None
+    return f"{outcome} ({cause})" if cause else outcome
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=3)
@@ -76,11 +83,12 @@ def main() -> int:
         for i in range(args.runs):
             for slowdown in (1.0, bench.DETECT_SLOWDOWN):
                 rows = _run(scratch, baseline_dir, slowdown, scratch / f"reports-{slowdown}")
-                for metric, outcome in zip(rows.metric, rows.outcome, strict=True):
+                outcomes = [_outcome(o, t) for o, t in zip(rows.outcome, rows.tags, strict=True)]
+                for metric, outcome in zip(rows.metric, outcomes, strict=True):
                     verdicts[(metric.removesuffix(".speedup"), slowdown)][outcome] += 1
                 print(
                     f"run {i + 1} slowed {slowdown}x: "
-                    + ", ".join(f"{m} {o}" for m, o in zip(rows.metric, rows.outcome, strict=True)),
+                    + ", ".join(f"{m} {o}" for m, o in zip(rows.metric, outcomes, strict=True)),
                     flush=True,
                 )
     finally:

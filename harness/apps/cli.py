@@ -207,10 +207,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     # its --runs quietest runs (judged rounds' probe nearest the reference: chosen by the probe,
     # never by their speedup) scatter too much to be judged; run-major like the runs, so one
     # contended spell does not take all of a case's retakes, for at most RETAKE_PASSES x --runs passes.
-    refs = {
+    # An earlier calibration of the class in its file, with the same torch, knows the probe's
+    # uncontended time too (a partial calibration keeps the other cases).
+    same_torch = existing.provenance.get("torch") == fp.torch_version
+    own = {
         d: bench.probe_reference([p for (_, dt), ts in timings.items() if dt == d for t in ts for p in t.probe_s])
         for d in {dt for _, dt in cases}
     }
+    refs = {d: thresholds.probe_reference(ref, existing.thresholds if same_torch else {}, d) for d, ref in own.items()}
+    for d, ref in sorted(refs.items()):
+        if ref is not None and ref != own[d]:
+            print(
+                f"  contention probe {d}: {ref * 1e3:.3g} ms uncontended, from this class's earlier calibration "
+                f"(this one's rounds: {(own[d] or 0.0) * 1e3:.3g} ms at their fastest {bench.PROBE_REF_QUANTILE:.0%})",
+                flush=True,
+            )
     kept = {
         case: [
             t

@@ -23,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -99,10 +100,72 @@ class CpuInfo:
     model: str
     arch: str
     logical_cores: int
+    #: the relevant flags the low-precision kernels may use: the CPU's, less what a oneDNN ISA cap
+    #: (``ONEDNN_MAX_CPU_ISA``) forbids
     flags: tuple[str, ...]
     vendor: str = ""
     family: int | None = None
     model_number: int | None = None
+    #: the oneDNN ISA cap in force (``AVX512_CORE_FP16``), None where none is
+    isa_cap: str | None = None
+
+
+#: oneDNN's ISA levels, lowest first, as ``ONEDNN_MAX_CPU_ISA`` names them (the oneDNN developer
+#: guide's "CPU dispatcher control"; aliases on one line share a level). torch's bf16 and fp16
+#: matmuls, convolutions and attention run through oneDNN, so a cap changes their speed (with
+#: AMX exposed, capping below AMX makes bf16 matmul slower than fp32) but leaves the CPU's flags.
+ONEDNN_ISA_LEVELS: tuple[tuple[str, ...], ...] = (
+    ("SSE41",),
+    ("AVX",),
+    ("AVX2",),
+    ("AVX2_VNNI",),
+    ("AVX2_VNNI_2",),
+    ("AVX512_CORE",),
+    ("AVX512_CORE_VNNI",),
+    ("AVX512_CORE_BF16",),
+    ("AVX10_1_512", "AVX512_CORE_FP16"),
+    ("AVX10_1_512_AMX", "AVX512_CORE_AMX"),
+    ("AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16"),
+)
+#: the lowest oneDNN level that uses each low-precision flag; flags not listed (avx2, avx512f, ...)
+#: are used by torch's own kernels too, whatever oneDNN is capped to
+_ONEDNN_FLAG_LEVEL = {
+    "avx512_vnni": "AVX512_CORE_VNNI",
+    "avx512_bf16": "AVX512_CORE_BF16",
+    "avx512_fp16": "AVX512_CORE_FP16",
+    "amx_tile": "AVX512_CORE_AMX",
+    "amx_bf16": "AVX512_CORE_AMX",
+    "amx_fp16": "AVX512_CORE_AMX_FP16",
+}
+
+
+def _onednn_level(name: str) -> int | None:
+    for rank, names in enumerate(ONEDNN_ISA_LEVELS):
+        if name in names:
+            return rank
+    return None
+
+
+def onednn_isa_cap(environ: Mapping[str, str] | None = None) -> str | None:
+    """The oneDNN ISA cap set in the environment, as oneDNN reads it, or None.
+
+    ``ONEDNN_MAX_CPU_ISA`` wins over its older name ``DNNL_MAX_CPU_ISA``; ``ALL``, ``DEFAULT`` and
+    names oneDNN does not know leave the ISA uncapped, as they do in oneDNN.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA")
+    if not raw:
+        return None
+    name = raw.strip().upper()
+    return name if _onednn_level(name) is not None else None
+
+
+def cap_flags(flags: tuple[str, ...], cap: str | None) -> tuple[str, ...]:
+    """``flags`` less the low-precision ones a oneDNN ISA cap keeps oneDNN from using."""
+    level = None if cap is None else _onednn_level(cap)
+    if level is None:
+        return flags
+    return tuple(f for f in flags if (_onednn_level(_ONEDNN_FLAG_LEVEL.get(f, "SSE41")) or 0) <= level)
 
 
 #: (vendor, family, first model, last model) -> microarchitecture, for the CPUs these machines and
@@ -176,6 +239,7 @@ def cpu_class(cpu: CpuInfo, threads: int) -> HardwareClass:
             "isa": isa_tag(cpu),
             "torch_threads": threads,
             "model_name": cpu.model,
+            **({"onednn_max_cpu_isa": cpu.isa_cap} if cpu.isa_cap else {}),
         },
     )
 
@@ -323,14 +387,16 @@ def detect_cpu() -> CpuInfo:
             info = parse_cpuinfo(fh.read())
     except OSError:
         info = {"flags": set()}
+    cap = onednn_isa_cap()
     return CpuInfo(
         model=info.get("model") or platform.processor() or platform.machine(),
         arch=platform.machine(),
         logical_cores=os.cpu_count() or 1,
-        flags=tuple(f for f in RELEVANT_CPU_FLAGS if f in info["flags"]),
+        flags=cap_flags(tuple(f for f in RELEVANT_CPU_FLAGS if f in info["flags"]), cap),
         vendor=info.get("vendor", ""),
         family=info.get("family"),
         model_number=info.get("model_number"),
+        isa_cap=cap,
     )
 
 

@@ -218,6 +218,17 @@ PROBE_N = 512
 #: of the host sharing the physical core.
 CONTENDED = DETECT_SLOWDOWN * DETECT_SLOWDOWN**0.5
 
+#: Judged rounds whose probe ran, by their median, more than this many times *faster* than the
+#: calibrated probe time come from a quieter host than the calibration had: the class was calibrated
+#: while contended and its threshold (median / sqrt(DETECT_SLOWDOWN)) is a contended machine's. The
+#: bound is that threshold's own margin: contention slows the AMP path's low-precision matmuls at most
+#: as much as the probe (the same kernel) and fp32 no less than not at all, so a host quieter by less
+#: than sqrt(DETECT_SLOWDOWN) raises the speedup by less than the margin, and a 1.3x slower path still
+#: falls below the threshold. Measured on the Intel kind with AMX: a calibration in the contended mode
+#: (probe 0.63 ms) let a 1.3x slower bf16 matmul 1024 pass at 2.89x against 2.22 with the probe at
+#: 0.69x its calibrated time, under the 1/CONTENDED bound this rule used to share.
+QUIETER = DETECT_SLOWDOWN**0.5
+
 #: The share of a calibration's rounds (every case of one dtype) whose probe time is the class's
 #: uncontended probe time (their 5th percentile): contention only adds time, so the fastest rounds
 #: are the uncontended speed, and a twentieth of a calibration's rounds is tens of rounds, not one

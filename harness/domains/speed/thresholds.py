@@ -118,6 +118,16 @@ def calibrated(speedups: list[float], wanted: int, probe_s: float | None, taken:
     return dataclasses.replace(th, probe_s=probe_s)
 
 
+def probe_reference(this_calibration: float | None, stored: dict[str, Threshold], dtype: str) -> float | None:
+    """The uncontended probe time of ``dtype``: the fastest of this calibration's reference and the
+    ones the class's file already holds for that dtype (one probe kernel per dtype; contention only
+    adds time). A calibration of one or two cases during a contended spell has too few rounds to
+    find the uncontended time itself; an earlier calibration of the class (same torch) has it."""
+    earlier = [th.probe_s for key, th in stored.items() if key.endswith(f"/{dtype}") and th.probe_s is not None]
+    known = [p for p in (this_calibration, *earlier) if p is not None]
+    return min(known) if known else None
+
+
 def unchanged_by_autocast(workload: str, device: torch.device, dtype: torch.dtype) -> str | None:
     """Why AMP cannot be judged on this workload here, or None. Where autocast runs the workload's
     op in float32 (layer_norm on CPU, unlike CUDA), the fp32 and AMP paths are one computation and

@@ -8,6 +8,7 @@ calibration (the reason says which command calibrates it). The suite records the
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from harness.domains.speed.bench import (
@@ -15,6 +16,7 @@ from harness.domains.speed.bench import (
     CONFIDENCE,
     CONTENDED,
     MIN_ROUNDS,
+    QUIETER,
     Timing,
     is_busy,
     is_noisy,
@@ -22,6 +24,20 @@ from harness.domains.speed.bench import (
 from harness.domains.speed.thresholds import Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome
+
+
+class Abstention(enum.Enum):
+    """Why a measurement gave no verdict (NOISY): typed, so that a report or a script counts the
+    causes without reading the reason's words back."""
+
+    #: the probe ran much faster than at calibration: the class was calibrated while contended
+    CALIBRATED_CONTENDED = "calibrated_contended"
+    #: too few rounds ran with the contention probe near its calibrated time
+    CONTENDED = "contended"
+    #: the speedup's confidence interval holds the threshold
+    INTERVAL = "interval"
+    #: below the threshold while other processes kept the machine busy
+    BUSY = "busy"
 
 
 @dataclass(frozen=True)
@@ -32,8 +48,10 @@ class SpeedVerdict:
     timing: Timing
     threshold: Threshold | None
     outcome: Outcome
-    #: why it was not judged (UNJUDGED), or what the threshold is (PASS/FAIL/NOISY)
+    #: why it was not judged (UNJUDGED, NOISY), or what the threshold is (PASS/FAIL)
     reason: str
+    #: NOISY only: which rule abstained
+    abstained: Abstention | None = None
 
     @property
     def limit(self) -> float | None:
@@ -76,28 +94,34 @@ def judge(
     if not threshold.judged:
         return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.UNJUDGED, threshold.origin)
     limit = threshold.min_speedup
-    quieter = timing.contention is not None and timing.contention * CONTENDED < 1.0
+    quieter = timing.judged_contention * QUIETER < 1.0
     if quieter:
         reason = (
-            f"the contention probe ran {1 / (timing.contention or 1.0):.3g}x faster than at calibration (more than "
-            f"{CONTENDED:.3g}x): the class was calibrated while other tenants of the host held its matrix units, so its "
-            f"threshold is a contended machine's; no verdict; calibrate again: {calibrate_command}"
+            f"the contention probe ran {1 / timing.judged_contention:.3g}x faster than at calibration (more than "
+            f"{QUIETER:.3g}x, the threshold's margin): the class was calibrated while other tenants of the host held its "
+            f"matrix units, so its threshold is a contended machine's; no verdict; calibrate again: {calibrate_command}"
         )
-        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
+        return SpeedVerdict(
+            workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.CALIBRATED_CONTENDED
+        )
     if timing.rounds < MIN_ROUNDS and timing.contended:
         reason = (
             f"only {timing.rounds} of {timing.taken} rounds ran with the contention probe within {CONTENDED:.3g}x of "
             f"its calibrated time (median {timing.contention:.3g}x): other tenants of the host held this core's matrix "
             f"units, invisible in this machine's load; fewer than {MIN_ROUNDS} rounds give no interval, so no verdict"
         )
-        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
+        return SpeedVerdict(
+            workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.CONTENDED
+        )
     if is_noisy(timing, limit):
         lo, hi = timing.interval
         reason = (
             f"the speedup's {CONFIDENCE:.0%} interval [{lo:.3g}, {hi:.3g}] over {timing.rounds} rounds holds the "
             f"threshold {limit}, twice"
         )
-        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
+        return SpeedVerdict(
+            workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.INTERVAL
+        )
     assert limit is not None
     if timing.speedup < limit and is_busy(timing):
         reason = (
@@ -105,7 +129,7 @@ def judge(
             f"{BUSY_OTHER_CORES}): on a busy machine shared caches and memory slow the AMP and baseline paths unequally, "
             "so this is no verdict; measure on an idle machine"
         )
-        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason)
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.BUSY)
     return SpeedVerdict(
         workload, dtype, hardware_class, timing, threshold, Outcome.of(timing.speedup >= limit), threshold.origin
     )
