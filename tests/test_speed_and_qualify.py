@@ -25,7 +25,7 @@ from harness.storage import report as rp
 from harness.storage.hardware import (
     CpuInfo,
     GpuInfo,
-    cap_flags,
+    capped,
     cpu_class,
     detect,
     gpu_class,
@@ -521,10 +521,8 @@ AMX = INTEL.replace("avx512_fp16", "avx512_fp16 amx_tile amx_bf16")
 def test_a_onednn_isa_cap_names_the_class_of_the_kernels_that_run(environ, isa_tag):
     """Capped below AMX, bf16 matmul runs 1.5-2x slower than fp32 instead of faster: thresholds
     calibrated with AMX must never judge it, so the cap is part of the hardware class."""
-    cpu = _cpu(AMX)
     cap = onednn_isa_cap(environ)
-    capped = dataclasses.replace(cpu, flags=cap_flags(cpu.flags, cap), isa_cap=cap)
-    klass = cpu_class(capped, 2)
+    klass = cpu_class(capped(_cpu(AMX), cap), 2)
     assert klass.id == f"cpu-intel-emeraldrapids-f6m207-{isa_tag}-t2"
     assert klass.derived_from.get("onednn_max_cpu_isa") == cap
 

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.domains.versions import minor
@@ -160,12 +160,14 @@ def onednn_isa_cap(environ: Mapping[str, str] | None = None) -> str | None:
     return name if _onednn_level(name) is not None else None
 
 
-def cap_flags(flags: tuple[str, ...], cap: str | None) -> tuple[str, ...]:
-    """``flags`` less the low-precision ones a oneDNN ISA cap keeps oneDNN from using."""
+def capped(cpu: CpuInfo, cap: str | None) -> CpuInfo:
+    """``cpu`` as the low-precision kernels see it under a oneDNN ISA cap (:func:`onednn_isa_cap`):
+    less the flags the cap keeps oneDNN from using, with the cap recorded."""
     level = None if cap is None else _onednn_level(cap)
     if level is None:
-        return flags
-    return tuple(f for f in flags if (_onednn_level(_ONEDNN_FLAG_LEVEL.get(f, "SSE41")) or 0) <= level)
+        return cpu
+    flags = tuple(f for f in cpu.flags if (_onednn_level(_ONEDNN_FLAG_LEVEL.get(f, "SSE41")) or 0) <= level)
+    return replace(cpu, flags=flags, isa_cap=cap)
 
 
 #: (vendor, family, first model, last model) -> microarchitecture, for the CPUs these machines and
@@ -387,17 +389,16 @@ def detect_cpu() -> CpuInfo:
             info = parse_cpuinfo(fh.read())
     except OSError:
         info = {"flags": set()}
-    cap = onednn_isa_cap()
-    return CpuInfo(
+    cpu = CpuInfo(
         model=info.get("model") or platform.processor() or platform.machine(),
         arch=platform.machine(),
         logical_cores=os.cpu_count() or 1,
-        flags=cap_flags(tuple(f for f in RELEVANT_CPU_FLAGS if f in info["flags"]), cap),
+        flags=tuple(f for f in RELEVANT_CPU_FLAGS if f in info["flags"]),
         vendor=info.get("vendor", ""),
         family=info.get("family"),
         model_number=info.get("model_number"),
-        isa_cap=cap,
     )
+    return capped(cpu, onednn_isa_cap())
 
 
 def _nvidia_driver() -> str | None:

@@ -330,9 +330,12 @@ class Timing:
             return math.inf
         return statistics.median(self.probe_s[i] for i in kept) / self.probe_ref_s
 
+    def _ratios(self, rounds: list[int]) -> list[float]:
+        return [self.fp32_s[i] / self.amp_s[i] for i in rounds]
+
     @property
     def ratios(self) -> list[float]:
-        return [self.fp32_s[i] / self.amp_s[i] for i in self.kept]
+        return self._ratios(self.kept)
 
     def _reported(self) -> list[int]:
         """The rounds the figures come from: the judged ones; all where every round was contended
@@ -340,7 +343,7 @@ class Timing:
         return self.kept or list(range(self.taken))
 
     def _figures(self) -> list[float]:
-        return [self.fp32_s[i] / self.amp_s[i] for i in self._reported()]
+        return self._ratios(self._reported())
 
     @property
     def speedup(self) -> float:

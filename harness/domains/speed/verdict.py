@@ -94,34 +94,31 @@ def judge(
     if not threshold.judged:
         return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.UNJUDGED, threshold.origin)
     limit = threshold.min_speedup
-    quieter = timing.judged_contention * QUIETER < 1.0
-    if quieter:
+
+    def noisy(cause: Abstention, reason: str) -> SpeedVerdict:
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, cause)
+
+    if timing.judged_contention * QUIETER < 1.0:
         reason = (
             f"the contention probe ran {1 / timing.judged_contention:.3g}x faster than at calibration (more than "
             f"{QUIETER:.3g}x, the threshold's margin): the class was calibrated while other tenants of the host held its "
             f"matrix units, so its threshold is a contended machine's; no verdict; calibrate again: {calibrate_command}"
         )
-        return SpeedVerdict(
-            workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.CALIBRATED_CONTENDED
-        )
+        return noisy(Abstention.CALIBRATED_CONTENDED, reason)
     if timing.rounds < MIN_ROUNDS and timing.contended:
         reason = (
             f"only {timing.rounds} of {timing.taken} rounds ran with the contention probe within {CONTENDED:.3g}x of "
             f"its calibrated time (median {timing.contention:.3g}x): other tenants of the host held this core's matrix "
             f"units, invisible in this machine's load; fewer than {MIN_ROUNDS} rounds give no interval, so no verdict"
         )
-        return SpeedVerdict(
-            workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.CONTENDED
-        )
+        return noisy(Abstention.CONTENDED, reason)
     if is_noisy(timing, limit):
         lo, hi = timing.interval
         reason = (
             f"the speedup's {CONFIDENCE:.0%} interval [{lo:.3g}, {hi:.3g}] over {timing.rounds} rounds holds the "
             f"threshold {limit}, twice"
         )
-        return SpeedVerdict(
-            workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.INTERVAL
-        )
+        return noisy(Abstention.INTERVAL, reason)
     assert limit is not None
     if timing.speedup < limit and is_busy(timing):
         reason = (
@@ -129,7 +126,7 @@ def judge(
             f"{BUSY_OTHER_CORES}): on a busy machine shared caches and memory slow the AMP and baseline paths unequally, "
             "so this is no verdict; measure on an idle machine"
         )
-        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, reason, Abstention.BUSY)
+        return noisy(Abstention.BUSY, reason)
     return SpeedVerdict(
         workload, dtype, hardware_class, timing, threshold, Outcome.of(timing.speedup >= limit), threshold.origin
     )
