@@ -46,7 +46,16 @@ def test_the_layers_of_the_shipped_tree_are_kept(tmp_path):
             "from harness.storage import report as _r",
             "harness.domains is not allowed to import harness.storage",
         ),
-        ("storage/report.py", "import pytest as _pytest", "numerics, domains and storage never import pytest"),
+        (
+            "platform/kernels.py",
+            "from harness.domains.speed import bench as _b",
+            "harness.platform is not allowed to import harness.domains",
+        ),
+        (
+            "storage/report.py",
+            "import pytest as _pytest",
+            "numerics, platform, domains and storage never import pytest",
+        ),
     ],
 )
 def test_a_lower_layer_importing_upward_breaks_the_contract(tmp_path, module, line, broken):

@@ -10,8 +10,8 @@ from helpers import assert_caught, assert_clean, inject, run_inner
 from harness.apps.cli import main
 from harness.domains.compiled import speed as compiled_speed
 from harness.domains.speed import bench
+from harness.platform.hardware import detect
 from harness.storage import profiles
-from harness.storage.hardware import detect
 
 FILES = (
     "compiled/test_compiled_policy.py",

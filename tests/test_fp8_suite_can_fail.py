@@ -7,7 +7,10 @@ asserts exactly which checks catch the fault.
 
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
+from faults.fp8 import NO_FP8_KERNEL
 from helpers import assert_caught, assert_clean, inject, run_inner
 
 pytest.importorskip("torchao", reason="the fp8 suite's controls need torchao (pip install amp-harness[fp8])")
@@ -218,3 +221,48 @@ def test_a_torchao_that_fixed_a_registered_finding_fails_as_appears_fixed(pytest
     )
     assert_caught(run, "*::test_registered_fp8_findings_match_what_this_torchao_does[[]torchao-pow2-scale-rounds-up]")
     run.stdout.fnmatch_lines(["*appears fixed in torchao*remove*KNOWN_ISSUES in harness/domains/fp8/known_issues.py*"])
+
+
+NO_KERNEL = {"torch._scaled_mm": "faults.fp8.scaled_mm_without_kernel"}
+SPEED = "fp8/test_fp8_speed.py"
+
+
+def test_a_kernel_set_without_fp8_matmul_judges_through_emulation_or_skips_naming_it(pytester, suite_copy):
+    """oneDNN capped below its fp8 matmul (the Zen 4 and AVX2 kernel sets on an AMX CPU) raises from
+    every ``_scaled_mm``: the kernel's own checks and the speed case skip naming the kernel set,
+    Float8Linear and float8 training are judged through torchao's emulated matmul, nothing errors."""
+    run = _run(pytester, suite_copy, MATMUL, TRAINING, SPEED, args=("-rs",), **NO_KERNEL)
+    judged = {
+        "*::test_float8_linear_output_and_gradients_are_within_budget[[]cpu-*]",
+        "*::test_float8_mlp_training_stays_within_the_fp32_seed_band[[]cpu-*]",
+        "*::test_an_activation_outlier_mid_run_leaves_no_lasting_damage[[]cpu-*]",
+    }
+    assert_clean(run, at_least=6)
+    missing = [p for p in judged if not any(fnmatch.fnmatchcase(t, p) for t in run.passed)]
+    assert not missing, f"not judged through emulation: {missing}\n{run.text()}"
+    skips = [t for t in run.skipped if "scaled_mm" in t and "thorough" not in t]
+    assert {t.split("::")[1].split("[")[0] for t in skips} >= {
+        SCALED_MM,
+        "test_fp8_scaled_matmul_speed_meets_the_class_threshold",
+    }
+    run.stdout.fnmatch_lines(
+        [f"*SKIPPED*torch._scaled_mm has no fp8 kernel on the CPU kernel set * (every call: {NO_FP8_KERNEL})*"],
+        consecutive=False,
+    )
+    emulated = {r["metric"] for r in run.rows if str(r["metric"]).endswith("matmul_emulated")}
+    assert {f"float8_linear.{r}.matmul_emulated" for r in ("tensorwise", "rowwise")} <= emulated
+    speed = [r for r in run.rows if r["metric"] == "scaled_mm_e4m3.speedup"]
+    assert [r["outcome"] for r in speed] == ["unjudged"] and "not measured" in speed[0]["note"]
+
+
+def test_the_emulated_float8_linear_still_fails_a_doubled_scale(pytester, suite_copy):
+    """The emulation judges the casts: without an fp8 kernel a doubled scale still fails the budget."""
+    run = _run(
+        pytester,
+        suite_copy,
+        MATMUL,
+        args=("-k", "tensorwise and float8_linear"),
+        **NO_KERNEL,
+        **{"torchao.float8.float8_scaling_utils.tensor_to_scale": "faults.fp8.doubled_scale"},
+    )
+    assert_caught(run, "*::test_float8_linear_output_and_gradients_are_within_budget[[]cpu-tensorwise]")

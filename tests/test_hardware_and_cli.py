@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.apps.cli import main
+from harness.platform.hardware import CpuInfo, GpuInfo, ProfileError, cpu_profile_id, gpu_profile_id, validate_profile
 from harness.storage import baselines as bl
-from harness.storage.hardware import CpuInfo, GpuInfo, ProfileError, cpu_profile_id, gpu_profile_id, validate_profile
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
+from harness.platform.hardware import KNOWN_PROFILES
 from harness.storage import report as rp
-from harness.storage.hardware import KNOWN_PROFILES
 
 QUIET = ("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import assert_caught, assert_clean, inject, run_inner
 
-from harness.storage.hardware import detect
+from harness.platform.hardware import detect
 
 PARITY = "training/test_loss_parity.py"
 CURVES = "training/test_golden_curves.py"

@@ -14,8 +14,8 @@ from harness.storage import report as rp
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
+    from harness.platform.hardware import detect
     from harness.storage import profiles
-    from harness.storage.hardware import detect
 
     fp = detect()
     if args.json:
@@ -133,20 +133,14 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 1 if result.regressed else 0
 
 
-#: Passes of retakes a calibration may take, per --runs. Contended spells on the Intel kind with AMX
-#: lasted tens of seconds, and a pass measures only the cases still wanting (2 s each); with twice
-#: --runs passes, one calibration in three ended with two cases still scattered.
-RETAKE_PASSES = 4
-
-
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    import dataclasses
-
     import torch
 
-    from harness.domains.speed import bench, thresholds
+    from harness.domains.compiled import speed as compiled_speed
+    from harness.domains.fp8 import speed as fp8_speed
+    from harness.domains.speed import bench, calibration, thresholds
+    from harness.platform.hardware import detect
     from harness.storage import profiles
-    from harness.storage.hardware import detect
     from harness.storage.provenance import git_commit, provenance
 
     fp = detect()
@@ -154,9 +148,6 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     hc = fp.class_for(str(device))
     profile_id = fp.cuda_profile if device.type == "cuda" else fp.cpu_profile
     root = Path(args.baseline_dir)
-    from harness.domains.compiled import speed as compiled_speed
-    from harness.domains.fp8 import speed as fp8_speed
-
     workloads = {**bench.WORKLOADS, **compiled_speed.workloads("inductor"), **fp8_speed.WORKLOADS}
     known_cases = (
         *thresholds.DEFAULT_CASES,
@@ -187,80 +178,20 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         derived_from=hc.derived_from,
     )
     print(f"calibrating hardware class {hc.id} ({hc.describe()})", flush=True)
-    # Run-major, as the suite measures: each run goes through every case once, so every case is
-    # calibrated in the conditions (caches, clocks, neighbours) the suite measures it in.
-    # One pass first, not counted: each case's first measurement in a process ran low (linear
-    # fwd+bwd: the lowest of five runs in each of four calibrations on the Intel kind), while the
-    # allocator and caches first meet its tensors; the suite's rerun of a failure is warm too.
-    for workload, dtype in cases:
-        t = bench.measure(workloads[workload], device, getattr(torch, dtype), rounds=bench.MIN_ROUNDS)
-        print(f"  warm-up {workload}/{dtype} (not counted): {t.describe()}", flush=True)
-    timings: dict[tuple[str, str], list[bench.Timing]] = {case: [] for case in cases}
-    for run in range(args.runs):
-        for workload, dtype in cases:
-            t = bench.measure(workloads[workload], device, getattr(torch, dtype), rounds=args.rounds)
-            timings[(workload, dtype)].append(t)
-            print(f"  run {run + 1}/{args.runs} {workload}/{dtype}: {t.describe()}", flush=True)
-    # The uncontended probe time of a dtype comes from every round of every case in it (one probe
-    # kernel per dtype: the more rounds, the likelier some ran uncontended). A case is measured
-    # again while it has fewer than --runs runs with an interval of uncontended rounds, or while
-    # its --runs quietest runs (judged rounds' probe nearest the reference: chosen by the probe,
-    # never by their speedup) scatter too much to be judged; run-major like the runs, so one
-    # contended spell does not take all of a case's retakes, for at most RETAKE_PASSES x --runs passes.
-    # An earlier calibration of the class in its file, with the same torch, knows the probe's
-    # uncontended time too (a partial calibration keeps the other cases).
     same_torch = existing.provenance.get("torch") == fp.torch_version
-    own = {
-        d: bench.probe_reference([p for (_, dt), ts in timings.items() if dt == d for t in ts for p in t.probe_s])
-        for d in {dt for _, dt in cases}
-    }
-    refs = {d: thresholds.probe_reference(ref, existing.thresholds if same_torch else {}, d) for d, ref in own.items()}
-    for d, ref in sorted(refs.items()):
-        if ref is not None and ref != own[d]:
-            print(
-                f"  contention probe {d}: {ref * 1e3:.3g} ms uncontended, from this class's earlier calibration "
-                f"(this one's rounds: {(own[d] or 0.0) * 1e3:.3g} ms at their fastest {bench.PROBE_REF_QUANTILE:.0%})",
-                flush=True,
-            )
-    kept = {
-        case: [
-            t
-            for t in (dataclasses.replace(t, probe_ref_s=refs[case[1]]) for t in taken)
-            if t.rounds >= bench.MIN_ROUNDS
-        ]
-        for case, taken in timings.items()
-    }
-    judgeable = [(w, d) for w, d in cases if thresholds.unchanged_by_autocast(w, device, getattr(torch, d)) is None]
-
-    def quietest(case: tuple[str, str]) -> list[bench.Timing]:
-        """The case's --runs runs whose judged rounds ran quietest (probe nearest its reference)."""
-        return sorted(kept[case], key=lambda t: t.judged_contention)[: args.runs]
-
-    def wanting(case: tuple[str, str]) -> bool:
-        chosen = quietest(case)
-        if len(chosen) < args.runs:
-            return True
-        return not thresholds.threshold_from_calibration([t.speedup for t in chosen]).judged
-
-    for retake in range(RETAKE_PASSES * args.runs):
-        for workload, dtype in [case for case in judgeable if wanting(case)]:
-            t = bench.measure(
-                workloads[workload], device, getattr(torch, dtype), rounds=args.rounds, probe_ref_s=refs[dtype]
-            )
-            print(f"  retake {retake + 1} {workload}/{dtype} (runs contended): {t.describe()}", flush=True)
-            if t.rounds >= bench.MIN_ROUNDS:
-                kept[(workload, dtype)].append(t)
-    for workload, dtype in cases:
-        runs = quietest((workload, dtype))
-        placed = thresholds.calibrated([t.speedup for t in runs], args.runs, refs[dtype], len(kept[(workload, dtype)]))
-        th = thresholds.for_device(placed, workload, device, getattr(torch, dtype))
-        assert th is not None
-        prof.thresholds[f"{workload}/{dtype}"] = th
-        if th.calibrated_median is None:
-            print(f"  -> {workload}/{dtype}: {th.origin}")
-            continue
-        said = thresholds.pays_off(workload, dtype, th.calibrated_median, hc.id, workloads[workload].baseline_name)
-        print(f"  -> {said}; {th.origin}")
+    results = calibration.calibrate(
+        cases,
+        workloads,
+        device,
+        runs=args.runs,
+        rounds=args.rounds,
+        stored=existing.thresholds if same_torch else {},
+        log=lambda line: print(line, flush=True),
+        hardware_class=hc.id,
+    )
+    for result in results:
+        prof.thresholds["/".join(result.case)] = result.threshold
+        print(f"  -> {result.said}")
     prof.provenance = {
         **provenance(fp, device=str(device), profile=hc.id, commit=git_commit(Path.cwd())),
         "runs": args.runs,
@@ -270,6 +201,39 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     path = profiles.save(root, prof)
     print(f"hardware class {hc.id}: thresholds written to {path}; review and commit it with your baselines")
     return 0
+
+
+def _cmd_kernels(args: argparse.Namespace, rest: list[str]) -> int:
+    """List the kernel sets, or run a command under one (its caps and an Inductor cache of its own:
+    Inductor's cache ignores the caps, and a kernel compiled for wider ISA crashes under them)."""
+    import os
+    import subprocess
+    import tempfile
+
+    from harness.platform.hardware import KERNEL_SETS, cpu_class, kernel_set, uncapped_cpu
+
+    cpu = uncapped_cpu()
+    threads = os.cpu_count() or 1
+    if args.name is None:
+        for each in KERNEL_SETS.values():
+            caps = " ".join(f"{k}={v}" for k, v in each.environ.items())
+            print(f"{each.name:12} {each.kind}\n{'':12} {caps}; here: {cpu_class(each.on(cpu), threads).id}")
+        return 0
+    ks = KERNEL_SETS.get(args.name)
+    if ks is None:
+        raise _UsageError(f"unknown kernel set {args.name!r}; choose from {', '.join(KERNEL_SETS)}")
+    if not rest:
+        raise _UsageError(f"name the command to run after --: amp-harness kernels {ks.name} -- pytest suites/")
+    cache = Path(tempfile.gettempdir()) / f"amp-harness-inductor-{ks.name}"
+    env = {**os.environ, **ks.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    on = ks.on(cpu)
+    said = " ".join(f"{k}={v}" for k, v in ks.environ.items())
+    print(f"kernel set {ks.name}: {ks.kind}\n  {said} TORCHINDUCTOR_CACHE_DIR={cache}", flush=True)
+    print(f"  runs as {kernel_set(on)}; hardware class {cpu_class(on, threads).id}", flush=True)
+    lacking = ks.shortfall(cpu)
+    if lacking:
+        print(f"  this CPU lacks {' '.join(lacking)}: a cap cannot add them, its own lower kernels run", flush=True)
+    return int(subprocess.run(rest, env=env, check=False).returncode)
 
 
 def _positive_int(text: str) -> int:
@@ -387,6 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     k.add_argument("--baseline-dir", default="baselines", help="baseline root; the file goes to <dir>/profiles/")
     k.set_defaults(func=_cmd_calibrate)
+    kn = sub.add_parser(
+        "kernels",
+        help="list the CPU kernel sets of the kinds CI proves, or run a command under one (-- command)",
+        description="amp-harness kernels [NAME -- command ...]: without NAME, list the kernel sets; with one, run "
+        "the command with that kind's oneDNN and ATen caps and an Inductor cache of its own.",
+    )
+    kn.add_argument("name", nargs="?", help="the kernel set (zen4, avx2, intel-noamx)")
     q = sub.add_parser(
         "qualify",
         help="run the suites (or your tests) and print a verdict per capability",
@@ -416,6 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(own)
         if args.command == "qualify":
             return _cmd_qualify(args, rest)
+        if args.command == "kernels":
+            return _cmd_kernels(args, rest)
         if rest:
             raise _UsageError(f"unrecognized arguments: -- {' '.join(rest)}")
         return int(args.func(args))

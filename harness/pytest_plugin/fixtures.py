@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.platform.hardware import Fingerprint
 from harness.pytest_plugin.collaborators import BaselineContext, Baselines, TrainingChecks
 from harness.pytest_plugin.options import DTYPE_NAMES
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, NOTE_PROPERTY, OUTCOME_PROPERTY, Recorder, TestIdentity
 from harness.pytest_plugin.state import State, state_of, suite_of
 from harness.storage import baselines as bl
-from harness.storage.hardware import Fingerprint
 
 #: ``amp_speedup``'s callback: ``(workload, dtype_name, calibrate_flags="") -> None``.
 SpeedCheck = Callable[..., None]
@@ -25,7 +25,7 @@ SpeedCheck = Callable[..., None]
 if TYPE_CHECKING:
     import torch
 
-    from harness.domains.speed.bench import Workload
+    from harness.domains.speed.workloads import Workload
     from harness.storage.profiles import Profile
 
 __all__ = [

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from harness.platform.hardware import ProfileError, validate_profile
 from harness.storage import baselines as bl
-from harness.storage.hardware import ProfileError, validate_profile
 
 TIERS = ("quick", "default", "thorough")
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}

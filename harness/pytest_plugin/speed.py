@@ -68,7 +68,7 @@ def check_speedup(
     record: Recorder,
     slowdown: float,
     calibrate_command: str,
-    rounds: int | None = None,
+    rounds: bench.Rounds | int | None = None,
     benchmark: Any,
     require_speedup: bool,
     under_xdist: bool,
@@ -79,31 +79,61 @@ def check_speedup(
         _pedantic(benchmark)  # pytest-benchmark disables itself under xdist: mark its fixture used
         pytest.skip("speed is measured one test at a time: run the speed suite without -n (xdist shares the cores)")
     name, dtype = workload.name, getattr(torch, dtype_name)
+    missing = workload.missing(device)
+    if missing is not None:
+        record(
+            f"{name}.speedup",
+            None,
+            unit="x",
+            outcome=Outcome.UNJUDGED,
+            dtype=dtype,
+            device=device,
+            tags={"workload": name, "hardware_class": profile.hardware_class},
+            note=f"NOT JUDGED, not measured: {missing}",
+        )
+        pytest.skip(f"{name}/{dtype_name} is not measured: {missing}")
     th = thresholds.for_device(profile.threshold(name, dtype_name), name, device, dtype)
 
-    if rounds is None and not require_speedup and (th is None or not th.judged):
+    unjudged = not require_speedup and (th is None or not th.judged)
+    if rounds is None and unjudged:
         # nothing is judged against this speedup: the rounds that would narrow its interval buy
-        # nothing (an unjudged speedup is not compared between runs either), so the fewest
-        rounds = bench.MIN_ROUNDS
+        # nothing (an unjudged speedup is not compared between runs either), so the fewest that
+        # fit the time cap, and no contention probe (nothing to read it against)
+        rounds = bench.Rounds.unjudged()
 
     def decide(t: bench.Timing) -> speed.SpeedVerdict:
         return speed.judge(name, dtype_name, profile.hardware_class, t, th, calibrate_command)
 
     pedantic = _pedantic(benchmark, f"{name}/{dtype_name}")
     probe_ref = th.probe_s if th is not None else None
+    probe_side = th.probe_side if th is not None else None
     # The harness's own background work must not share the machine with a timing: Inductor's ISA
     # probe, started when compiled checks are selected, runs compilers and loader subprocesses for
     # 1-17 s. In `pytest suites/speed suites/compiled` they ran beside the first speed cases: about
     # one core of other load, which made a 1.3x slower matmul NOISY (busy) instead of FAIL.
     toolchain.wait_for_warm_up()
-    first = decide(bench.measure(workload, device, dtype, slowdown, rounds, pedantic=pedantic, probe_ref_s=probe_ref))
+    first = decide(
+        bench.measure(
+            workload,
+            device,
+            dtype,
+            slowdown,
+            rounds,
+            pedantic=pedantic,
+            probe_ref_s=probe_ref,
+            probe=not unjudged,
+            probe_side=probe_side,
+        )
+    )
     v = first
     if first.outcome in (Outcome.NOISY, Outcome.FAIL):
         # A failure must be confirmed by a second measurement, and a noisy one is measured once
         # more (the PyTorch HUD's rule: a regression only after 2 consecutive violations). On a
         # shared 2-core VM one clean case in about 60 falls below its threshold once; twice in a
         # row, none was seen; a 1.3x slower path still fails both (tests/test_speed_and_qualify.py).
-        v = decide(bench.measure(workload, device, dtype, slowdown, rounds, probe_ref_s=probe_ref))  # timed here
+        v = decide(  # timed here
+            bench.measure(workload, device, dtype, slowdown, rounds, probe_ref_s=probe_ref, probe_side=probe_side)
+        )
     timing = v.timing
     tags = {
         "workload": name,
@@ -130,7 +160,7 @@ def check_speedup(
         benchmark.extra_info.update(
             {
                 "timed": (
-                    f"the first {bench.MIN_ROUNDS} AMP blocks by wall clock (the pytest-benchmark result), interleaved "
+                    "the first AMP blocks (the measurement's least rounds) by wall clock (the pytest-benchmark result), interleaved "
                     f"with baseline blocks; judged: every round's ratio by {first.timing.clock} (extra_info)"
                 ),
                 "clock": first.timing.clock,

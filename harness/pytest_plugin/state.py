@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from harness.platform.hardware import Fingerprint, detect
 from harness.pytest_plugin.options import Options
 from harness.storage import baselines as bl
 from harness.storage import report as rp
-from harness.storage.hardware import Fingerprint, detect
 from harness.storage.provenance import git_commit
 
 _WORKER_KEY = "amp_harness"

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.domains.speed.thresholds import Threshold
+from harness.platform.hardware import PROFILES
 from harness.storage import atomic
-from harness.storage.hardware import PROFILES
 
 FORMAT = "amp-harness-profile"
 #: 2: keyed by hardware class (version 1 files were keyed by ISA-level profile id and are not read)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.storage.hardware import Fingerprint
+from harness.platform.hardware import Fingerprint
 
 
 def git_commit(path: Path) -> str | None:

@@ -219,3 +219,17 @@ def rowwise_grad_output_e5m2(original: Callable[[Any], Any]) -> Callable[[Any], 
         return replace(config, cast_config_grad_output=cast, cast_config_grad_output_for_grad_weight=cast)
 
     return from_recipe_name
+
+
+#: what torch 2.13's CPU ``_scaled_mm`` raises where oneDNN is capped below its fp8 matmul
+#: (``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16`` or ``AVX2`` on a CPU that exposes AMX)
+NO_FP8_KERNEL = "could not create a primitive descriptor for the matmul primitive"
+
+
+def scaled_mm_without_kernel(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``torch._scaled_mm`` on a kernel set without an fp8 matmul: every call raises as oneDNN does."""
+
+    def missing(*args: Any, **kwargs: Any) -> torch.Tensor:
+        raise RuntimeError(NO_FP8_KERNEL)
+
+    return missing

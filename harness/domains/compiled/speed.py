@@ -15,7 +15,7 @@ import torch
 
 from harness.domains.compiled.probe import call_block, make_block, make_inputs
 from harness.domains.compiled.runs import Backend, compile_fn
-from harness.domains.speed.bench import Fn, Workload
+from harness.domains.speed.workloads import Fn, Workload
 
 
 def _step(fn: Any, device: torch.device, dtype: torch.dtype | None) -> Fn:

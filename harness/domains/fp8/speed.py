@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from harness.domains.speed.bench import Fn, Workload
+from harness.domains.speed.workloads import Fn, Workload
+from harness.platform import kernels
 
 #: matrix size per device type: small on CPUs, whose e4m3 x e4m3 kernel can be an emulation slow
 #: enough to dominate the suite's time at larger sizes; large enough to fill a GPU
@@ -60,6 +61,7 @@ SCALED_MM = Workload(
     baseline=_bf16_matmul,
     baseline_name="bf16 matmul",
     baseline_dtype="bfloat16",
+    unavailable=kernels.scaled_mm_missing,
 )
 
 #: (workload, dtype) cases of the fp8 speed check, calibrated with ``--cases``

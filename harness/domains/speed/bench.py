@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-import os
-import resource
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -24,132 +22,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-Fn = Callable[[], Any]
+from harness.domains.speed.inject import slowed
+from harness.domains.speed.workloads import WORKLOADS, Fn, Workload
+from harness.numerics.order_statistics import CONFIDENCE, median_interval, smallest_confident_n
+from harness.platform.host import other_processes_load
+
+__all__ = [  # the catalogue, the order statistics and the fault, re-exported: one import for callers
+    "CONFIDENCE",
+    "WORKLOADS",
+    "Fn",
+    "Workload",
+    "median_interval",
+    "other_processes_load",
+    "slowed",
+]
 
 #: The smallest AMP slowdown the speed gate must catch (the qualification requirement: a 1.3x
 #: slower AMP path fails). Thresholds are placed between it and the calibration runs.
 DETECT_SLOWDOWN = 1.3
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    #: (device, autocast dtype or None for fp32) -> a zero-argument function doing one iteration
-    make: Callable[[torch.device, torch.dtype | None], Fn]
-    #: floating-point operations of one iteration (None: not a FLOP-bound workload)
-    flops: float | None
-    #: the catalogue op whose autocast policy decides whether AMP changes this workload at all
-    #: (None: it always does). Where autocast leaves it in fp32, the two paths are one computation.
-    autocast_op: str | None = None
-    #: (device, autocast dtype) -> the function the AMP path is compared with, where it is not the
-    #: workload in fp32 (compiled AMP against eager AMP, for one)
-    baseline: Callable[[torch.device, torch.dtype], Fn] | None = None
-    #: what the baseline is, in words (the speedup's denominator)
-    baseline_name: str = "fp32"
-    #: the dtype the baseline runs in (None: the AMP path's, as eager AMP under compiled AMP)
-    baseline_dtype: str | None = "float32"
-    #: which paths ("baseline", "amp") are compiled: their first call, timed in the warm-up, is
-    #: recorded as the compile time
-    compiled_paths: frozenset[str] = frozenset()
-
-    def pair(self, device: torch.device, dtype: torch.dtype) -> tuple[Fn, Fn]:
-        """(baseline, AMP path): the two functions timed interleaved; the speedup is their ratio."""
-        base = self.baseline(device, dtype) if self.baseline is not None else self.make(device, None)
-        return base, self.make(device, dtype)
-
-
-def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
-    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
-
-
-def _matmul(n: int) -> Callable[[torch.device, torch.dtype | None], Fn]:
-    def make(device: torch.device, dtype: torch.dtype | None) -> Fn:
-        g = torch.Generator().manual_seed(0)
-        a, b = torch.randn(n, n, generator=g).to(device), torch.randn(n, n, generator=g).to(device)
-
-        def run() -> Any:
-            with _autocast(device, dtype):
-                return a @ b
-
-        return run
-
-    return make
-
-
-def _linear_fwd_bwd(device: torch.device, dtype: torch.dtype | None) -> Fn:
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(1024, 1024).to(device)
-    x = torch.randn(256, 1024, device=device)
-
-    def run() -> Any:
-        with _autocast(device, dtype):
-            y = layer(x)
-        y.float().sum().backward()
-
-    return run
-
-
-def _sdpa(device: torch.device, dtype: torch.dtype | None) -> Fn:
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 8, 256, 64, generator=g).to(device) for _ in range(3))
-
-    def run() -> Any:
-        with _autocast(device, dtype):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    return run
-
-
-def _layer_norm(device: torch.device, dtype: torch.dtype | None) -> Fn:
-    x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0)).to(device)
-    ln = torch.nn.LayerNorm(1024).to(device)
-
-    def run() -> Any:
-        with _autocast(device, dtype):
-            return ln(x)
-
-    return run
-
-
-def _lm_step(device: torch.device, dtype: torch.dtype | None) -> Fn:
-    from harness.domains import training as T
-
-    setup = T.SETUPS["tiny_lm"]
-    model = setup.model(0).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x, y = setup.batch(0, torch.Generator().manual_seed(0))
-    x, y = x.to(device), y.to(device)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
-
-    def run() -> Any:
-        opt.zero_grad()
-        with _autocast(device, dtype):
-            loss = setup.loss_from(setup.forward(model, x), y)
-        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-        scaler.step(opt)
-        scaler.update()
-
-    return run
-
-
-def _mm_flops(n: int) -> float:
-    return 2.0 * n**3
-
-
-WORKLOADS: dict[str, Workload] = {
-    w.name: w
-    for w in (
-        Workload("matmul_256", _matmul(256), _mm_flops(256)),
-        Workload("matmul_512", _matmul(512), _mm_flops(512)),
-        Workload("matmul_1024", _matmul(1024), _mm_flops(1024)),
-        Workload("linear_fwd_bwd", _linear_fwd_bwd, 3 * 2.0 * 256 * 1024 * 1024),
-        Workload("sdpa", _sdpa, 2 * 2.0 * 2 * 8 * 256 * 256 * 64),
-        Workload("layer_norm", _layer_norm, None, autocast_op="nn.LayerNorm"),
-        Workload("lm_train_step", _lm_step, None),
-    )
-}
 
 
 #: The clock a CPU speedup is judged by: the timing thread's own CPU time (CLOCK_THREAD_CPUTIME_ID).
@@ -159,38 +50,9 @@ WORKLOADS: dict[str, Workload] = {
 THREAD_CPU = "thread_cpu"
 CUDA_EVENTS = "cuda_events"
 
-#: Confidence of the interval a speedup is judged with (NOISY when it holds the threshold).
-CONFIDENCE = 0.95
-
-
-def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median: the order statistics (k, n + 1 - k) with
-    the largest k such that Binomial(n, 1/2) puts at most (1 - confidence) / 2 below k. Assumes
-    only that the rounds are independent draws of one ratio; no normality."""
-    xs = sorted(values)
-    n = len(xs)
-    tail = (1.0 - confidence) / 2.0
-    k, below = 0, 0.0
-    while k < n // 2:
-        below += math.comb(n, k) / 2.0**n  # P(B <= k)
-        if below > tail:
-            break
-        k += 1
-    if k == 0:  # too few rounds for the confidence: the interval is unbounded
-        return (0.0, math.inf)
-    return (xs[k - 1], xs[n - k])
-
-
-def _smallest_confident_n(confidence: float = CONFIDENCE) -> int:
-    n = 1
-    while median_interval([float(i + 1) for i in range(n)], confidence)[0] == 0.0 and n < 1000:
-        n += 1
-    return n
-
-
 #: Fewest interleaved rounds of a measurement: the smallest n whose median interval has the stated
 #: CONFIDENCE (6: [min, max] of 6 rounds holds the median with probability 1 - 2/64 = 96.9%).
-MIN_ROUNDS = _smallest_confident_n()
+MIN_ROUNDS = smallest_confident_n(CONFIDENCE)
 
 #: A measurement stops once its interval is this narrow (hi / lo): a quarter of the DETECT_SLOWDOWN
 #: gap on a log scale, so an interval that holds a clean speedup cannot also reach a 1.3x slower one.
@@ -242,19 +104,46 @@ PROBE_REF_QUANTILE = 0.05
 PROBE_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def contention_probe(device: torch.device, dtype: torch.dtype) -> Fn | None:
-    """The contention probe (PROBE_N square matmul in ``dtype``) on the CPU; None on CUDA, where the
-    clock is the GPU's own and a VM's neighbours do not share its matrix units, and for a dtype
-    outside PROBE_DTYPES."""
+def contention_probe(device: torch.device, dtype: torch.dtype, n: int | None = None) -> Fn | None:
+    """The contention probe (an ``n`` square matmul in ``dtype``, PROBE_N by default) on the CPU;
+    None on CUDA, where the clock is the GPU's own and a VM's neighbours do not share its matrix
+    units, and for a dtype outside PROBE_DTYPES."""
     if device.type != "cpu" or dtype not in PROBE_DTYPES:
         return None
+    side = n or PROBE_N
     g = torch.Generator().manual_seed(1)
-    a, b = (torch.randn(PROBE_N, PROBE_N, generator=g).to(dtype) for _ in range(2))
+    a, b = (torch.randn(side, side, generator=g).to(dtype) for _ in range(2))
 
     def run() -> Any:
         return a @ b
 
     return run
+
+
+#: The probe's sides, largest first. A calibration takes the largest whose call fits PROBE_CALL_S
+#: and stores it with the class's thresholds (the suite times the same probe). Where bf16 and fp16
+#: have matrix units or native instructions, PROBE_N fits; where they are emulated (AVX2-only CPUs:
+#: bf16 matmul 512 takes 0.19 s, 64x fp32) the 512 probe cost more than the case it watched in
+#: every round, and a smaller one still keeps the vector units busy for milliseconds.
+PROBE_SIDES = (PROBE_N, PROBE_N // 2, PROBE_N // 4, PROBE_N // 8)
+#: The longest probe call a calibration chooses: four probe blocks (PROBE_BLOCK_S), so a round's
+#: probe stays a small part of a round even at one call per block.
+PROBE_CALL_S = 4 * 0.005
+
+
+def probe_side(device: torch.device, dtype: torch.dtype) -> int | None:
+    """The side of the probe a calibration of ``dtype`` uses here: the largest of PROBE_SIDES whose
+    warm call took at most PROBE_CALL_S (the smallest where none did); None where no probe runs."""
+    if contention_probe(device, dtype, PROBE_SIDES[-1]) is None:
+        return None
+    for side in PROBE_SIDES:
+        probe = contention_probe(device, dtype, side)
+        assert probe is not None
+        with timing_threads(device):
+            probe()
+            if _time_block(probe, device, 1)[0] <= PROBE_CALL_S:
+                return side
+    return PROBE_SIDES[-1]
 
 
 def probe_reference(probe_s: list[float]) -> float | None:
@@ -402,41 +291,6 @@ class Timing:
         )
 
 
-def _busy_cpu_s() -> float | None:
-    """CPU seconds the whole machine has been busy (user, nice, system, irq, softirq of /proc/stat's
-    first line), or None where there is no /proc/stat."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if len(fields) < 8 or fields[0] != "cpu":
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def other_processes_load() -> Callable[[], float | None]:
-    """Start watching the machine: the returned function gives the CPU cores that processes other
-    than this one kept busy, on average, since the call (None where it cannot be read). The
-    timing thread's CPU time does not count the time other processes hold the cores, but it does
-    count what they cost it through shared caches and memory."""
-    busy0, own0, wall0 = _busy_cpu_s(), _own_cpu_s(), time.perf_counter()
-
-    def load() -> float | None:
-        busy, wall = _busy_cpu_s(), time.perf_counter() - wall0
-        if busy is None or busy0 is None or wall <= 0:
-            return None
-        return max(0.0, (busy - busy0) - (_own_cpu_s() - own0)) / wall
-
-    return load
-
-
 def _time_block(fn: Fn, device: torch.device, number: int) -> tuple[float, float]:
     """(judged seconds, wall seconds) per iteration of ``number`` iterations: on CUDA both are CUDA
     events after a synchronise; on the CPU the timing thread's CPU time and wall clock of the same
@@ -514,19 +368,27 @@ def _warm_up(
     seconds. On the CPU the warm-up runs on the timing's CPU_THREADS: a compiled function is
     specialised to the thread count (Dynamo guards on it), so warming it up on another count would
     leave its recompilation inside the first timed block."""
+    later: tuple[list[float], list[float]] = ([], [])
     with timing_threads(device):
         first = (_first_call(fp32, device), _first_call(amp, device))
         for _ in range(warmup - 1):
-            fp32()
-            amp()
+            later[0].append(_time_block(fp32, device, 1)[0])
+            later[1].append(_time_block(amp, device, 1)[0])
     if number is not None:
         return (number, number), first
 
-    return (_iterations(fp32, device, BLOCK_S), _iterations(amp, device, BLOCK_S)), first
+    return (
+        _iterations(fp32, device, BLOCK_S, min(later[0], default=None)),
+        _iterations(amp, device, BLOCK_S, min(later[1], default=None)),
+    ), first
 
 
-def _iterations(fn: Fn, device: torch.device, block_s: float) -> int:
-    """Iterations of ``fn`` (warmed up) that fill about ``block_s`` seconds of a timed block."""
+def _iterations(fn: Fn, device: torch.device, block_s: float, warm_s: float | None = None) -> int:
+    """Iterations of ``fn`` (warmed up) that fill about ``block_s`` seconds of a timed block.
+    ``warm_s``: a warm call's seconds already timed; a call that alone fills the block is not
+    timed again (on the AVX2 kind one bf16 matmul 1024 takes seconds)."""
+    if warm_s is not None and warm_s >= block_s:
+        return 1
     one = min(_time_block(fn, device, 1)[0] for _ in range(2))
     return max(1, round(block_s / max(one, 1e-9)))
 
@@ -544,6 +406,12 @@ class Rounds:
     @classmethod
     def fixed(cls, n: int) -> Rounds:
         return cls(least=n, most=n, target_width=math.inf, max_s=math.inf)
+
+    @classmethod
+    def unjudged(cls) -> Rounds:
+        """A speedup nothing is judged against: MIN_ROUNDS rounds where they fit the time cap, at
+        least one where they do not (a path that takes seconds a call, as bf16 on AVX2-only CPUs)."""
+        return cls(least=1, most=MIN_ROUNDS, target_width=0.0)  # never stopped by its interval
 
     def stop(self, t: Timing, elapsed_s: float) -> str | None:
         """Why to stop after ``t``'s rounds, or None to go on. Contended rounds count towards the
@@ -588,7 +456,7 @@ def interleaved(
     read here."""
     policy = rounds if isinstance(rounds, Rounds) else Rounds() if rounds is None else Rounds.fixed(rounds)
     (n_base, n_amp), first = _warm_up(fp32, amp, device, warmup, number)
-    n_probe = _probe_iterations(probe, device) if probe is not None else 0
+    n_probe, warm_probe = _probe_iterations(probe, device) if probe is not None else (0, False)
     base_j: list[float] = []
     amp_j: list[float] = []
     base_w: list[float] = []
@@ -617,8 +485,9 @@ def interleaved(
         base_j.append(j)
         base_w.append(w)
         if probe is not None:
-            with timing_threads(device):
-                probe()  # untimed: its inputs back in cache after the workload's block evicted them
+            if warm_probe:
+                with timing_threads(device):
+                    probe()  # untimed: its inputs back in cache after the workload's block evicted them
             probe_j.append(_time_block(probe, device, n_probe)[0])
 
     def time_amp() -> None:
@@ -648,16 +517,20 @@ def measure(
     rounds: Rounds | int | None = None,
     pedantic: Pedantic | None = None,
     probe_ref_s: float | None = None,
+    probe: bool = True,
+    probe_side: int | None = None,
 ) -> Timing:
     """A workload's AMP speedup over its baseline on ``device``: the one measurement that
     ``amp-harness calibrate`` and the speed checks both make. ``slowdown`` slows the AMP path by
     that factor (the harness's negative controls); ``probe_ref_s`` is the class's calibrated
-    contention-probe time (rounds contended beyond CONTENDED of it are not judged)."""
+    contention-probe time (rounds contended beyond CONTENDED of it are not judged); ``probe``:
+    False leaves the probe out (an unjudged speedup: no reference to read it against);
+    ``probe_side``: the calibrated probe's side (PROBE_N where None)."""
     fp32, amp = workload.pair(device, dtype)
     if slowdown != 1.0:
         amp = slowed(amp, slowdown, _probe_s(amp, device), device)
-    probe = contention_probe(device, dtype)
-    return interleaved(fp32, amp, device, rounds, pedantic=pedantic, probe=probe, probe_ref_s=probe_ref_s)
+    probe_fn = contention_probe(device, dtype, probe_side) if probe else None
+    return interleaved(fp32, amp, device, rounds, pedantic=pedantic, probe=probe_fn, probe_ref_s=probe_ref_s)
 
 
 #: Target duration of the contention probe's block in a round: a quarter of a timed block, long
@@ -665,11 +538,20 @@ def measure(
 PROBE_BLOCK_S = BLOCK_S / 4
 
 
-def _probe_iterations(probe: Fn, device: torch.device) -> int:
-    """Iterations of the probe's block (warmed up first, on the timing's threads)."""
+#: A probe call this long (ten probe blocks) is compute-bound: refilling the cache with its inputs
+#: (two PROBE_N square matrices, 1 MiB in bf16) is well under 1% of it, so it runs without the
+#: untimed warm call before its block. Only where bf16 and fp16 are emulated (AVX2-only CPUs, where
+#: one bf16 probe takes about 0.2 s) is a call this long; there the warm call doubled every round.
+COLD_PROBE_S = 10 * PROBE_BLOCK_S
+
+
+def _probe_iterations(probe: Fn, device: torch.device) -> tuple[int, bool]:
+    """Iterations of the probe's block (warmed up first, on the timing's threads), and whether each
+    block needs an untimed warm call before it (not where one call is COLD_PROBE_S or longer)."""
     with timing_threads(device):
         probe()
-    return _iterations(probe, device, PROBE_BLOCK_S)
+        one = _time_block(probe, device, 1)[0]
+    return _iterations(probe, device, PROBE_BLOCK_S, one), one < COLD_PROBE_S
 
 
 def _probe_s(fn: Fn, device: torch.device) -> float:
@@ -701,34 +583,3 @@ def is_noisy(timing: Timing, threshold: float | None) -> bool:
         return False
     lo, hi = timing.interval
     return lo <= threshold <= hi
-
-
-def slowed(fn: Fn, factor: float, seconds_per_call: float, device: torch.device | None = None) -> Fn:
-    """``fn`` made ``factor`` times slower by busy-waiting (for the harness's negative controls).
-
-    On the CPU each call then spins ``factor - 1`` times its own CPU time, read on the judging clock
-    (this thread's CPU time), so the path is ``factor`` times slower whatever the machine does
-    meanwhile: a fixed wait sized from a probe was a smaller slowdown whenever the path ran slower
-    than during the probe, and a wall-clock wait shrinks on the judging clock whenever the thread
-    is preempted in it. On CUDA, where a call returns before its kernels finish, the wait is
-    ``factor - 1`` times ``seconds_per_call``, the synchronised median of a probe, by wall clock.
-    """
-    extra = (factor - 1.0) * seconds_per_call
-    on_cpu = device is None or device.type == "cpu"
-
-    def run() -> Any:
-        if on_cpu:
-            start = time.thread_time()
-            out = fn()
-            now = time.thread_time()
-            end = now + (factor - 1.0) * (now - start)
-            while time.thread_time() < end:
-                pass
-            return out
-        out = fn()
-        end = time.perf_counter() + extra
-        while time.perf_counter() < end:
-            pass
-        return out
-
-    return run

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.speed.bench import CONTENDED, DETECT_SLOWDOWN, MIN_ROUNDS, WORKLOADS
+from harness.domains.speed.bench import CONTENDED, DETECT_SLOWDOWN, MIN_ROUNDS, PROBE_N
+from harness.domains.speed.workloads import WORKLOADS
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: (workload, dtype) pairs of the default tier; the thorough tier adds the rest of WORKLOADS.
@@ -52,6 +53,8 @@ class Threshold:
     #: the case's uncontended contention-probe seconds per iteration at calibration (CPU; rounds of
     #: the suite whose probe runs over bench.CONTENDED times it are not judged)
     probe_s: float | None = None
+    #: the side of the probe ``probe_s`` was timed with (None: bench.PROBE_N, files before it varied)
+    probe_side: int | None = None
 
     @property
     def judged(self) -> bool:
@@ -118,12 +121,19 @@ def calibrated(speedups: list[float], wanted: int, probe_s: float | None, taken:
     return dataclasses.replace(th, probe_s=probe_s)
 
 
-def probe_reference(this_calibration: float | None, stored: dict[str, Threshold], dtype: str) -> float | None:
+def probe_reference(
+    this_calibration: float | None, stored: dict[str, Threshold], dtype: str, side: int | None = None
+) -> float | None:
     """The uncontended probe time of ``dtype``: the fastest of this calibration's reference and the
-    ones the class's file already holds for that dtype (one probe kernel per dtype; contention only
-    adds time). A calibration of one or two cases during a contended spell has too few rounds to
-    find the uncontended time itself; an earlier calibration of the class (same torch) has it."""
-    earlier = [th.probe_s for key, th in stored.items() if key.endswith(f"/{dtype}") and th.probe_s is not None]
+    ones the class's file already holds for that dtype and probe ``side`` (one probe kernel per dtype;
+    contention only adds time). A calibration of one or two cases during a contended spell has too
+    few rounds to find the uncontended time itself; an earlier calibration of the class (same torch) has it."""
+    same = (side or PROBE_N,)
+    earlier = [
+        th.probe_s
+        for key, th in stored.items()
+        if key.endswith(f"/{dtype}") and th.probe_s is not None and (th.probe_side or PROBE_N,) == same
+    ]
     known = [p for p in (this_calibration, *earlier) if p is not None]
     return min(known) if known else None
 
@@ -160,7 +170,7 @@ def for_device(
     unchanged = unchanged_by_autocast(workload, device, dtype)
     if unchanged is None:
         return threshold
-    return Threshold("record", None, unchanged, threshold.calibrated_median, threshold.probe_s)
+    return Threshold("record", None, unchanged, threshold.calibrated_median, threshold.probe_s, threshold.probe_side)
 
 
 def pays_off_claim(

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from harness.domains.versions import minor
+from harness.platform.versions import minor
 
 #: CPU flags that decide low-precision speed on x86 (bf16/fp16 dot products, AMX tiles).
 RELEVANT_CPU_FLAGS = (
@@ -108,6 +108,8 @@ class CpuInfo:
     model_number: int | None = None
     #: the oneDNN ISA cap in force (``AVX512_CORE_FP16``), None where none is
     isa_cap: str | None = None
+    #: the ATen CPU capability in force (``avx2``) where ``ATEN_CPU_CAPABILITY`` set one, else None
+    aten_capability: str | None = None
 
 
 #: oneDNN's ISA levels, lowest first, as ``ONEDNN_MAX_CPU_ISA`` names them (the oneDNN developer
@@ -127,9 +129,12 @@ ONEDNN_ISA_LEVELS: tuple[tuple[str, ...], ...] = (
     ("AVX10_1_512_AMX", "AVX512_CORE_AMX"),
     ("AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16"),
 )
-#: the lowest oneDNN level that uses each low-precision flag; flags not listed (avx2, avx512f, ...)
-#: are used by torch's own kernels too, whatever oneDNN is capped to
+#: the lowest oneDNN level that uses each flag
 _ONEDNN_FLAG_LEVEL = {
+    "avx2": "AVX2",
+    "fma": "AVX2",
+    "f16c": "AVX2",
+    "avx512f": "AVX512_CORE",
     "avx512_vnni": "AVX512_CORE_VNNI",
     "avx512_bf16": "AVX512_CORE_BF16",
     "avx512_fp16": "AVX512_CORE_FP16",
@@ -137,6 +142,14 @@ _ONEDNN_FLAG_LEVEL = {
     "amx_bf16": "AVX512_CORE_AMX",
     "amx_fp16": "AVX512_CORE_AMX_FP16",
 }
+
+#: ATen's x86 CPU capabilities, lowest first, as ``ATEN_CPU_CAPABILITY`` names them. torch's
+#: DispatchStub compares the variable's value with these exact lowercase words and ignores any
+#: other value (with a warning); its vectorised elementwise, reduction and conversion kernels
+#: (bf16 and fp16 casts among them) are the capability's.
+ATEN_CAPABILITIES = ("default", "avx2", "avx512")
+#: the lowest ATen capability that uses each general flag; oneDNN-only flags are not ATen's
+_ATEN_FLAG_LEVEL = {"avx2": "avx2", "fma": "avx2", "f16c": "avx2", "avx512f": "avx512"}
 
 
 def _onednn_level(name: str) -> int | None:
@@ -160,14 +173,60 @@ def onednn_isa_cap(environ: Mapping[str, str] | None = None) -> str | None:
     return name if _onednn_level(name) is not None else None
 
 
-def capped(cpu: CpuInfo, cap: str | None) -> CpuInfo:
-    """``cpu`` as the low-precision kernels see it under a oneDNN ISA cap (:func:`onednn_isa_cap`):
-    less the flags the cap keeps oneDNN from using, with the cap recorded."""
+def aten_capability(environ: Mapping[str, str] | None = None) -> str | None:
+    """The ATen CPU capability ``ATEN_CPU_CAPABILITY`` asks for, as torch reads it (one of
+    :data:`ATEN_CAPABILITIES`, exact lowercase), or None where it is unset or a value torch ignores."""
+    env = os.environ if environ is None else environ
+    raw = env.get("ATEN_CPU_CAPABILITY")
+    return raw if raw in ATEN_CAPABILITIES else None
+
+
+def native_aten_capability(flags: tuple[str, ...]) -> str:
+    """The ATen capability torch picks for a CPU with ``flags`` when nothing caps it."""
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= set(flags) else "default"
+
+
+def capped(cpu: CpuInfo, cap: str | None, aten: str | None = None) -> CpuInfo:
+    """``cpu`` as its kernels see it under a oneDNN ISA cap (:func:`onednn_isa_cap`) and an ATen
+    capability (:func:`aten_capability`): less the flags neither may use, with both recorded.
+
+    oneDNN runs the bf16 and fp16 matmuls, convolutions and attention; ATen's own vectorised
+    kernels run the elementwise work and the casts around them. A flag both use (avx2, avx512f)
+    stays while either may use it; a oneDNN-only flag (avx512_bf16, AMX) follows oneDNN's cap alone.
+    The oneDNN cap is recorded as set; an ATen capability only where it is below the CPU's own.
+    """
     level = None if cap is None else _onednn_level(cap)
-    if level is None:
-        return cpu
-    flags = tuple(f for f in cpu.flags if (_onednn_level(_ONEDNN_FLAG_LEVEL.get(f, "SSE41")) or 0) <= level)
-    return replace(cpu, flags=flags, isa_cap=cap)
+    aten_level = ATEN_CAPABILITIES.index(aten) if aten in ATEN_CAPABILITIES else None
+    native_aten = ATEN_CAPABILITIES.index(native_aten_capability(cpu.flags))
+    if aten_level is not None and aten_level >= native_aten:
+        aten_level = None
+
+    def usable(flag: str) -> bool:
+        by_onednn = level is None or (_onednn_level(_ONEDNN_FLAG_LEVEL.get(flag, "SSE41")) or 0) <= level
+        if flag not in _ATEN_FLAG_LEVEL:
+            return by_onednn
+        by_aten = aten_level is None or ATEN_CAPABILITIES.index(_ATEN_FLAG_LEVEL[flag]) <= aten_level
+        return by_onednn or by_aten
+
+    flags = tuple(f for f in cpu.flags if usable(f))
+    return replace(
+        cpu,
+        flags=flags,
+        isa_cap=cap if level is not None else cpu.isa_cap,
+        aten_capability=ATEN_CAPABILITIES[aten_level] if aten_level is not None else None,
+    )
+
+
+def kernel_set(cpu: CpuInfo) -> str:
+    """The CPU kernel set in words: the ISA tag, and the caps that made it where any did
+    (``avx2 (oneDNN capped to AVX2, ATen avx2)``): what a skip names when a kernel is missing."""
+    caps = [
+        *([f"oneDNN capped to {cpu.isa_cap}"] if cpu.isa_cap else []),
+        *([f"ATen {cpu.aten_capability}"] if cpu.aten_capability else []),
+    ]
+    return isa_tag(cpu) + (f" ({', '.join(caps)})" if caps else "")
 
 
 #: (vendor, family, first model, last model) -> microarchitecture, for the CPUs these machines and
@@ -230,7 +289,14 @@ def cpu_class(cpu: CpuInfo, threads: int) -> HardwareClass:
     vendor = _VENDORS.get(cpu.vendor, _slug(cpu.vendor or cpu.arch))
     uarch = microarchitecture(cpu)
     fm = f"f{cpu.family}m{cpu.model_number}" if cpu.family is not None and cpu.model_number is not None else None
-    parts = ["cpu", vendor, *(p for p in (uarch, fm) if p), isa_tag(cpu), f"t{threads}"]
+    # an ATen capability below what the remaining flags imply runs other elementwise kernels than
+    # any uncapped CPU with those flags: the class says so
+    aten = (
+        f"aten{cpu.aten_capability}"
+        if cpu.aten_capability and cpu.aten_capability != native_aten_capability(cpu.flags)
+        else None
+    )
+    parts = ["cpu", vendor, *(p for p in (uarch, fm) if p), isa_tag(cpu), *([aten] if aten else []), f"t{threads}"]
     return HardwareClass(
         "-".join(parts),
         {
@@ -242,6 +308,7 @@ def cpu_class(cpu: CpuInfo, threads: int) -> HardwareClass:
             "torch_threads": threads,
             "model_name": cpu.model,
             **({"onednn_max_cpu_isa": cpu.isa_cap} if cpu.isa_cap else {}),
+            **({"aten_cpu_capability": cpu.aten_capability} if cpu.aten_capability else {}),
         },
     )
 
@@ -383,7 +450,14 @@ def parse_cpuinfo(text: str) -> dict[str, Any]:
     return out
 
 
-def detect_cpu() -> CpuInfo:
+def detect_cpu(aten: str | None = None) -> CpuInfo:
+    """This CPU as its kernels see it; ``aten``: the ATen capability in force, where known (else
+    ``ATEN_CPU_CAPABILITY`` read as torch reads it)."""
+    return detect_cpu_from(os.environ, aten)
+
+
+def detect_cpu_from(environ: Mapping[str, str], aten: str | None = None) -> CpuInfo:
+    """:func:`detect_cpu` with the caps that ``environ`` sets."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             info = parse_cpuinfo(fh.read())
@@ -398,7 +472,7 @@ def detect_cpu() -> CpuInfo:
         family=info.get("family"),
         model_number=info.get("model_number"),
     )
-    return capped(cpu, onednn_isa_cap())
+    return capped(cpu, onednn_isa_cap(environ), aten or aten_capability(environ))
 
 
 def _nvidia_driver() -> str | None:
@@ -428,8 +502,10 @@ def detect() -> Fingerprint:
             p = torch.cuda.get_device_properties(i)
             gpus.append(GpuInfo(i, p.name, f"{p.major}.{p.minor}", int(p.total_memory), int(p.multi_processor_count)))
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None  # type: ignore[no-untyped-call]
+    # where the variable asked for an ATen capability, torch's own answer is the one in force
+    aten = torch.backends.cpu.get_cpu_capability().lower() if aten_capability() is not None else None
     return Fingerprint(
-        cpu=detect_cpu(),
+        cpu=detect_cpu(aten),
         gpus=tuple(gpus),
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,
@@ -440,3 +516,55 @@ def detect() -> Fingerprint:
         hostname=socket.gethostname(),
         torch_threads=torch.get_num_threads(),
     )
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """Another CPU kind's kernels, run on this CPU by capping oneDNN and ATen (what CI proves the
+    suites on, and a developer reproduces a kind with): which kind, and the environment it takes."""
+
+    name: str
+    kind: str
+    environ: dict[str, str]
+    #: the CPU flags the set's kernels use at most: a CPU that lacks one runs its own, lower kernels
+    flags: tuple[str, ...]
+
+    def on(self, cpu: CpuInfo) -> CpuInfo:
+        """``cpu`` (uncapped) as it runs under this set."""
+        return capped(cpu, onednn_isa_cap(self.environ), aten_capability(self.environ))
+
+    def shortfall(self, cpu: CpuInfo) -> tuple[str, ...]:
+        """The set's flags this CPU lacks (a cap cannot add what the CPU has not)."""
+        return tuple(f for f in self.flags if f not in cpu.flags)
+
+
+#: The kinds these machines come as, by their kernels. Emulation caps the ISA: it keeps the
+#: kernels and their numerics, not the microarchitecture's timing or cache sizes (docs/running.md).
+KERNEL_SETS: dict[str, KernelSet] = {
+    ks.name: ks
+    for ks in (
+        KernelSet(
+            "zen4",
+            "AMD Zen 4: avx512_bf16, no avx512_fp16, no AMX",
+            {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"},
+            ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16"),
+        ),
+        KernelSet(
+            "avx2",
+            "AVX2 only (AMD Zen 2 and Zen 3; many laptops and CI runners): bf16 and fp16 emulated",
+            {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+            ("avx2", "fma", "f16c"),
+        ),
+        KernelSet(
+            "intel-noamx",
+            "Intel Xeon without AMX: avx512_bf16 and avx512_fp16",
+            {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_FP16"},
+            ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16"),
+        ),
+    )
+}
+
+
+def uncapped_cpu() -> CpuInfo:
+    """This CPU's own flags, whatever caps the environment sets."""
+    return detect_cpu_from({})

@@ -1,0 +1,181 @@
+"""Calibrating a hardware class: each case's threshold from repeated, interleaved measurements.
+
+The policy lives here, the command (``amp-harness calibrate``) only reads options, prints and
+writes the profile. Run-major, as the suite measures: each run goes through every case once, so
+every case is calibrated in the conditions (caches, clocks, neighbours) the suite measures it in.
+A first pass is not counted: each case's first measurement in a process ran low (linear fwd+bwd:
+the lowest of five runs in each of four calibrations on the Intel kind), while the allocator and
+caches first meet its tensors; the suite's rerun of a failure is warm too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harness.domains.speed import bench, thresholds
+from harness.domains.speed.thresholds import Threshold
+
+Case = tuple[str, str]
+
+#: Passes of retakes a calibration may take, per ``runs``. Contended spells on the Intel kind with
+#: AMX lasted tens of seconds, and a pass measures only the cases still wanting (2 s each); with
+#: twice ``runs`` passes, one calibration in three ended with two cases still scattered.
+RETAKE_PASSES = 4
+
+#: The share of `pytest suites/`'s 150 s budget (2 cores) the speed checks may take when every
+#: case is judged: 40%, what they take on the Intel kinds (docs/running.md).
+SPEED_SHARE_S = 0.4 * 150.0
+#: The cases the default tier measures (the speed suite's, the compiled suite's calibrated ones and
+#: the fp8 case) that share it.
+DEFAULT_TIER_CASES = 10
+#: A case is judged on a class only where its uncounted first measurement (bench.MIN_ROUNDS
+#: rounds, warm-up and contention probe included, each path's first call not) took at most this long: its share of
+#: SPEED_SHARE_S. Beyond it the suite could not afford the rounds a verdict needs (a failure is
+#: measured twice); the case is recorded, not judged, and says so. On AVX2-only CPUs, where bf16 is
+#: emulated, one bf16 matmul 1024 takes seconds.
+CASE_BUDGET_S = SPEED_SHARE_S / DEFAULT_TIER_CASES
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case's calibration: its threshold and the sentence that says what was found."""
+
+    case: Case
+    threshold: Threshold
+    said: str
+
+
+def over_budget(case: Case, seconds: float) -> Threshold:
+    """The unjudged threshold of a case whose first measurement took ``seconds``."""
+    return Threshold(
+        "record",
+        None,
+        f"not judged on this class: {bench.MIN_ROUNDS} rounds of {'/'.join(case)} took {seconds:.3g} s, more than "
+        f"the {CASE_BUDGET_S:.3g} s a case may take in the default tier ({SPEED_SHARE_S:g} s of speed checks over "
+        f"{DEFAULT_TIER_CASES} cases); recorded with the fewest rounds",
+    )
+
+
+def calibrate(
+    cases: Sequence[Case],
+    workloads: Mapping[str, bench.Workload],
+    device: torch.device,
+    *,
+    runs: int,
+    rounds: int | None,
+    stored: Mapping[str, Threshold],
+    log: Callable[[str], None],
+    hardware_class: str,
+) -> list[CaseResult]:
+    """Measure every case ``runs`` times (plus retakes) and place its threshold. ``stored``: the
+    class's thresholds from an earlier calibration with the same torch (their probe times count)."""
+    results: dict[Case, CaseResult] = {}
+    measured: list[Case] = []
+    # one probe per dtype, sized for this kind (bench.probe_side) and stored with the thresholds
+    sides = {d: bench.probe_side(device, getattr(torch, d)) for d in sorted({d for _, d in cases})}
+    for d, side in sides.items():
+        if side is not None and side != bench.PROBE_N:
+            log(
+                f"  contention probe {d}: {side}x{side} (a {bench.PROBE_N} probe call is over {bench.PROBE_CALL_S:g} s here)"
+            )
+
+    def measure(case: Case, rounds: int | None, probe_ref_s: float | None = None) -> bench.Timing:
+        workload, dtype = case
+        return bench.measure(
+            workloads[workload],
+            device,
+            getattr(torch, dtype),
+            rounds=rounds,
+            probe_ref_s=probe_ref_s,
+            probe_side=sides[dtype],
+        )
+
+    for case in cases:
+        workload, dtype = case
+        missing = workloads[workload].missing(device)
+        if missing is not None:
+            th = Threshold("record", None, f"not measured: {missing}")
+            results[case] = CaseResult(case, th, f"{workload}/{dtype}: {th.origin}")
+            continue
+        start = time.perf_counter()
+        t = measure(case, bench.MIN_ROUNDS)
+        # what the rounds cost, less each path's first call (a compiled path compiles in it)
+        took = time.perf_counter() - start - sum(t.first_call_s or (0.0, 0.0))
+        log(f"  warm-up {workload}/{dtype} (not counted, {took:.3g} s): {t.describe()}")
+        if took > CASE_BUDGET_S and device.type == "cpu":
+            th = dataclasses.replace(over_budget(case, took), calibrated_median=t.speedup)
+            results[case] = CaseResult(case, th, f"{workload}/{dtype}: {th.origin}")
+            continue
+        measured.append(case)
+    timings: dict[Case, list[bench.Timing]] = {case: [] for case in measured}
+    for run in range(runs):
+        for workload, dtype in measured:
+            t = measure((workload, dtype), rounds)
+            timings[(workload, dtype)].append(t)
+            log(f"  run {run + 1}/{runs} {workload}/{dtype}: {t.describe()}")
+    # The uncontended probe time of a dtype comes from every round of every case in it (one probe
+    # kernel per dtype: the more rounds, the likelier some ran uncontended). A case is measured
+    # again while it has fewer than ``runs`` runs with an interval of uncontended rounds, or while
+    # its ``runs`` quietest runs (judged rounds' probe nearest the reference: chosen by the probe,
+    # never by their speedup) scatter too much to be judged; run-major like the runs, so one
+    # contended spell does not take all of a case's retakes, for at most RETAKE_PASSES x runs passes.
+    own = {
+        d: bench.probe_reference([p for (_, dt), ts in timings.items() if dt == d for t in ts for p in t.probe_s])
+        for d in {dt for _, dt in measured}
+    }
+    refs = {d: thresholds.probe_reference(ref, dict(stored), d, sides[d]) for d, ref in own.items()}
+    for d, ref in sorted(refs.items()):
+        if ref is not None and ref != own[d]:
+            log(
+                f"  contention probe {d}: {ref * 1e3:.3g} ms uncontended, from this class's earlier calibration "
+                f"(this one's rounds: {(own[d] or 0.0) * 1e3:.3g} ms at their fastest {bench.PROBE_REF_QUANTILE:.0%})"
+            )
+    kept = {
+        case: [
+            t
+            for t in (dataclasses.replace(t, probe_ref_s=refs[case[1]]) for t in taken)
+            if t.rounds >= bench.MIN_ROUNDS
+        ]
+        for case, taken in timings.items()
+    }
+    judgeable = [(w, d) for w, d in measured if thresholds.unchanged_by_autocast(w, device, getattr(torch, d)) is None]
+
+    def quietest(case: Case) -> list[bench.Timing]:
+        """The case's ``runs`` runs whose judged rounds ran quietest (probe nearest its reference)."""
+        return sorted(kept[case], key=lambda t: t.judged_contention)[:runs]
+
+    def wanting(case: Case) -> bool:
+        chosen = quietest(case)
+        if len(chosen) < runs:
+            return True
+        return not thresholds.threshold_from_calibration([t.speedup for t in chosen]).judged
+
+    for retake in range(RETAKE_PASSES * runs):
+        for workload, dtype in [case for case in judgeable if wanting(case)]:
+            t = measure((workload, dtype), rounds, refs[dtype])
+            log(f"  retake {retake + 1} {workload}/{dtype} (runs contended): {t.describe()}")
+            if t.rounds >= bench.MIN_ROUNDS:
+                kept[(workload, dtype)].append(t)
+    for case in measured:
+        workload, dtype = case
+        chosen = quietest(case)
+        placed = dataclasses.replace(
+            thresholds.calibrated([t.speedup for t in chosen], runs, refs[dtype], len(kept[case])),
+            probe_side=sides[dtype],
+        )
+        applied = thresholds.for_device(placed, workload, device, getattr(torch, dtype))
+        assert applied is not None
+        if applied.calibrated_median is None:
+            said = f"{workload}/{dtype}: {applied.origin}"
+        else:
+            finding = thresholds.pays_off(
+                workload, dtype, applied.calibrated_median, hardware_class, workloads[workload].baseline_name
+            )
+            said = f"{finding}; {applied.origin}"
+        results[case] = CaseResult(case, applied, said)
+    return [results[case] for case in cases]

@@ -1,0 +1,174 @@
+"""The kind is what the kernels are: ATen's capability and oneDNN's ISA cap name the hardware class
+and the kernel set; ``amp-harness kernels`` runs a command as another kind; a speed case whose
+rounds a kind cannot afford, or whose kernel it lacks, is recorded and says why, never judged on
+rounds it did not take."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from harness.apps.cli import main
+from harness.domains.speed import bench, calibration
+from harness.domains.speed.workloads import Workload
+from harness.platform.hardware import (
+    KERNEL_SETS,
+    CpuInfo,
+    aten_capability,
+    capped,
+    cpu_class,
+    kernel_set,
+    onednn_isa_cap,
+)
+
+#: the Intel kind with AMX (family 6 model 167), as /proc/cpuinfo lists its relevant flags
+AMX_CPU = CpuInfo(
+    "Intel Xeon",
+    "x86_64",
+    2,
+    ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"),
+    "GenuineIntel",
+    6,
+    167,
+)
+ZEN3 = CpuInfo("AMD EPYC", "x86_64", 2, ("avx2", "fma", "f16c"), "AuthenticAMD", 25, 1)
+
+
+def _as(cpu: CpuInfo, environ: dict[str, str]) -> CpuInfo:
+    return capped(cpu, onednn_isa_cap(environ), aten_capability(environ))
+
+
+@pytest.mark.parametrize(
+    ("environ", "klass"),
+    [
+        ({}, "cpu-intel-f6m167-amxbf16-fp16-t2"),
+        # the issue's AVX2 cap: the class said avx512 while every kernel was AVX2
+        ({"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}, "cpu-intel-f6m167-avx2-t2"),
+        # oneDNN alone capped: ATen's avx512 kernels still run (the flag stays while either uses it)
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "cpu-intel-f6m167-avx512-t2"),
+        # ATen alone capped: oneDNN's AMX matmuls, ATen's AVX2 elementwise kernels: a class of its own
+        ({"ATEN_CPU_CAPABILITY": "avx2"}, "cpu-intel-f6m167-amxbf16-fp16-atenavx2-t2"),
+        ({"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX2"}, "cpu-intel-f6m167-avx2-atendefault-t2"),
+        # torch compares exact lowercase words and ignores anything else (with a warning)
+        ({"ATEN_CPU_CAPABILITY": "AVX2"}, "cpu-intel-f6m167-amxbf16-fp16-t2"),
+        ({"ATEN_CPU_CAPABILITY": "avx512"}, "cpu-intel-f6m167-amxbf16-fp16-t2"),  # not below the CPU's own
+    ],
+)
+def test_the_aten_capability_and_the_onednn_cap_name_the_class(environ, klass):
+    cpu = _as(AMX_CPU, environ)
+    assert cpu_class(cpu, 2).id == klass
+    assert cpu_class(cpu, 2).derived_from.get("aten_cpu_capability") == cpu.aten_capability
+
+
+@pytest.mark.parametrize(
+    ("name", "isa"), [("zen4", "avx512bf16"), ("avx2", "avx2"), ("intel-noamx", "avx512bf16-fp16")]
+)
+def test_each_kernel_set_runs_as_its_kind_on_a_cpu_that_has_it(name, isa):
+    ks = KERNEL_SETS[name]
+    on = ks.on(AMX_CPU)
+    assert not ks.shortfall(AMX_CPU)
+    assert cpu_class(on, 2).id == f"cpu-intel-f6m167-{isa}-t2"
+    assert kernel_set(on).startswith(isa) and "oneDNN capped to" in kernel_set(on)
+
+
+def test_a_kernel_set_cannot_add_what_the_cpu_lacks():
+    """On an AVX2-only CPU the Zen 4 set runs the CPU's own kernels: its class is the CPU's, and the
+    set names the flags it could not add."""
+    zen4 = KERNEL_SETS["zen4"]
+    assert cpu_class(zen4.on(ZEN3), 2).id == cpu_class(ZEN3, 2).id == "cpu-amd-zen3-f25m1-avx2-t2"
+    assert set(zen4.shortfall(ZEN3)) == {"avx512f", "avx512_vnni", "avx512_bf16"}
+
+
+def test_amp_harness_kernels_runs_a_command_as_the_kind(capfd):
+    code = "import os, sys; print(os.environ['ONEDNN_MAX_CPU_ISA'], os.environ['ATEN_CPU_CAPABILITY']); sys.exit(3)"
+    assert main(["kernels", "avx2", "--", sys.executable, "-c", code]) == 3  # the command's own status
+    out = capfd.readouterr().out
+    assert "AVX2 avx2" in out and "TORCHINDUCTOR_CACHE_DIR=" in out and "amp-harness-inductor-avx2" in out
+    assert "hardware class cpu-" in out
+
+
+def test_amp_harness_kernels_lists_the_sets_and_refuses_bad_names(capfd):
+    assert main(["kernels"]) == 0
+    out = capfd.readouterr().out
+    assert all(name in out for name in KERNEL_SETS) and "ONEDNN_MAX_CPU_ISA=AVX2" in out
+    assert main(["kernels", "zen9", "--", "true"]) == 2
+    assert "unknown kernel set 'zen9'; choose from zen4, avx2, intel-noamx" in capfd.readouterr().err
+    assert main(["kernels", "avx2"]) == 2
+    assert "name the command to run after --" in capfd.readouterr().err
+
+
+def _toy(missing: str | None = None) -> Workload:
+    """A cheap case whose two paths are one fp32 matmul (the dtype, float8, has no contention probe)."""
+
+    def make(device: torch.device, dtype: torch.dtype | None):
+        a = torch.randn(64, 64, device=device)
+        return lambda: a @ a
+
+    return Workload("toy", make, None, unavailable=lambda device: missing)
+
+
+def _calibrate(workload: Workload) -> calibration.CaseResult:
+    lines: list[str] = []
+    [result] = calibration.calibrate(
+        [("toy", "float8_e4m3fn")],
+        {"toy": workload},
+        torch.device("cpu"),
+        runs=2,
+        rounds=bench.MIN_ROUNDS,
+        stored={},
+        log=lines.append,
+        hardware_class="cpu-test",
+    )
+    return result
+
+
+def test_a_case_whose_rounds_exceed_the_case_budget_is_recorded_saying_so(monkeypatch):
+    """Where one round takes seconds (bf16 matmul 1024 on AVX2-only CPUs), the rounds a verdict
+    needs do not fit the default tier: the case is recorded, not judged, and its origin says why."""
+    monkeypatch.setattr(calibration, "CASE_BUDGET_S", 0.0)
+    result = _calibrate(_toy())
+    assert not result.threshold.judged
+    assert "not judged on this class" in result.threshold.origin and "took" in result.threshold.origin
+
+
+def test_a_case_within_the_budget_is_measured_and_placed():
+    """The same toy case within the budget: measured over its runs and given a threshold (judged,
+    or recorded because its runs scattered: either way not the budget's doing)."""
+    result = _calibrate(_toy())
+    assert "not judged on this class" not in result.threshold.origin
+    assert result.threshold.calibrated_median is not None
+
+
+def test_a_case_whose_kernel_is_missing_is_not_measured_and_says_which():
+    result = _calibrate(_toy(missing="torch._scaled_mm has no fp8 kernel on the CPU kernel set avx2"))
+    assert not result.threshold.judged and result.threshold.calibrated_median is None
+    assert result.threshold.origin == "not measured: torch._scaled_mm has no fp8 kernel on the CPU kernel set avx2"
+
+
+def test_an_unjudged_speedup_takes_its_rounds_within_the_time_cap():
+    """At least one round, at most MIN_ROUNDS, never past the cap once one is taken."""
+    policy = bench.Rounds.unjudged()
+    one = bench.Timing((1.0,), (2.0,))
+    assert policy.stop(one, 0.0) is None  # fast rounds go on
+    assert policy.stop(one, policy.max_s) is not None  # a slow round is enough
+    six = bench.Timing((1.0,) * bench.MIN_ROUNDS, (2.0,) * bench.MIN_ROUNDS)
+    assert policy.stop(six, 0.0) is not None
+    assert policy.stop(bench.Timing((), ()), 10 * policy.max_s) is None  # never zero rounds
+
+
+def test_a_compute_bound_probe_runs_without_its_warm_call():
+    """A probe call of COLD_PROBE_S or more (bf16 emulated on AVX2: 0.2 s) is timed cold; a short
+    one (AMX: under a millisecond) keeps the warm call that brings its inputs back into cache."""
+    import time
+
+    def slow() -> None:
+        end = time.thread_time() + bench.COLD_PROBE_S * 1.2
+        while time.thread_time() < end:
+            pass
+
+    cpu = torch.device("cpu")
+    assert bench._probe_iterations(slow, cpu) == (1, False)
+    n, warm = bench._probe_iterations(lambda: None, cpu)
+    assert warm and n > 1
