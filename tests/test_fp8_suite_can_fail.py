@@ -279,3 +279,23 @@ def test_the_emulated_float8_linear_still_fails_a_doubled_scale(pytester, suite_
         **{"torchao.float8.float8_scaling_utils.tensor_to_scale": "faults.fp8.doubled_scale"},
     )
     assert_caught(run, "*::test_float8_linear_output_and_gradients_are_within_budget[[]cpu-tensorwise]")
+
+
+def test_a_scaling_control_on_a_kernel_set_without_fp8_matmul_still_catches_its_fault(
+    pytester, suite_copy, monkeypatch
+):
+    """The default broken adapter where ``_scaled_mm`` has no kernel (the Zen 4 and AVX2 sets on an
+    AMX CPU): its scaled-matmul checks skip naming the kernel set, and the scaling checks still fail."""
+    monkeypatch.setattr(kernels, "scaled_mm_missing", lambda device: f"no fp8 kernel ({NO_FP8_KERNEL})")
+    run = _run(
+        pytester,
+        suite_copy,
+        SCALING,
+        MATMUL,
+        scaling="faults.fp8.BROKEN_SCALING['ScaleOffByTwo']()",
+        args=SCALING_CHECKS,
+        **NO_KERNEL,
+    )
+    expected = _on_this_kernel_set(run, MUST_CATCH["ScaleOffByTwo"])
+    assert expected and all(SCALED_MM not in p for p in expected)
+    assert_caught(run, *expected)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.apps.cli import main
-from harness.domains.speed import bench, calibration
+from harness.domains.speed import bench, calibration, thresholds
 from harness.domains.speed.workloads import Workload
 from harness.platform.hardware import (
     KERNEL_SETS,
@@ -158,17 +158,15 @@ def test_an_unjudged_speedup_takes_its_rounds_within_the_time_cap():
     assert policy.stop(bench.Timing((), ()), 10 * policy.max_s) is None  # never zero rounds
 
 
-def test_a_compute_bound_probe_runs_without_its_warm_call():
-    """A probe call of COLD_PROBE_S or more (bf16 emulated on AVX2: 0.2 s) is timed cold; a short
-    one (AMX: under a millisecond) keeps the warm call that brings its inputs back into cache."""
-    import time
-
-    def slow() -> None:
-        end = time.thread_time() + bench.COLD_PROBE_S * 1.2
-        while time.thread_time() < end:
-            pass
-
+def test_a_calibration_sizes_the_probe_to_the_kind_and_the_suite_reuses_it():
+    """The probe's side comes from the calibration and is stored with the threshold: a probe that
+    is slow here (bf16 emulated) is taken smaller, never changed between calibration and check."""
     cpu = torch.device("cpu")
-    assert bench._probe_iterations(slow, cpu) == (1, False)
-    n, warm = bench._probe_iterations(lambda: None, cpu)
-    assert warm and n > 1
+    side = bench.probe_side(cpu, torch.bfloat16)
+    assert side in bench.PROBE_SIDES
+    probe = bench.contention_probe(cpu, torch.bfloat16, side)
+    assert probe is not None and tuple(probe().shape) == (side, side)
+    assert bench.probe_side(torch.device("cpu"), torch.float8_e4m3fn) is None  # no probe in float8
+    stored = {"mm/bfloat16": thresholds.Threshold("judge", 1.0, "", 2.0, 0.001, probe_side=128)}
+    assert thresholds.probe_reference(0.5, stored, "bfloat16", 128) == 0.001
+    assert thresholds.probe_reference(0.5, stored, "bfloat16", 512) == 0.5  # another probe's time never counts

@@ -65,19 +65,17 @@ MAX_MEASURE_S = 2.0
 
 
 #: Side of the contention probe's square low-precision matmul (inputs already in the AMP dtype, no
-#: autocast: the matrix units alone). 512: on the Intel kind with AMX its contended rounds ran
-#: 1.8-2.6x its uncontended ones, well apart from their own scatter; at 256 the two overlapped.
+#: autocast: the matrix units alone): the smallest at which contended and uncontended rounds stood
+#: apart on a kind with matrix units (docs/hardware-and-speed.md).
 PROBE_N = 512
 
 #: A round whose probe ran more than this many times slower than the class's calibrated probe time
 #: (:attr:`Timing.probe_ref_s`) was contended and is not judged: DETECT_SLOWDOWN times the scatter a
 #: calibration run may have (sqrt(DETECT_SLOWDOWN)), so a 1.3x slower low-precision matmul kernel
-#: (the probe's own kind, slowed by a release) still leaves its rounds judged and fails. Measured on
-#: the Intel kind with AMX (2 idle cores, docs/hardware-and-speed.md): the probe's rounds fell
-#: into two modes, 1.0-1.3x and 1.8-2.6x the fastest; bf16 matmul 512's speedup was 3.5x in the
-#: first and 2.4x in the second, a drop no threshold between a clean run and a 1.3x slower one
-#: survives. Nothing in this VM's /proc/stat shows that contention: it comes from other tenants
-#: of the host sharing the physical core.
+#: (the probe's own kind, slowed by a release) still leaves its rounds judged and fails. Contended
+#: rounds fall into a mode of their own that no threshold survives, and nothing in this VM's
+#: /proc/stat shows it: other tenants of the host share the physical core (the measured modes are
+#: in docs/hardware-and-speed.md).
 CONTENDED = DETECT_SLOWDOWN * DETECT_SLOWDOWN**0.5
 
 #: Judged rounds whose probe ran, by their median, more than this many times *faster* than the
@@ -86,9 +84,8 @@ CONTENDED = DETECT_SLOWDOWN * DETECT_SLOWDOWN**0.5
 #: bound is that threshold's own margin: contention slows the AMP path's low-precision matmuls at most
 #: as much as the probe (the same kernel) and fp32 no less than not at all, so a host quieter by less
 #: than sqrt(DETECT_SLOWDOWN) raises the speedup by less than the margin, and a 1.3x slower path still
-#: falls below the threshold. Measured on the Intel kind with AMX: a calibration in the contended mode
-#: (probe 0.63 ms) let a 1.3x slower bf16 matmul 1024 pass at 2.89x against 2.22 with the probe at
-#: 0.69x its calibrated time, under the 1/CONTENDED bound this rule used to share.
+#: falls below the threshold. The 1/CONTENDED bound this rule used to share let a slowed path pass
+#: (docs/hardware-and-speed.md).
 QUIETER = DETECT_SLOWDOWN**0.5
 
 #: The share of a calibration's rounds (every case of one dtype) whose probe time is the class's
@@ -122,9 +119,9 @@ def contention_probe(device: torch.device, dtype: torch.dtype, n: int | None = N
 
 #: The probe's sides, largest first. A calibration takes the largest whose call fits PROBE_CALL_S
 #: and stores it with the class's thresholds (the suite times the same probe). Where bf16 and fp16
-#: have matrix units or native instructions, PROBE_N fits; where they are emulated (AVX2-only CPUs:
-#: bf16 matmul 512 takes 0.19 s, 64x fp32) the 512 probe cost more than the case it watched in
-#: every round, and a smaller one still keeps the vector units busy for milliseconds.
+#: have matrix units or native instructions, PROBE_N fits; where they are emulated (AVX2-only CPUs)
+#: a PROBE_N probe costs more than most cases it watches, every round, and a smaller one still keeps
+#: the vector units busy for milliseconds.
 PROBE_SIDES = (PROBE_N, PROBE_N // 2, PROBE_N // 4, PROBE_N // 8)
 #: The longest probe call a calibration chooses: four probe blocks (PROBE_BLOCK_S), so a round's
 #: probe stays a small part of a round even at one call per block.
@@ -456,7 +453,7 @@ def interleaved(
     read here."""
     policy = rounds if isinstance(rounds, Rounds) else Rounds() if rounds is None else Rounds.fixed(rounds)
     (n_base, n_amp), first = _warm_up(fp32, amp, device, warmup, number)
-    n_probe, warm_probe = _probe_iterations(probe, device) if probe is not None else (0, False)
+    n_probe = _probe_iterations(probe, device) if probe is not None else 0
     base_j: list[float] = []
     amp_j: list[float] = []
     base_w: list[float] = []
@@ -485,9 +482,8 @@ def interleaved(
         base_j.append(j)
         base_w.append(w)
         if probe is not None:
-            if warm_probe:
-                with timing_threads(device):
-                    probe()  # untimed: its inputs back in cache after the workload's block evicted them
+            with timing_threads(device):
+                probe()  # untimed: its inputs back in cache after the workload's block evicted them
             probe_j.append(_time_block(probe, device, n_probe)[0])
 
     def time_amp() -> None:
@@ -538,20 +534,11 @@ def measure(
 PROBE_BLOCK_S = BLOCK_S / 4
 
 
-#: A probe call this long (ten probe blocks) is compute-bound: refilling the cache with its inputs
-#: (two PROBE_N square matrices, 1 MiB in bf16) is well under 1% of it, so it runs without the
-#: untimed warm call before its block. Only where bf16 and fp16 are emulated (AVX2-only CPUs, where
-#: one bf16 probe takes about 0.2 s) is a call this long; there the warm call doubled every round.
-COLD_PROBE_S = 10 * PROBE_BLOCK_S
-
-
-def _probe_iterations(probe: Fn, device: torch.device) -> tuple[int, bool]:
-    """Iterations of the probe's block (warmed up first, on the timing's threads), and whether each
-    block needs an untimed warm call before it (not where one call is COLD_PROBE_S or longer)."""
+def _probe_iterations(probe: Fn, device: torch.device) -> int:
+    """Iterations of the probe's block (warmed up first, on the timing's threads)."""
     with timing_threads(device):
         probe()
-        one = _time_block(probe, device, 1)[0]
-    return _iterations(probe, device, PROBE_BLOCK_S, one), one < COLD_PROBE_S
+    return _iterations(probe, device, PROBE_BLOCK_S)
 
 
 def _probe_s(fn: Fn, device: torch.device) -> float:
@@ -564,10 +551,9 @@ def _probe_s(fn: Fn, device: torch.device) -> float:
 
 
 #: Other processes' load (CPU cores, averaged over a measurement) above which a CPU speedup below its
-#: threshold is no verdict. Measured on 2 cores (Intel kind): 0.0-0.05 cores idle, 1.0-1.35 beside a
-#: competing `pytest suites/`; between the two, half a core. Beside that competitor a clean bf16
-#: linear fwd+bwd measured up to 1.6x below its idle calibration on the Intel kind with AMX (5 of 6
-#: runs below its threshold): the AMX path lost more to the shared caches and memory than fp32.
+#: threshold is no verdict: half a core, between what an idle 2-core machine and one beside a
+#: competing `pytest suites/` show, where a clean AMX path fell below its threshold
+#: (docs/hardware-and-speed.md).
 BUSY_OTHER_CORES = 0.5
 
 

@@ -3,9 +3,9 @@
 The policy lives here, the command (``amp-harness calibrate``) only reads options, prints and
 writes the profile. Run-major, as the suite measures: each run goes through every case once, so
 every case is calibrated in the conditions (caches, clocks, neighbours) the suite measures it in.
-A first pass is not counted: each case's first measurement in a process ran low (linear fwd+bwd:
-the lowest of five runs in each of four calibrations on the Intel kind), while the allocator and
-caches first meet its tensors; the suite's rerun of a failure is warm too.
+A first pass is not counted: a case's first measurement in a process runs low while the allocator
+and caches first meet its tensors (docs/hardware-and-speed.md); the suite's rerun
+of a failure is warm too.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from harness.domains.speed.thresholds import Threshold
 
 Case = tuple[str, str]
 
-#: Passes of retakes a calibration may take, per ``runs``. Contended spells on the Intel kind with
-#: AMX lasted tens of seconds, and a pass measures only the cases still wanting (2 s each); with
-#: twice ``runs`` passes, one calibration in three ended with two cases still scattered.
+#: Passes of retakes a calibration may take, per ``runs``: contended spells last tens of seconds and a
+#: pass measures only the cases still wanting (2 s each); twice ``runs`` passes left cases scattered
+#: in one calibration in three (docs/hardware-and-speed.md).
 RETAKE_PASSES = 4
 
 #: The share of `pytest suites/`'s 150 s budget (2 cores) the speed checks may take when every
-#: case is judged: 40%, what they take on the Intel kinds (docs/running.md).
+#: case is judged: 40%, about what they take where every case is judged (docs/running.md).
 SPEED_SHARE_S = 0.4 * 150.0
 #: The cases the default tier measures (the speed suite's, the compiled suite's calibrated ones and
 #: the fp8 case) that share it.
@@ -36,8 +36,8 @@ DEFAULT_TIER_CASES = 10
 #: A case is judged on a class only where its uncounted first measurement (bench.MIN_ROUNDS
 #: rounds, warm-up and contention probe included, each path's first call not) took at most this long: its share of
 #: SPEED_SHARE_S. Beyond it the suite could not afford the rounds a verdict needs (a failure is
-#: measured twice); the case is recorded, not judged, and says so. On AVX2-only CPUs, where bf16 is
-#: emulated, one bf16 matmul 1024 takes seconds.
+#: measured twice); the case is recorded, not judged, and says so (where bf16 is emulated, one bf16
+#: matmul 1024 takes seconds).
 CASE_BUDGET_S = SPEED_SHARE_S / DEFAULT_TIER_CASES
 
 
