@@ -357,12 +357,12 @@ def _first_call(fn: Fn, device: torch.device) -> float:
 
 def _warm_up(
     fp32: Fn, amp: Fn, device: torch.device, warmup: int, number: int | None = None
-) -> tuple[tuple[int, int], tuple[float, float]]:
+) -> tuple[tuple[int, int], tuple[float, float], tuple[float | None, float | None]]:
     """Run both ``warmup`` times (the first call of each timed: a compiled path traces and compiles
     in it); return the iterations per timed block of each path (enough for BLOCK_S of that path,
     unless ``number`` is given: a fast path beside a 26x slower one would otherwise be timed in
-    blocks of a millisecond, where overheads and cache state scatter it) and the first calls'
-    seconds. On the CPU the warm-up runs on the timing's CPU_THREADS: a compiled function is
+    blocks of a millisecond, where overheads and cache state scatter it), the first calls'
+    seconds, and a warm call's seconds of each (None with one warm-up call). On the CPU the warm-up runs on the timing's CPU_THREADS: a compiled function is
     specialised to the thread count (Dynamo guards on it), so warming it up on another count would
     leave its recompilation inside the first timed block."""
     later: tuple[list[float], list[float]] = ([], [])
@@ -371,13 +371,15 @@ def _warm_up(
         for _ in range(warmup - 1):
             later[0].append(_time_block(fp32, device, 1)[0])
             later[1].append(_time_block(amp, device, 1)[0])
+    warm = (min(later[0], default=None), min(later[1], default=None))
     if number is not None:
-        return (number, number), first
+        return (number, number), first, warm
 
     return (
-        _iterations(fp32, device, BLOCK_S, min(later[0], default=None)),
-        _iterations(amp, device, BLOCK_S, min(later[1], default=None)),
-    ), first
+        (_iterations(fp32, device, BLOCK_S, warm[0]), _iterations(amp, device, BLOCK_S, warm[1])),
+        first,
+        warm,
+    )
 
 
 def _iterations(fn: Fn, device: torch.device, block_s: float, warm_s: float | None = None) -> int:
@@ -404,11 +406,23 @@ class Rounds:
     def fixed(cls, n: int) -> Rounds:
         return cls(least=n, most=n, target_width=math.inf, max_s=math.inf)
 
+    #: take as many rounds as the warm-up says fit ``max_s`` (at least one, at most ``most``)
+    fit: bool = False
+
     @classmethod
     def unjudged(cls) -> Rounds:
-        """A speedup nothing is judged against: MIN_ROUNDS rounds where they fit the time cap, at
-        least one where they do not (a path that takes seconds a call, as bf16 on AVX2-only CPUs)."""
-        return cls(least=1, most=MIN_ROUNDS, target_width=0.0)  # never stopped by its interval
+        """A speedup nothing is judged against: MIN_ROUNDS rounds where the warm-up says they fit the
+        time cap, fewer (at least one) where they do not: a path that takes seconds a call, as bf16
+        does where it is emulated."""
+        return cls(least=MIN_ROUNDS, most=MIN_ROUNDS, fit=True)
+
+    def fitted(self, round_s: float | None) -> Rounds:
+        """These rounds for a round of ``round_s`` seconds (as the warm-up timed it): with ``fit``, a
+        fixed number that fits ``max_s``; unchanged otherwise, or where the round was not timed."""
+        if not self.fit or round_s is None:
+            return self
+        n = max(1, min(self.most, int(self.max_s // max(round_s, 1e-9))))
+        return Rounds.fixed(n)
 
     def stop(self, t: Timing, elapsed_s: float) -> str | None:
         """Why to stop after ``t``'s rounds, or None to go on. Contended rounds count towards the
@@ -452,7 +466,9 @@ def interleaved(
     timed here alone. The judged figure is the same either way: both clocks of every block are
     read here."""
     policy = rounds if isinstance(rounds, Rounds) else Rounds() if rounds is None else Rounds.fixed(rounds)
-    (n_base, n_amp), first = _warm_up(fp32, amp, device, warmup, number)
+    (n_base, n_amp), first, warm = _warm_up(fp32, amp, device, warmup, number)
+    if warm[0] is not None and warm[1] is not None:
+        policy = policy.fitted(n_base * warm[0] + n_amp * warm[1])
     n_probe = _probe_iterations(probe, device) if probe is not None else 0
     base_j: list[float] = []
     amp_j: list[float] = []
