@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from harness.domains import versions
+from harness.domains.scaling import optimizers
 from harness.domains.scaling import reference as scaling
 from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
@@ -273,6 +274,8 @@ def _observe(issue_id: str, device: torch.device, scaler_cls: type[torch.amp.Gra
         except (AssertionError, RuntimeError):
             return True
         return False
+    if issue_id == optimizers.FUSED_SGD_FIRST_STEP:
+        return optimizers.first_step_overflow_uses_uninitialised_momentum(device, scaler_cls)
     raise KeyError(issue_id)
 
 

@@ -211,3 +211,37 @@ BROKEN_SCALERS: dict[str, type[GradScaler]] = {
         BackoffFloorAtOne,
     )
 }
+
+
+# -- optimizer implementations under GradScaler (suites/scaler/test_optimizer_implementations.py) --
+def fused_ignoring_found_inf(original: Any) -> Any:
+    """A fused optimizer kernel that ignores GradScaler's ``found_inf``: it steps on an overflow."""
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        kwargs["found_inf"] = None
+        return original(*args, **kwargs)
+
+    return broken
+
+
+def foreach_addcdiv_rounding_to_bf16(original: Any) -> Any:
+    """``torch._foreach_addcdiv_`` whose results keep bf16's 8 bits only: the foreach Adam, AdamW
+    and Adagrad parameter updates lose precision (a lossy vectorised kernel)."""
+
+    def broken(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(tensors, *args, **kwargs)
+        with torch.no_grad():
+            for t in tensors:
+                t.copy_(t.to(torch.bfloat16).to(t.dtype))
+        return out
+
+    return broken
+
+
+def never_present(original: Any) -> Any:
+    """An observation of a known issue that never finds it: a release that fixed it."""
+
+    def fixed(*args: Any, **kwargs: Any) -> bool:
+        return False
+
+    return fixed

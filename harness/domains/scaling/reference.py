@@ -444,4 +444,13 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         scalers=("ShardedGradScaler",),
         devices=("cpu",),
     ),
+    "fused-sgd-first-step-overflow-keeps-uninitialised-momentum": KnownIssue(
+        "fused-sgd-first-step-overflow-keeps-uninitialised-momentum",
+        "SGD(momentum, fused=True) allocates its momentum buffers with empty_like before its first step; when "
+        "GradScaler skips that step for an overflow (found_inf), the kernel returns without writing them, and the "
+        "next step reads the uninitialised memory as momentum: parameters jumped by 2.6e14 in one step",
+        affected=("2.13",),
+        reference="torch/optim/sgd.py: _fused_sgd() (is_first_step, empty_like) and _fused_sgd_'s found_inf early return",
+        devices=("cpu",),
+    ),
 }

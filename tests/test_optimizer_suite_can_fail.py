@@ -1,0 +1,52 @@
+"""Negative controls of the optimizer-implementation checks: a fused kernel that ignores
+GradScaler's ``found_inf``, and a lossy foreach kernel, each fail exactly the checks named for them
+(the real suite file, run in a scratch directory with the fault patched into torch)."""
+
+from __future__ import annotations
+
+from helpers import assert_caught, assert_clean, inject, run_inner
+
+FILE = "scaler/test_optimizer_implementations.py"
+STEP = "test_every_step_without_overflow_is_the_optimizers_update_in_float64"
+OVERFLOW = "test_an_overflow_leaves_parameters_and_state_untouched_and_backs_the_scale_off"
+
+
+def _run(pytester, suite_copy, patches):
+    suite_copy(FILE, conftest=False)
+    inject(pytester, "scaler", patches=patches)
+    return run_inner(pytester)
+
+
+def test_the_suite_passes_on_torchs_own_optimizers(pytester, suite_copy):
+    assert_clean(_run(pytester, suite_copy, None), at_least=24)
+
+
+def test_a_fused_kernel_ignoring_found_inf_fails_the_overflow_check(pytester, suite_copy):
+    run = _run(pytester, suite_copy, {"torch._fused_adamw_": "faults.scalers.fused_ignoring_found_inf"})
+    assert_caught(run, f"*::{OVERFLOW}[[]cpu-AdamW-fused]", f"*::{STEP}[[]cpu-AdamW-fused]")
+    run.stdout.fnmatch_lines(
+        ["*AdamW.fused.overflow_untouched: FAILED*", "*step 0 changed parameter*"], consecutive=False
+    )
+
+
+def test_a_lossy_foreach_kernel_fails_the_float64_step_check(pytester, suite_copy):
+    run = _run(pytester, suite_copy, {"torch._foreach_addcdiv_": "faults.scalers.foreach_addcdiv_rounding_to_bf16"})
+    assert_caught(run, *(f"*::{STEP}[[]cpu-{name}-foreach]" for name in ("Adam", "AdamW", "Adagrad")))
+    run.stdout.fnmatch_lines(["*|foreach Adam - float64| <= budget*"], consecutive=False)
+
+
+def test_a_torch_whose_fused_sgd_starts_its_momentum_fails_the_registry_as_appears_fixed(pytester, suite_copy):
+    """The registered fused-SGD finding is observed on every run: a release where the skipped first
+    step leaves no stale momentum reads "appears fixed" and says which registry entry to edit."""
+    suite_copy("scaler/test_overflow_in_training.py", conftest=False)
+    fixed = "harness.domains.scaling.optimizers.first_step_overflow_uses_uninitialised_momentum"
+    inject(
+        pytester,
+        "scaler",
+        fixtures={"scaler_factory": "torch.amp.GradScaler"},
+        patches={fixed: "faults.scalers.never_present"},
+        imports=("harness.domains.scaling.optimizers",),
+    )
+    run = run_inner(pytester, "-k", "known_issue")
+    assert_caught(run, "*::test_known_issue_status_matches_the_registry[[]cpu-fused-sgd-*]")
+    run.stdout.fnmatch_lines(["*appears fixed in torch*remove*KNOWN_ISSUES*fused-sgd*"], consecutive=False)
