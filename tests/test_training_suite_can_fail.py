@@ -144,3 +144,13 @@ def test_a_profile_without_curves_is_judged_against_another_profiles_curves(pyte
         ["*golden loss curves mlp (approximate lane, another profile's curves: *loss_curves_mlp.json): FAILED*"],
         consecutive=False,
     )
+
+
+def test_a_run_that_parts_from_itself_fails_the_determinism_check(pytester, suite_copy):
+    """The same recipe and seed twice must give bitwise-identical losses: an optimizer step that
+    drifts between runs fails it, naming the first step that differs (the first run is the one the
+    session made already where there is one, so the check is run here with the parity checks)."""
+    _setup(pytester, suite_copy, PARITY)
+    inject(pytester, "", patches={"torch.optim.SGD.step": "faults.training.optimizer_step_drifting_between_runs"})
+    run = run_inner(pytester, "-k", "bitwise_identical and mlp")
+    assert_caught(run, "*::test_the_same_recipe_run_twice_gives_bitwise_identical_losses[[]cpu-mlp-*]")

@@ -20,20 +20,37 @@ def seeds(pytestconfig: pytest.Config) -> int:
     return SEEDS[str(pytestconfig.getoption("--amp-tier"))]
 
 
-@pytest.fixture(scope="session")
-def train_cached() -> Callable[..., T.Run]:
-    """``train_cached(setup, recipe, seed, device, skip_steps)``: each run once per session."""
-    cache: dict[tuple[object, ...], T.Run] = {}
+class RunCache:
+    """``train_cached(setup, recipe, seed, device, skip_steps)``: each run once per session;
+    ``remember`` files a run another check made (the parity check's AMP run, for determinism)."""
 
-    def run(
-        setup: T.Setup, recipe: T.Recipe, seed: int, device: torch.device, skip_steps: frozenset[int] = frozenset()
+    def __init__(self) -> None:
+        self._runs: dict[tuple[object, ...], T.Run] = {}
+
+    def __call__(
+        self,
+        setup: T.Setup,
+        recipe: T.Recipe,
+        seed: int,
+        device: torch.device,
+        skip_steps: frozenset[int] = frozenset(),
     ) -> T.Run:
         key = (setup, recipe, seed, str(device), skip_steps)
-        if key not in cache:
-            cache[key] = T.train(setup, recipe, seed, device, skip_steps)
-        return cache[key]
+        if key not in self._runs:
+            self._runs[key] = T.train(setup, recipe, seed, device, skip_steps)
+        return self._runs[key]
 
-    return run
+    def remember(self, setup: T.Setup, recipe: T.Recipe, seed: int, device: torch.device, run: T.Run) -> None:
+        self._runs.setdefault((setup, recipe, seed, str(device), frozenset()), run)
+
+    def get(self, setup: T.Setup, recipe: T.Recipe, seed: int, device: torch.device) -> T.Run | None:
+        return self._runs.get((setup, recipe, seed, str(device), frozenset()))
+
+
+@pytest.fixture(scope="session")
+def train_cached() -> RunCache:
+    """The session's training runs, each made once (see :class:`RunCache`)."""
+    return RunCache()
 
 
 @pytest.fixture

@@ -136,3 +136,20 @@ def scaler_step_rounding_master_weights(real: Step) -> Step:
         return out
 
     return step
+
+
+def optimizer_step_drifting_between_runs(original: Any) -> Any:
+    """An optimizer step that is not reproducible: each call perturbs the first parameter by a
+    relative 2^-20 times a process-wide call count (a race, an unordered reduction), so a second
+    run of the same seed parts from the first."""
+    calls = [0]
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        calls[0] += 1
+        with torch.no_grad():
+            first = self.param_groups[0]["params"][0]
+            first.mul_(1 + calls[0] * 2.0**-20)
+        return out
+
+    return step

@@ -371,7 +371,8 @@ def _warm_up(
         for _ in range(warmup - 1):
             later[0].append(_time_block(fp32, device, 1)[0])
             later[1].append(_time_block(amp, device, 1)[0])
-    warm = (min(later[0], default=None), min(later[1], default=None))
+    # with one warm-up call (an eager path measured for no verdict) the first call is the estimate
+    warm = (min(later[0], default=first[0]), min(later[1], default=first[1]))
     if number is not None:
         return (number, number), first, warm
 
@@ -531,18 +532,22 @@ def measure(
     probe_ref_s: float | None = None,
     probe: bool = True,
     probe_side: int | None = None,
+    warmup: int = 2,
 ) -> Timing:
     """A workload's AMP speedup over its baseline on ``device``: the one measurement that
     ``amp-harness calibrate`` and the speed checks both make. ``slowdown`` slows the AMP path by
     that factor (the harness's negative controls); ``probe_ref_s`` is the class's calibrated
     contention-probe time (rounds contended beyond CONTENDED of it are not judged); ``probe``:
     False leaves the probe out (an unjudged speedup: no reference to read it against);
-    ``probe_side``: the calibrated probe's side (PROBE_N where None)."""
+    ``probe_side``: the calibrated probe's side (PROBE_N where None); ``warmup``: calls of each
+    path before the rounds (one is enough for an eager path nothing is judged against)."""
     fp32, amp = workload.pair(device, dtype)
     if slowdown != 1.0:
         amp = slowed(amp, slowdown, _probe_s(amp, device), device)
     probe_fn = contention_probe(device, dtype, probe_side) if probe else None
-    return interleaved(fp32, amp, device, rounds, pedantic=pedantic, probe=probe_fn, probe_ref_s=probe_ref_s)
+    return interleaved(
+        fp32, amp, device, rounds, warmup=warmup, pedantic=pedantic, probe=probe_fn, probe_ref_s=probe_ref_s
+    )
 
 
 #: Target duration of the contention probe's block in a round: a quarter of a timed block, long

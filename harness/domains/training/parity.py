@@ -236,9 +236,13 @@ def check_parity(
     return ParityReport(setup.name, band, fp, results)
 
 
-def is_deterministic(setup: Setup, recipe: Recipe, device: torch.device | str = "cpu") -> tuple[bool, int | None]:
-    """Run the recipe twice; (bitwise-identical losses?, first differing step)."""
-    a, b = train(setup, recipe, 0, device), train(setup, recipe, 0, device)
+def is_deterministic(
+    setup: Setup, recipe: Recipe, device: torch.device | str = "cpu", first: Run | None = None
+) -> tuple[bool, int | None]:
+    """Run the recipe twice (``first``: a run of it at seed 0 already made, e.g. by the parity
+    check, which then counts as the first); (bitwise-identical losses?, first differing step)."""
+    a = first if first is not None else train(setup, recipe, 0, device)
+    b = train(setup, recipe, 0, device)
     for t, (x, y) in enumerate(zip(a.losses, b.losses, strict=True)):
         if x != y and not (math.isnan(x) and math.isnan(y)):
             return False, t
