@@ -50,3 +50,20 @@ def test_a_torch_whose_fused_sgd_starts_its_momentum_fails_the_registry_as_appea
     run = run_inner(pytester, "-k", "known_issue")
     assert_caught(run, "*::test_known_issue_status_matches_the_registry[[]cpu-fused-sgd-*]")
     run.stdout.fnmatch_lines(["*appears fixed in torch*remove*KNOWN_ISSUES*fused-sgd*"], consecutive=False)
+
+
+def test_a_lossy_clip_grad_norm_fails_the_clipping_check(pytester, suite_copy):
+    """unscale_ + clip_grad_norm_ is held to clipping computed in float64 from its definition, not
+    to torch's own clip_grad_norm_: one whose norm is summed in bf16 fails the state machine."""
+    suite_copy("scaler/test_gradscaler_state_machine.py", conftest=False)
+    inject(
+        pytester,
+        "scaler",
+        fixtures={"scaler_factory": "torch.amp.GradScaler"},
+        patches={"torch.nn.utils.clip_grad_norm_": "faults.scalers.clip_grad_norm_in_bf16"},
+    )
+    run = run_inner(pytester, "-k", "reference_state_machine")
+    assert_caught(run, "*::test_gradscaler_follows_the_reference_state_machine[[]cpu]")
+    run.stdout.fnmatch_lines(
+        ["*clip_grad_norm_(*) after unscale_ differs from clipping in float64 by*"], consecutive=False
+    )

@@ -7,7 +7,8 @@ with a float and a tensor, state_dict round trips into a fresh scaler, growth-in
 and the documented misuse errors. After every rule the scale and growth tracker must equal the
 float32-faithful reference (:mod:`harness.domains.scaling.reference`, torch semantics); a skipped step must leave
 parameters and optimizer state bit-identical; a taken step must equal the optimizer's step on
-gradients unscaled independently.
+gradients unscaled independently; unscale_ + clip_grad_norm_ must equal clipping computed in
+float64 from its definition, within float32's budget.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from harness.domains.scaling import optimizers
 from harness.domains.scaling import reference as scaling
 from harness.numerics.comparison import compare_claim
 from harness.numerics.verdict import Outcome
@@ -117,15 +119,14 @@ def build_machine(
                 self.scaler.scale(loss).backward()
             self.started = True
 
-        def _shadow(self, clip: float | None) -> list[torch.Tensor]:
-            """Params after the optimizer step on gradients unscaled independently of the scaler."""
+        def _shadow(self, clipped: list[torch.Tensor] | None) -> list[torch.Tensor]:
+            """Params after the optimizer step on gradients unscaled independently of the scaler
+            (``clipped``: the step's clipped gradients, themselves checked against float64)."""
             model = copy.deepcopy(self.model)
             params = list(model.parameters())
             inv = torch.tensor(self.ref.scale, dtype=torch.float64).reciprocal().float().to(device)
-            for p, q in zip(self.params, params, strict=True):
-                q.grad = p.grad.detach().clone() * inv
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, clip)
+            for i, (p, q) in enumerate(zip(self.params, params, strict=True)):
+                q.grad = p.grad.detach().clone() * inv if clipped is None else clipped[i].clone()
             index = {id(p): i for i, p in enumerate(self.params)}
             for opt in self.opts:
                 shadow = _make_optimizer(self.opt_kind, [params[index[id(p)]] for p in opt.param_groups[0]["params"]])
@@ -147,11 +148,26 @@ def build_machine(
                 counts["steps_with_inf"] += 1
             before_params = [p.detach().clone() for p in self.params]
             before_states = [_state_tensors(o) for o in self.opts]
-            expected = None if any(found_inf_per_opt) and len(self.opts) == 1 else self._shadow(clip)
+            clipped = None
             if clip is not None:
+                unscaled = [p.grad.detach().to(torch.float64) / self.ref.scale for p in self.params]
                 for opt in self.opts:
                     self.scaler.unscale_(opt)
                 torch.nn.utils.clip_grad_norm_(self.params, clip)
+                clipped = [p.grad.detach().clone() for p in self.params]
+                if not any(found_inf_per_opt):
+                    # clipping against its definition in float64, never against torch's own clip
+                    ref = optimizers.clip_reference(unscaled, clip)
+                    worst = max(
+                        float(((c.to("cpu", torch.float64) - r).abs() / b).max())
+                        for c, r, b in zip(clipped, ref.grads, ref.budgets, strict=True)
+                    )
+                    counts["clip_binding"] += ref.coefficient < 1.0
+                    assert worst <= 1.0, (
+                        f"clip_grad_norm_({clip}) after unscale_ differs from clipping in float64 by {worst:.3g} "
+                        f"times its budget: {ref.origin}"
+                    )
+            expected = None if any(found_inf_per_opt) and len(self.opts) == 1 else self._shadow(clipped)
             for opt in self.opts:
                 self.scaler.step(opt)
             self.scaler.update()
@@ -297,6 +313,9 @@ def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_facto
         )
     assert counts["overflow_step"] and counts["clean_step"], f"the machine never exercised both rules: {dict(counts)}"
     assert counts["at_float32_top"], f"the machine never reached the top of float32: {dict(counts)}"
+    assert counts["clip_binding"], (
+        f"no clipped step bound (coefficient < 1): the clipping check is vacuous {dict(counts)}"
+    )
 
 
 def test_growth_is_capped_at_the_largest_float32(amp_device, scaler_factory, amp_record):

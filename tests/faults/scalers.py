@@ -245,3 +245,18 @@ def never_present(original: Any) -> Any:
         return False
 
     return fixed
+
+
+def clip_grad_norm_in_bf16(original: Any) -> Any:
+    """``clip_grad_norm_`` whose total norm is accumulated in bf16 (a lossy reduction): its
+    coefficient, and so every clipped gradient, is off by up to bf16's rounding."""
+
+    def lossy(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        params = [p for p in parameters if p.grad is not None]
+        norm: torch.Tensor = torch.stack([p.grad.to(torch.bfloat16).float().norm() for p in params]).norm()
+        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        for p in params:
+            p.grad.mul_(coef)
+        return norm
+
+    return lossy

@@ -292,3 +292,44 @@ def first_step_overflow_uses_uninitialised_momentum(
                 return False  # no buffer kept: the next step starts it
             buf.fill_(math.nan)
     return bool(p.detach().isnan().any())
+
+
+#: torch.nn.utils.clip_grad_norm_'s epsilon in its coefficient max_norm / (total_norm + 1e-6)
+CLIP_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Clipped:
+    """Gradient clipping computed in float64: the total 2-norm, the coefficient and the clipped
+    gradients, with each element's budget for the same clipping done in float32."""
+
+    total_norm: float
+    coefficient: float
+    grads: list[torch.Tensor]
+    budgets: list[torch.Tensor]
+    origin: str
+
+
+def clip_reference(grads: list[torch.Tensor], max_norm: float) -> Clipped:
+    """``clip_grad_norm_(max_norm)`` of ``grads`` (unscaled), from its definition in float64:
+    norm = sqrt(sum g^2) over every element, coefficient min(1, max_norm / (norm + 1e-6)).
+
+    Budget (float32): the norm's n squares and n - 1 additions and its square root err by at most
+    gamma_{n+1} relatively (positive terms; torch sums per-tensor norms, the same count), the
+    coefficient's addition and division add 2 roundings, the product one: gamma_{n+4} |clipped|."""
+    g64 = [g.detach().to("cpu", torch.float64) for g in grads]
+    n = sum(g.numel() for g in g64)
+    norm = math.sqrt(sum(float((g * g).sum()) for g in g64))
+    coef = min(1.0, max_norm / (norm + CLIP_EPS))
+    rel = gamma(n + 4, _u())
+    clipped = [g * coef for g in g64]
+    eta = 2.0**-149  # float32's smallest subnormal: a product that underflows
+    return Clipped(
+        norm,
+        coef,
+        clipped,
+        [rel * c.abs() + eta for c in clipped],
+        f"clip_grad_norm_({max_norm:g}) from its definition in float64 (norm {norm:.6g}, coefficient "
+        f"{coef:.6g}); float32 budget gamma_{n + 4}(2^-24) |clipped| (n = {n} squares and sums, the "
+        f"square root, the coefficient, the product)",
+    )
