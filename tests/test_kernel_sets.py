@@ -169,3 +169,21 @@ def test_a_calibration_sizes_the_probe_to_the_kind_and_the_suite_reuses_it():
     stored = {"mm/bfloat16": thresholds.Threshold("judge", 1.0, "", 2.0, 0.001, probe_side=128)}
     assert thresholds.probe_reference(0.5, stored, "bfloat16", 128) == 0.001
     assert thresholds.probe_reference(0.5, stored, "bfloat16", 512) == 0.5  # another probe's time never counts
+
+
+def test_a_case_whose_first_measurement_ran_faster_than_its_runs_is_recorded(monkeypatch):
+    """The suite measures a case once, first in its process: where that measurement runs in a
+    faster mode than the calibration's counted runs (fp16 matmul 256 on the AVX2 kind), a slowed
+    path would pass, so the case is recorded, saying why. A slower first measurement changes nothing."""
+    for first_speedup, judged in ((1.3, False), (0.7, True)):
+        speedups = iter([first_speedup] + [1.0] * 20)
+
+        def fake(*args, _speedups=speedups, **kwargs):
+            s = next(_speedups)
+            return bench.Timing((1.0,) * bench.MIN_ROUNDS, (1.0 / s,) * bench.MIN_ROUNDS)
+
+        monkeypatch.setattr(bench, "measure", fake)
+        result = _calibrate(_toy())
+        assert result.threshold.judged is judged, result.threshold.origin
+        if not judged:
+            assert "the uncounted first measurement of toy/float8_e4m3fn ran 1.3x" in result.threshold.origin
