@@ -226,7 +226,14 @@ def test_calibration_judges_every_case_that_autocast_changes(tmp_path, capsys):
     assert main(["calibrate", "--compiled", "--baseline-dir", str(tmp_path)]) == 0
     prof = profiles.load(tmp_path, detect().cpu_class.id)
     cases = [*thresholds.DEFAULT_CASES, *compiled_speed.CALIBRATED_CASES]
-    unjudged = [f"{w}/{d}" for w, d in cases if not prof.threshold(w, d).judged]
+    # a case this kind cannot afford (bf16 matmul 1024 where bf16 is emulated) or lacks a kernel
+    # for says so per case: not judged there by design
+    by_design = ("not judged on this class:", "not measured:")
+    unjudged = [
+        f"{w}/{d}"
+        for w, d in cases
+        if not prof.threshold(w, d).judged and not prof.threshold(w, d).origin.startswith(by_design)
+    ]
     assert unjudged == ["layer_norm/bfloat16"], (unjudged, capsys.readouterr().out)
 
 
