@@ -38,6 +38,9 @@ MUST_CATCH: dict[str, tuple[str, ...]] = {
     "RoundsTowardZero": (f"*::{EXACT}[[]*]", f"*::{SCALED_MM}[[]*]"),
 }
 
+#: a kernel set without an fp8 matmul (the Zen 4 and AVX2 sets on an AMX CPU): every _scaled_mm raises
+NO_KERNEL = {"torch._scaled_mm": "faults.fp8.scaled_mm_without_kernel"}
+
 FIXTURES = {
     "fp8_torchao": "faults.fp8.import_torchao()",
     "fp8_cast_under_test": "faults.casts.correct",
@@ -195,15 +198,18 @@ def test_a_cast_that_rounds_toward_zero_fails_the_exhaustive_rounding_check(pyte
     run.stdout.fnmatch_lines(["*fp32->float8_e*m*exhaustive: FAILED: mismatched elements*"], consecutive=False)
 
 
-def test_a_doubled_scale_inside_float8_linear_fails_its_budget(pytester, suite_copy):
+@pytest.mark.parametrize("kernel", ["present", "missing"])
+def test_a_doubled_scale_inside_float8_linear_fails_its_budget(pytester, suite_copy, kernel):
     """torchao's own tensor_to_scale times two: Float8Linear saturates its largest values and its
-    matmuls leave their budgets (training and the outlier check: the thorough-tier control below)."""
+    matmuls leave their budgets (training and the outlier check: the thorough-tier control below).
+    Without an fp8 kernel the emulated matmul judges the same casts, and fails the same way."""
     run = _run(
         pytester,
         suite_copy,
         MATMUL,
         TRAINING,
         args=("-k", "tensorwise and float8_linear"),
+        **(NO_KERNEL if kernel == "missing" else {}),
         **{"torchao.float8.float8_scaling_utils.tensor_to_scale": "faults.fp8.doubled_scale"},
     )
     assert_caught(run, "*::test_float8_linear_output_and_gradients_are_within_budget[[]cpu-tensorwise]")
@@ -236,7 +242,6 @@ def test_a_torchao_that_fixed_a_registered_finding_fails_as_appears_fixed(pytest
     run.stdout.fnmatch_lines(["*appears fixed in torchao*remove*KNOWN_ISSUES in harness/domains/fp8/known_issues.py*"])
 
 
-NO_KERNEL = {"torch._scaled_mm": "faults.fp8.scaled_mm_without_kernel"}
 SPEED = "fp8/test_fp8_speed.py"
 
 
@@ -266,19 +271,6 @@ def test_a_kernel_set_without_fp8_matmul_judges_through_emulation_or_skips_namin
     assert {f"float8_linear.{r}.matmul_emulated" for r in ("tensorwise", "rowwise")} <= emulated
     speed = [r for r in run.rows if r["metric"] == "scaled_mm_e4m3.speedup"]
     assert [r["outcome"] for r in speed] == ["unjudged"] and "not measured" in speed[0]["note"]
-
-
-def test_the_emulated_float8_linear_still_fails_a_doubled_scale(pytester, suite_copy):
-    """The emulation judges the casts: without an fp8 kernel a doubled scale still fails the budget."""
-    run = _run(
-        pytester,
-        suite_copy,
-        MATMUL,
-        args=("-k", "tensorwise and float8_linear"),
-        **NO_KERNEL,
-        **{"torchao.float8.float8_scaling_utils.tensor_to_scale": "faults.fp8.doubled_scale"},
-    )
-    assert_caught(run, "*::test_float8_linear_output_and_gradients_are_within_budget[[]cpu-tensorwise]")
 
 
 def test_a_scaling_control_on_a_kernel_set_without_fp8_matmul_still_catches_its_fault(

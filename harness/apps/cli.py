@@ -216,8 +216,8 @@ def _cmd_kernels(args: argparse.Namespace, rest: list[str]) -> int:
     threads = os.cpu_count() or 1
     if args.name is None:
         for each in KERNEL_SETS.values():
-            caps = " ".join(f"{k}={v}" for k, v in each.environ.items())
-            print(f"{each.name:12} {each.kind}\n{'':12} {caps}; here: {cpu_class(each.on(cpu), threads).id}")
+            here = cpu_class(each.on(cpu), threads).id
+            print(f"{each.name:12} {each.kind}\n{'':12} {each.assignments}; here: {here}")
         return 0
     ks = KERNEL_SETS.get(args.name)
     if ks is None:
@@ -227,8 +227,7 @@ def _cmd_kernels(args: argparse.Namespace, rest: list[str]) -> int:
     cache = Path(tempfile.gettempdir()) / f"amp-harness-inductor-{ks.name}"
     env = {**os.environ, **ks.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     on = ks.on(cpu)
-    said = " ".join(f"{k}={v}" for k, v in ks.environ.items())
-    print(f"kernel set {ks.name}: {ks.kind}\n  {said} TORCHINDUCTOR_CACHE_DIR={cache}", flush=True)
+    print(f"kernel set {ks.name}: {ks.kind}\n  {ks.assignments} TORCHINDUCTOR_CACHE_DIR={cache}", flush=True)
     print(f"  runs as {kernel_set(on)}; hardware class {cpu_class(on, threads).id}", flush=True)
     lacking = ks.shortfall(cpu)
     if lacking:

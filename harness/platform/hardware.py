@@ -529,6 +529,11 @@ class KernelSet:
     #: the CPU flags the set's kernels use at most: a CPU that lacks one runs its own, lower kernels
     flags: tuple[str, ...]
 
+    @property
+    def assignments(self) -> str:
+        """The environment in shell words: ``ONEDNN_MAX_CPU_ISA=AVX2 ...``."""
+        return " ".join(f"{k}={v}" for k, v in self.environ.items())
+
     def on(self, cpu: CpuInfo) -> CpuInfo:
         """``cpu`` (uncapped) as it runs under this set."""
         return capped(cpu, onednn_isa_cap(self.environ), aten_capability(self.environ))

@@ -28,6 +28,13 @@ SCALED_MM_CALLS: tuple[tuple[str, str, bool], ...] = (
 PROBE_SHAPE = 16
 
 
+def first_line(error: BaseException) -> str:
+    """What a kernel (or any op) said when it raised: the first line of its message, or the
+    exception's type where the message is empty."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def where(device: torch.device) -> str:
     """The kernel set a device runs, in words: the CPU's (with its caps), or the GPU's name."""
     if device.type == "cuda":
@@ -54,7 +61,7 @@ def _scaled_mm_missing(device: torch.device, implementation: object) -> str | No
             try:
                 _scaled_mm_call(device, a_dtype, b_dtype, rowwise, out)
             except (RuntimeError, NotImplementedError) as e:
-                error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                error = first_line(e)
                 call = f"{a_dtype[6:]} x {b_dtype[6:]} {'rowwise' if rowwise else 'tensorwise'} -> {str(out)[6:]}"
                 failed.setdefault(error, []).append(call)
     if not failed:

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from harness.domains.autocast.catalogue import CATALOGUE, NOT_BITWISE_REPRODUCIBLE, OpCase
+from harness.platform.kernels import first_line
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def _observe(case: OpCase, args: Sequence[Any], device_type: str, dtype: torch.d
     try:
         return dtype_name(_run(case, args, device_type, dtype, True).dtype)
     except RuntimeError as exc:
-        return Raised(str(exc).strip().splitlines()[0][:width])
+        return Raised(first_line(exc)[:width])
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -168,7 +169,7 @@ def probe(case: OpCase, device: torch.device, dtype: torch.dtype, seed: int = 0)
     try:
         out = _run(case, args, device.type, dtype, True)
     except RuntimeError as exc:
-        return Probe(Raised(str(exc).strip().splitlines()[0][:120]))
+        return Probe(Raised(first_line(exc)[:120]))
     hand_cast: HandCast | None = None
     if out.is_floating_point():
         cast_args = [_cast(a, out.dtype) for a in args]

@@ -24,6 +24,7 @@ import torch
 
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
+from harness.platform.kernels import first_line
 
 IMPLEMENTATIONS = ("for-loop", "foreach", "fused")
 OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adagrad")
@@ -70,8 +71,7 @@ def missing(name: str, implementation: str, device: torch.device) -> str | None:
         p.grad = torch.ones_like(p)
         opt.step()
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"torch {torch.__version__} has no {implementation} {name} on {device.type}: {first}"
+        return f"torch {torch.__version__} has no {implementation} {name} on {device.type}: {first_line(e)}"
     return None
 
 
@@ -323,7 +323,7 @@ def clip_reference(grads: list[torch.Tensor], max_norm: float) -> Clipped:
     coef = min(1.0, max_norm / (norm + CLIP_EPS))
     rel = gamma(n + 4, _u())
     clipped = [g * coef for g in g64]
-    eta = 2.0**-149  # float32's smallest subnormal: a product that underflows
+    eta = FP32.smallest_subnormal  # a product that underflows
     return Clipped(
         norm,
         coef,

@@ -101,11 +101,16 @@ PROBE_REF_QUANTILE = 0.05
 PROBE_DTYPES = (torch.bfloat16, torch.float16)
 
 
+def probes(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether a contention probe runs for ``dtype`` on ``device`` (see :func:`contention_probe`)."""
+    return device.type == "cpu" and dtype in PROBE_DTYPES
+
+
 def contention_probe(device: torch.device, dtype: torch.dtype, n: int | None = None) -> Fn | None:
     """The contention probe (an ``n`` square matmul in ``dtype``, PROBE_N by default) on the CPU;
     None on CUDA, where the clock is the GPU's own and a VM's neighbours do not share its matrix
     units, and for a dtype outside PROBE_DTYPES."""
-    if device.type != "cpu" or dtype not in PROBE_DTYPES:
+    if not probes(device, dtype):
         return None
     side = n or PROBE_N
     g = torch.Generator().manual_seed(1)
@@ -123,15 +128,12 @@ def contention_probe(device: torch.device, dtype: torch.dtype, n: int | None = N
 #: a PROBE_N probe costs more than most cases it watches, every round, and a smaller one still keeps
 #: the vector units busy for milliseconds.
 PROBE_SIDES = (PROBE_N, PROBE_N // 2, PROBE_N // 4, PROBE_N // 8)
-#: The longest probe call a calibration chooses: four probe blocks (PROBE_BLOCK_S), so a round's
-#: probe stays a small part of a round even at one call per block.
-PROBE_CALL_S = 4 * 0.005
 
 
 def probe_side(device: torch.device, dtype: torch.dtype) -> int | None:
     """The side of the probe a calibration of ``dtype`` uses here: the largest of PROBE_SIDES whose
     warm call took at most PROBE_CALL_S (the smallest where none did); None where no probe runs."""
-    if contention_probe(device, dtype, PROBE_SIDES[-1]) is None:
+    if not probes(device, dtype):
         return None
     for side in PROBE_SIDES:
         probe = contention_probe(device, dtype, side)
@@ -357,13 +359,13 @@ def _first_call(fn: Fn, device: torch.device) -> float:
 
 def _warm_up(
     fp32: Fn, amp: Fn, device: torch.device, warmup: int, number: int | None = None
-) -> tuple[tuple[int, int], tuple[float, float], tuple[float | None, float | None]]:
+) -> tuple[tuple[int, int], tuple[float, float], tuple[float, float]]:
     """Run both ``warmup`` times (the first call of each timed: a compiled path traces and compiles
     in it); return the iterations per timed block of each path (enough for BLOCK_S of that path,
     unless ``number`` is given: a fast path beside a 26x slower one would otherwise be timed in
     blocks of a millisecond, where overheads and cache state scatter it), the first calls'
-    seconds, and a warm call's seconds of each (None with one warm-up call). On the CPU the warm-up runs on the timing's CPU_THREADS: a compiled function is
-    specialised to the thread count (Dynamo guards on it), so warming it up on another count would
+    seconds, and a warm call's seconds of each (the first call's with one warm-up call). On the
+    CPU the warm-up runs on the timing's CPU_THREADS: a compiled function is specialised to the thread count (Dynamo guards on it), so warming it up on another count would
     leave its recompilation inside the first timed block."""
     later: tuple[list[float], list[float]] = ([], [])
     with timing_threads(device):
@@ -417,10 +419,10 @@ class Rounds:
         does where it is emulated."""
         return cls(least=MIN_ROUNDS, most=MIN_ROUNDS, fit=True)
 
-    def fitted(self, round_s: float | None) -> Rounds:
+    def fitted(self, round_s: float) -> Rounds:
         """These rounds for a round of ``round_s`` seconds (as the warm-up timed it): with ``fit``, a
-        fixed number that fits ``max_s``; unchanged otherwise, or where the round was not timed."""
-        if not self.fit or round_s is None:
+        fixed number that fits ``max_s``; unchanged otherwise."""
+        if not self.fit:
             return self
         n = max(1, min(self.most, int(self.max_s // max(round_s, 1e-9))))
         return Rounds.fixed(n)
@@ -468,8 +470,7 @@ def interleaved(
     read here."""
     policy = rounds if isinstance(rounds, Rounds) else Rounds() if rounds is None else Rounds.fixed(rounds)
     (n_base, n_amp), first, warm = _warm_up(fp32, amp, device, warmup, number)
-    if warm[0] is not None and warm[1] is not None:
-        policy = policy.fitted(n_base * warm[0] + n_amp * warm[1])
+    policy = policy.fitted(n_base * warm[0] + n_amp * warm[1])
     n_probe = _probe_iterations(probe, device) if probe is not None else 0
     base_j: list[float] = []
     amp_j: list[float] = []
@@ -553,6 +554,10 @@ def measure(
 #: Target duration of the contention probe's block in a round: a quarter of a timed block, long
 #: against the clock's resolution, and a small addition to each round.
 PROBE_BLOCK_S = BLOCK_S / 4
+
+#: The longest probe call a calibration chooses (:func:`probe_side`): four probe blocks, so a
+#: round's probe stays a small part of a round even at one call per block.
+PROBE_CALL_S = 4 * PROBE_BLOCK_S
 
 
 def _probe_iterations(probe: Fn, device: torch.device) -> int:

@@ -73,16 +73,14 @@ def faster_first(case: Case, threshold: Threshold, first: bench.Timing) -> Thres
     median = threshold.calibrated_median
     if not threshold.judged or median is None or first.speedup <= median * thresholds.MAX_CALIBRATION_SCATTER:
         return threshold
-    return Threshold(
-        "record",
-        None,
-        f"calibrated: the uncounted first measurement of {'/'.join(case)} ran {first.speedup:.3g}x, "
+    return dataclasses.replace(
+        threshold,
+        expect="record",
+        min_speedup=None,
+        origin=f"calibrated: the uncounted first measurement of {'/'.join(case)} ran {first.speedup:.3g}x, "
         f"{first.speedup / median:.3g}x the counted runs' median {median:.3g} (more than "
         f"{thresholds.MAX_CALIBRATION_SCATTER:.3g}x): the suite measures a case first in its process, where a "
         f"{bench.DETECT_SLOWDOWN}x slower path would pass the threshold; too unsteady here to judge, recorded",
-        median,
-        threshold.probe_s,
-        threshold.probe_side,
     )
 
 

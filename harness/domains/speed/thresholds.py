@@ -128,11 +128,10 @@ def probe_reference(
     ones the class's file already holds for that dtype and probe ``side`` (one probe kernel per dtype;
     contention only adds time). A calibration of one or two cases during a contended spell has too
     few rounds to find the uncontended time itself; an earlier calibration of the class (same torch) has it."""
-    same = (side or PROBE_N,)
     earlier = [
         th.probe_s
         for key, th in stored.items()
-        if key.endswith(f"/{dtype}") and th.probe_s is not None and (th.probe_side or PROBE_N,) == same
+        if key.endswith(f"/{dtype}") and th.probe_s is not None and (th.probe_side or PROBE_N) == (side or PROBE_N)
     ]
     known = [p for p in (this_calibration, *earlier) if p is not None]
     return min(known) if known else None
@@ -170,7 +169,7 @@ def for_device(
     unchanged = unchanged_by_autocast(workload, device, dtype)
     if unchanged is None:
         return threshold
-    return Threshold("record", None, unchanged, threshold.calibrated_median, threshold.probe_s, threshold.probe_side)
+    return dataclasses.replace(threshold, expect="record", min_speedup=None, origin=unchanged)
 
 
 def pays_off_claim(
