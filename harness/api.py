@@ -2,7 +2,8 @@
 
 * Training: what is trained (:class:`Setup`, batches of any structure through :class:`Inputs`),
   how a step runs (the recipes), and the decision rules as functions (parity against fp32, the AMP
-  lane against a correctly rounded float64 emulation). In a pytest test the ``amp_training``
+  lane against a correctly rounded float64 emulation, overflow handling of your optimizer and
+  scaler with a non-finite gradient element planted in your run). In a pytest test the ``amp_training``
   fixture runs them all and records report rows; the functions are for scripts and checks of
   your own.
 * Your loss scaler: :class:`ScalerAdapter` (what to implement), :func:`conformance_machine` (the
@@ -44,6 +45,9 @@ from harness.domains.training import (
     train,
 )
 from harness.domains.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, judge_lane, lane_steps
+from harness.domains.training.overflow import OverflowStep
+from harness.domains.training.overflow import judge as judge_overflow
+from harness.domains.training.overflow import run as plant_overflows
 from harness.numerics.scaled import CastSpec, Granularity
 from harness.numerics.verdict import Outcome
 from harness.storage.baselines import KeyKind
@@ -68,6 +72,7 @@ __all__ = [
     "Inputs",
     "KeyKind",
     "Outcome",
+    "OverflowStep",
     "Recipe",
     "Run",
     "ScalerAdapter",
@@ -82,7 +87,9 @@ __all__ = [
     "conformance_machine",
     "find_runs",
     "judge_lane",
+    "judge_overflow",
     "lane_steps",
     "load_report",
+    "plant_overflows",
     "train",
 ]

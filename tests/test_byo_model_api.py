@@ -3,6 +3,7 @@ nothing, and names the module where a failing AMP run departs from fp32."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,7 @@ from torch import nn
 
 from harness.domains import training as T
 from harness.domains.training.batches import Inputs, call, logits_of, loss_of, split
+from harness.numerics.verdict import Outcome
 
 
 # -- outputs and batches of any structure ---------------------------------------------------------
@@ -229,7 +231,9 @@ def training_checks():
 
     rows = []
     recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
-    return TrainingChecks(recorder, torch.device("cpu"))
+    checks = TrainingChecks(recorder, torch.device("cpu"))
+    checks.rows = rows  # the rows recorded, for the assertions
+    return checks
 
 
 def test_the_resnet18_example_trains_through_the_api_as_it_is():
@@ -315,3 +319,104 @@ def test_too_few_checkpoints_for_a_verdict_are_refused_before_anything_trains(tr
     short = T.Setup("short", _untrainable, UNTRAINED.batch, UNTRAINED.loss, steps=4, lr=1e-3, checkpoint_every=5)
     with pytest.raises(ValueError, match=r"steps=4 with checkpoint_every=5 gives 1 evaluation checkpoint.*at least 10"):
         training_checks.check(short, [T.BF16])
+
+
+# -- overflow handling on the user's own optimizer and scaler ---------------------------------------
+class ScalingAwareSGD(torch.optim.Optimizer):
+    """A user's optimizer that handles loss scaling itself (``_step_supports_amp_scaling``): it
+    reads GradScaler's ``grad_scale`` and ``found_inf`` and unscales inside its step, as a fused
+    kernel does. ``honours_found_inf=False`` is the fault: it steps on an overflow."""
+
+    _step_supports_amp_scaling = True
+
+    def __init__(self, params, lr, honours_found_inf=True):
+        super().__init__(params, {"lr": lr})
+        self.honours_found_inf = honours_found_inf
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        found_inf = getattr(self, "found_inf", None)
+        if self.honours_found_inf and found_inf is not None and float(found_inf) > 0:
+            return None
+        grad_scale = getattr(self, "grad_scale", None)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad if grad_scale is None else p.grad / grad_scale
+                state = self.state[p]
+                state["step"] = state.get("step", torch.zeros(())) + 1
+                p.add_(g, alpha=-group["lr"])
+        return None
+
+
+def _with_optimizer(factory):
+    import dataclasses
+
+    return dataclasses.replace(T.SETUPS["mlp"], name="mlp_user_optimizer", optimizer=factory)
+
+
+def _overflow_rows(checks):
+    return [r for r in checks.rows if ".overflow_step_" in r.metric]
+
+
+def _cheap_check(checks, setup, recipes):
+    checks.check(setup, recipes, seeds=2, lane=False, power=False, determinism=False, census=False)
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda ps, lr: torch.optim.AdamW(ps, lr=lr, fused=True),
+        lambda ps, lr: torch.optim.AdamW(ps, lr=lr, foreach=True),
+        lambda ps, lr: ScalingAwareSGD(ps, lr),
+    ],
+    ids=["fused-AdamW", "foreach-AdamW", "own-optimizer-with-amp-scaling"],
+)
+def test_a_users_optimizer_shows_its_overflow_handling_in_rows(training_checks, factory):
+    """Every recipe with a scaler gets a planted +inf, NaN and -inf at checkpoint steps: a row per
+    step, each passing where parameters and state stay untouched and the scale backs off."""
+    _cheap_check(training_checks, _with_optimizer(factory), [T.FP16_SCALER, T.CLIP])
+    rows = _overflow_rows(training_checks)
+    assert len(rows) == 6 and all(r.outcome is Outcome.PASS for r in rows), rows
+    assert {json.loads(r.tags)["planted"] for r in rows} == {"+inf", "NaN", "-inf"}
+
+
+def test_a_users_optimizer_that_ignores_found_inf_fails_only_the_overflow_rows(training_checks):
+    """The negative control: an optimizer declaring ``_step_supports_amp_scaling`` that steps on an
+    overflow. Parity (no overflow in the clean runs) passes; every planted step fails, naming the
+    parameters it changed."""
+    setup = _with_optimizer(lambda ps, lr: ScalingAwareSGD(ps, lr, honours_found_inf=False))
+    with pytest.raises(AssertionError) as failed:
+        _cheap_check(training_checks, setup, [T.FP16_SCALER])
+    message = str(failed.value)
+    assert "mlp_user_optimizer.fp16+scaler.overflow_step_9: FAILED" in message, message
+    assert "changed parameter 0.weight" in message, message
+    failed_rows = {r.metric for r in training_checks.rows if r.outcome is Outcome.FAIL}
+    assert failed_rows == {f"mlp_user_optimizer.fp16+scaler.overflow_step_{t}" for t in (9, 39, 59)}, failed_rows
+
+
+def test_a_users_scaler_that_never_backs_off_fails_the_overflow_rows(training_checks):
+    """``Setup(scaler=...)`` is the user's own scaler; one that skips the step but keeps its scale
+    fails every planted step, saying what the scale did."""
+    import dataclasses
+
+    import faults.scalers as broken
+
+    setup = dataclasses.replace(T.SETUPS["mlp"], name="mlp_user_scaler", scaler=broken.NeverBacksOff)
+    with pytest.raises(AssertionError) as failed:
+        _cheap_check(training_checks, setup, [T.FP16_SCALER])
+    assert "the scale went 65536 -> 65536, expected x 0.5 = 32768" in str(failed.value), str(failed.value)
+
+
+def test_a_clipping_recipe_whose_clip_never_binds_is_inconclusive(training_checks):
+    """A recipe that claims clipping must have clipped: a max norm above every step's gradient norm
+    tested nothing clipping does, and says so with the norms it saw."""
+    never = T.Recipe("fp16+scaler+clip(1e6)", dtype=torch.float16, scaler=True, clip=1e6)
+    with pytest.raises(AssertionError) as failed:
+        _cheap_check(training_checks, T.SETUPS["mlp"], [never])
+    message = str(failed.value)
+    assert "mlp.fp16+scaler+clip_1e6.clip_binding_steps: INCONCLUSIVE" in message, message
+    assert "clipping bound on 0 of" in message, message
+    binding = [r for r in training_checks.rows if r.metric.endswith("clip_binding_steps")]
+    assert [r.outcome for r in binding] == [Outcome.INCONCLUSIVE]

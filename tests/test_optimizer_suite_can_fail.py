@@ -1,9 +1,12 @@
-"""Negative controls of the optimizer-implementation checks: a fused kernel that ignores
-GradScaler's ``found_inf``, and a lossy foreach kernel, each fail exactly the checks named for them
-(the real suite file, run in a scratch directory with the fault patched into torch)."""
+"""Negative controls of the optimizer-implementation and clipping checks: a fused kernel that
+ignores GradScaler's ``found_inf``, a lossy foreach kernel, and three broken ``clip_grad_norm_``
+(a bf16 reduction, a -1 sentinel for a non-finite norm, ``error_if_nonfinite`` ignored) each fail
+exactly the checks named for them (the real suite file, run in a scratch directory with the fault
+patched into torch)."""
 
 from __future__ import annotations
 
+import pytest
 from helpers import assert_caught, assert_clean, inject, run_inner
 
 FILE = "scaler/test_optimizer_implementations.py"
@@ -67,3 +70,36 @@ def test_a_lossy_clip_grad_norm_fails_the_clipping_check(pytester, suite_copy):
     run.stdout.fnmatch_lines(
         ["*clip_grad_norm_(*) after unscale_ differs from clipping in float64 by*"], consecutive=False
     )
+
+
+CLIPPING = "scaler/test_clipping.py"
+CLIP_TESTS = {
+    "vs_float64": "test_clip_grad_norm_after_unscale_is_clipping_in_float64",
+    "non_finite": "test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_step",
+    "error_if_nonfinite": "test_error_if_nonfinite_raises_and_leaves_the_gradients_as_they_were",
+}
+
+
+def _clipping(pytester, suite_copy, fault):
+    suite_copy(CLIPPING, conftest=False)
+    patches = None if fault is None else {"torch.nn.utils.clip_grad_norm_": f"faults.scalers.{fault}"}
+    inject(pytester, "scaler", patches=patches)
+    return run_inner(pytester)
+
+
+def test_the_clipping_checks_pass_on_torchs_own_clip_grad_norm(pytester, suite_copy):
+    assert_clean(_clipping(pytester, suite_copy, None), at_least=6)
+
+
+@pytest.mark.parametrize(
+    ("fault", "check", "message"),
+    [
+        ("clip_grad_norm_in_bf16", "vs_float64", "*clip.*.vs_float64: FAILED*"),
+        ("clip_norm_sentinel", "non_finite", "*returned a finite norm -1*"),
+        ("clip_ignoring_error_if_nonfinite", "error_if_nonfinite", "*no error raised*"),
+    ],
+)
+def test_a_broken_clip_grad_norm_fails_exactly_its_clipping_check(pytester, suite_copy, fault, check, message):
+    run = _clipping(pytester, suite_copy, fault)
+    assert_caught(run, *(f"*::{CLIP_TESTS[check]}[[]cpu-{impl}]" for impl in ("for-loop", "foreach")))
+    run.stdout.fnmatch_lines([message], consecutive=False)

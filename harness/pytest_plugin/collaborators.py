@@ -194,9 +194,15 @@ class TrainingChecks:
             **(tags or {}),
         }
         dtype = str(result.recipe.dtype or "float32")
+        clipping = T.judge_clipping(setup.name, result)
+        unclipped = None
+        if clipping is not None and not self._record.result(
+            clipping, device=self._device, dtype=dtype, tags={"norms": result.run.clip_norms}
+        ):
+            unclipped = explain(clipping)
         if self._record.result(verdict, device=self._device, dtype=dtype, tags=base):
-            return None
-        message = explain(verdict)
+            return unclipped
+        message = explain(verdict) if unclipped is None else f"{explain(verdict)}\n{unclipped}"
         if verdict.outcome is Outcome.FAIL and not result.recipe.control:
             try:
                 diagnosis = diagnose(setup, result, band, self._device)
@@ -335,9 +341,14 @@ class TrainingChecks:
         lane: bool = True,
         power: bool = True,
         ladder: bool = False,
+        overflow: bool = True,
     ) -> ParityReport:
-        """Parity, the AMP lane with its positive controls, determinism and the gradient census of
-        ``recipes`` on ``setup``; fails the test with every miss. A recipe that passes on a setup
+        """Parity, the AMP lane with its positive controls, determinism, the gradient census and,
+        for recipes with a loss scaler, overflow handling of ``recipes`` on ``setup``; fails the
+        test with every miss. Overflow handling (``overflow=False``: not tried) runs the recipe once
+        more with a non-finite gradient element planted at checkpoint steps: your optimizer and
+        scaler must leave parameters and optimizer state untouched there and back the scale off
+        (:mod:`harness.domains.training.overflow`). A recipe that passes on a setup
         where the lane does not see the canonical broken recipes (no fp32 master weights; for fp16,
         no loss scaling) is INCONCLUSIVE, naming them (``power=False``: not tried, for a setup whose
         power is shown otherwise).
@@ -368,6 +379,8 @@ class TrainingChecks:
             if ladder:
                 for recipe in recipes:
                     self.detection_ladder(setup, recipe, report)
+        if overflow:
+            failures.extend(self.overflow_verdicts(setup, recipes))
         if determinism:
             for recipe in recipes:
                 same, first = T.is_deterministic(setup, recipe, self._device)
@@ -377,6 +390,32 @@ class TrainingChecks:
         if failures:
             raise AssertionError(f"training checks of {setup.name!r} failed:\n" + "\n".join(failures))
         return report
+
+    def overflow_verdicts(self, setup: Setup, recipes: Sequence[Recipe]) -> list[str]:
+        """Overflow handling of each recipe with a loss scaler (controls excepted): a verdict row
+        per planted step; returns the failure messages."""
+        from harness.domains.training import overflow as O
+        from harness.numerics.comparison import explain
+
+        failures: list[str] = []
+        for recipe in recipes:
+            if not recipe.scaler or recipe.control:
+                continue
+            for step in O.run(setup, recipe, self._device):
+                p = step.planted
+                tags = {
+                    "step": p.step,
+                    "parameter": p.parameter,
+                    "element": p.element,
+                    "planted": step.label,
+                    "scale_before": step.scale_before,
+                    "scale_after": step.scale_after,
+                    "changed": list(step.changed),
+                }
+                verdict = O.judge(setup.name, recipe, step)
+                if not self._record.result(verdict, device=self._device, dtype=str(recipe.dtype), tags=tags):
+                    failures.append(explain(verdict))
+        return failures
 
     def require_parity(
         self, setup: Setup, result: RecipeResult, band: Band, tags: dict[str, Any] | None = None

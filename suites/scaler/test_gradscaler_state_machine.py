@@ -30,7 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from harness.domains.scaling import optimizers
+from harness.domains.scaling import clipping
 from harness.domains.scaling import reference as scaling
 from harness.numerics.comparison import compare_claim
 from harness.numerics.verdict import Outcome
@@ -157,7 +157,7 @@ def build_machine(
                 clipped = [p.grad.detach().clone() for p in self.params]
                 if not any(found_inf_per_opt):
                     # clipping against its definition in float64, never against torch's own clip
-                    ref = optimizers.clip_reference(unscaled, clip)
+                    ref = clipping.clip_reference(unscaled, clip)
                     worst = max(
                         float(((c.to("cpu", torch.float64) - r).abs() / b).max())
                         for c, r, b in zip(clipped, ref.grads, ref.budgets, strict=True)

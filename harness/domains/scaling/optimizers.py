@@ -16,7 +16,7 @@ non-finite gradient element planted at chosen steps, and every step is checked:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,22 +246,44 @@ def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[s
 
 
 def changed(step: Step) -> list[str]:
-    """What an overflow step changed that it must not have: parameters, state tensors or step
-    counts (bitwise), or state created with other than its initial zeros."""
+    """What an overflow step changed that it must not have (:func:`differences`)."""
+    return differences(step.params_before, step.params_after, step.state_before, step.state_after)
+
+
+def differences(
+    params_before: Sequence[torch.Tensor],
+    params_after: Sequence[torch.Tensor],
+    state_before: Mapping[Any, Mapping[str, Any]],
+    state_after: Mapping[Any, Mapping[str, Any]],
+    names: Sequence[str] | None = None,
+) -> list[str]:
+    """What a skipped step changed: parameters, optimizer state tensors or step counts (bitwise,
+    NaN equal to NaN), or state created with other than its initial zeros. State is keyed by
+    parameter (index or name); ``names`` label the parameters in what is said."""
+    label = (lambda i: str(names[i])) if names is not None else str
     out = []
-    for i, (b, a) in enumerate(zip(step.params_before, step.params_after, strict=True)):
-        if not torch.equal(b, a):
-            out.append(f"parameter {i} ({int((b != a).sum())} of {b.numel()} elements)")
-    for i, after in step.state_after.items():
-        before = step.state_before.get(i, {})
-        for key, value in after.items():
-            if key in before:
-                was = before[key]
-                if not (torch.equal(was.isnan(), value.isnan()) and torch.equal(was.nan_to_num(), value.nan_to_num())):
-                    out.append(f"state {key} of parameter {i}")
-            elif bool((value != 0).any()):
-                out.append(f"state {key} of parameter {i} created non-zero ({value.flatten()[:3].tolist()})")
+    for i, (b, a) in enumerate(zip(params_before, params_after, strict=True)):
+        if not same_bits(b, a):
+            out.append(f"parameter {label(i)} ({int((b != a).sum())} of {b.numel()} elements)")
+    for key, after in state_after.items():
+        before = state_before.get(key, {})
+        for entry, value in after.items():
+            if entry in before:
+                if not same_bits(before[entry], value):
+                    out.append(f"state {entry} of parameter {key}")
+            elif isinstance(value, torch.Tensor) and bool((value != 0).any()):
+                out.append(f"state {entry} of parameter {key} created non-zero ({value.flatten()[:3].tolist()})")
     return out
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Bitwise equality of two state entries, NaN equal to NaN (non-tensors by ==)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return bool(a == b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    nan_a, nan_b = a.isnan(), b.isnan()
+    return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
 
 
 #: The registered known issue of torch's fused SGD (harness/domains/scaling/reference.py).
@@ -292,44 +314,3 @@ def first_step_overflow_uses_uninitialised_momentum(
                 return False  # no buffer kept: the next step starts it
             buf.fill_(math.nan)
     return bool(p.detach().isnan().any())
-
-
-#: torch.nn.utils.clip_grad_norm_'s epsilon in its coefficient max_norm / (total_norm + 1e-6)
-CLIP_EPS = 1e-6
-
-
-@dataclass(frozen=True)
-class Clipped:
-    """Gradient clipping computed in float64: the total 2-norm, the coefficient and the clipped
-    gradients, with each element's budget for the same clipping done in float32."""
-
-    total_norm: float
-    coefficient: float
-    grads: list[torch.Tensor]
-    budgets: list[torch.Tensor]
-    origin: str
-
-
-def clip_reference(grads: list[torch.Tensor], max_norm: float) -> Clipped:
-    """``clip_grad_norm_(max_norm)`` of ``grads`` (unscaled), from its definition in float64:
-    norm = sqrt(sum g^2) over every element, coefficient min(1, max_norm / (norm + 1e-6)).
-
-    Budget (float32): the norm's n squares and n - 1 additions and its square root err by at most
-    gamma_{n+1} relatively (positive terms; torch sums per-tensor norms, the same count), the
-    coefficient's addition and division add 2 roundings, the product one: gamma_{n+4} |clipped|."""
-    g64 = [g.detach().to("cpu", torch.float64) for g in grads]
-    n = sum(g.numel() for g in g64)
-    norm = math.sqrt(sum(float((g * g).sum()) for g in g64))
-    coef = min(1.0, max_norm / (norm + CLIP_EPS))
-    rel = gamma(n + 4, _u())
-    clipped = [g * coef for g in g64]
-    eta = FP32.smallest_subnormal  # a product that underflows
-    return Clipped(
-        norm,
-        coef,
-        clipped,
-        [rel * c.abs() + eta for c in clipped],
-        f"clip_grad_norm_({max_norm:g}) from its definition in float64 (norm {norm:.6g}, coefficient "
-        f"{coef:.6g}); float32 budget gamma_{n + 4}(2^-24) |clipped| (n = {n} squares and sums, the "
-        f"square root, the coefficient, the product)",
-    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,8 @@ class Run:
     weights: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     #: the training state after the steps asked for with ``keep_states_at`` (the AMP lane's states)
     states: dict[int, State] = field(default_factory=dict)
+    #: a clipping recipe's total gradient norm at each step, as clip_grad_norm_ returned it
+    clip_norms: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -184,11 +186,13 @@ def _perturb(recipe: Recipe, params: Sequence[nn.Parameter], seed: int, step: in
 
 def _unscale_and_clip(
     recipe: Recipe, params: Sequence[nn.Parameter], opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None
-) -> None:
+) -> float | None:
+    """Unscale (with a scaler) and clip, for a recipe that clips; the total norm, else None."""
     if scaler is not None and recipe.clip is not None:
         scaler.unscale_(opt)
     if recipe.clip is not None:
-        torch.nn.utils.clip_grad_norm_(params, recipe.clip)
+        return float(torch.nn.utils.clip_grad_norm_(params, recipe.clip))
+    return None
 
 
 def _copy_state(obj: Any) -> Any:
@@ -207,6 +211,7 @@ def train(
     compile: Callable[[nn.Module], nn.Module] | None = None,
     overflow_at: frozenset[int] = frozenset(),
     keep_states_at: frozenset[int] = frozenset(),
+    plant: Mapping[int, Callable[[Sequence[nn.Parameter]], None]] | None = None,
 ) -> Run:
     """Run ``setup`` with ``recipe``; deterministic for a given seed on a given stack.
 
@@ -219,6 +224,9 @@ def train(
     overflows (:func:`overflow_gate`: inside the compiled graph when compiled) and a scaler must
     skip the step. ``keep_states_at``: the training :class:`State` after those steps (the AMP
     lane, :mod:`harness.domains.training.amp_lane`, takes the next step again from it).
+    ``plant``: at those steps, after the backward pass and before unscaling, clipping and the
+    optimizer step, the callable edits the (scaled) gradients of the trainable parameters (a
+    non-finite element: :mod:`harness.domains.training.overflow`).
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
@@ -233,7 +241,7 @@ def train(
     lr = setup.lr / recipe.loss_factor if setup.plain_sgd else setup.lr
     opt = setup.make_optimizer(params, lr)
     schedule = setup.schedule(opt) if setup.schedule is not None else None
-    scaler = torch.amp.GradScaler(dev.type) if recipe.scaler else None
+    scaler = setup.make_scaler(dev.type) if recipe.scaler else None
     gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
     eval_inputs, eval_targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
     checkpoints = set(setup.checkpoints())
@@ -255,7 +263,11 @@ def train(
         opt.zero_grad(set_to_none=True)
         step_loss = _gradients(setup, recipe, forward_model, params, scaler, inputs, targets, dev)
         _perturb(recipe, params, seed, step)
-        _unscale_and_clip(recipe, params, opt, scaler)
+        if plant is not None and step in plant:
+            plant[step](params)
+        norm = _unscale_and_clip(recipe, params, opt, scaler)
+        if norm is not None:
+            run.clip_norms.append(norm)
         grads = [p.grad for p in params if p.grad is not None]
         zero += sum(int((g == 0).sum()) for g in grads)
         total += sum(g.numel() for g in grads)

@@ -289,6 +289,29 @@ def conclusive(setup: str, r: RecipeResult) -> ClaimComparison | None:
     )
 
 
+def judge_clipping(setup: str, r: RecipeResult) -> ClaimComparison | None:
+    """For a recipe that clips: whether clipping bound (total norm > max norm) on some taken step.
+    A run where it never did tested nothing clipping does: INCONCLUSIVE. None for other recipes."""
+    if r.recipe.clip is None:
+        return None
+    finite = [n for n in r.run.clip_norms if math.isfinite(n)]
+    binding = sum(n > r.recipe.clip for n in finite)
+    return compare_claim(
+        f"{setup}.{r.recipe.metric_id}.clip_binding_steps",
+        binding,
+        binding > 0,
+        f"clip_grad_norm_({r.recipe.clip:g}) binds (total norm > {r.recipe.clip:g}) on some step with a finite "
+        "norm: otherwise the recipe's clipping was never exercised",
+        detail=(
+            f"{setup} / {r.recipe.name}: clipping bound on {binding} of {len(finite)} steps with a finite norm "
+            f"(norms {min(finite, default=math.nan):.3g} to {max(finite, default=math.nan):.3g}); choose a max norm "
+            "below the gradients' norm",
+        ),
+        unit="steps",
+        inconclusive=True,
+    )
+
+
 def judge(setup: str, r: RecipeResult) -> ClaimComparison:
     """The parity verdict of one recipe, decided once: INCONCLUSIVE when it tested nothing
     (:func:`conclusive`); an AMP recipe must stay within the allowance (worst |diff|/allowance <=

@@ -27,6 +27,8 @@ LossFn = Callable[[torch.Tensor, Any], torch.Tensor]  # (output tensor in fp32, 
 OptimizerFactory = Callable[[list[nn.Parameter], float], torch.optim.Optimizer]
 #: optimizer -> learning-rate scheduler, stepped once per training step (taken or skipped)
 ScheduleFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
+#: device type -> the loss scaler of a recipe with one: torch.amp.GradScaler or a subclass (your own)
+ScalerFactory = Callable[[str], torch.amp.GradScaler]
 
 
 def metric_id(name: str) -> str:
@@ -117,7 +119,8 @@ class Setup:
     ``loss`` takes the output tensor (``output(model_output)``, in fp32 or wider) and the targets; None means
     the model computes its own (``.loss`` / ``["loss"]`` of its output, labels in the inputs).
     ``optimizer`` is a name from :data:`OPTIMIZERS` or a factory ``(params, lr) -> Optimizer``;
-    ``weight_decay`` applies to the named ones; ``schedule`` builds an LR scheduler.
+    ``weight_decay`` applies to the named ones; ``schedule`` builds an LR scheduler; ``scaler``
+    builds the loss scaler of the recipes with one (default ``torch.amp.GradScaler(device)``).
     """
 
     name: str
@@ -131,6 +134,7 @@ class Setup:
     weight_decay: float = 0.0
     schedule: ScheduleFactory | None = None
     output: Callable[[Any], torch.Tensor] = logits_of
+    scaler: ScalerFactory | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.optimizer, str):
@@ -156,6 +160,10 @@ class Setup:
         if isinstance(self.optimizer, str):
             return make_optimizer(self.optimizer, params, lr, self.weight_decay)
         return self.optimizer(list(params), lr)
+
+    def make_scaler(self, device_type: str) -> torch.amp.GradScaler:
+        """The loss scaler of a recipe with one: yours, or torch's GradScaler with its defaults."""
+        return torch.amp.GradScaler(device_type) if self.scaler is None else self.scaler(device_type)
 
     def forward(self, model: nn.Module, inputs: Any) -> Any:
         """The model's raw output for batch inputs of any structure."""

@@ -1,0 +1,131 @@
+"""Claim family: gradient clipping between GradScaler's unscale_ and step is clipping by its
+definition, a non-finite norm skips the step, and error_if_nonfinite is honoured.
+
+A small fp16-autocast model is trained under GradScaler with ``unscale_`` -> ``clip_grad_norm_``
+-> ``step``, in both of clip_grad_norm_'s implementations (for-loop and foreach), with maximum
+norms that bind and one that does not (``harness/domains/scaling/clipping.py``). The expected
+total norm and clipped gradients are computed in float64 from the definition, from gradients the
+harness unscales itself; a regression in ``clip_grad_norm_`` cannot move its own reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.domains.scaling import clipping as C
+from harness.numerics.comparison import compare_claim, compare_within
+
+pytestmark = pytest.mark.amp_capability("loss scaling")
+
+IMPLEMENTATIONS = list(C.IMPLEMENTATIONS)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_clip_grad_norm_after_unscale_is_clipping_in_float64(implementation, amp_device, amp_record):
+    steps = C.observe(C.IMPLEMENTATIONS[implementation], amp_device)
+    actual, expected, budget = [], [], []
+    coefficients = []
+    for o in steps:
+        ref = C.clip_reference(o.unscaled, o.max_norm)
+        coefficients.append(ref.coefficient)
+        # the returned total norm, then every clipped gradient element
+        actual += [torch.tensor([o.norm], dtype=torch.float64), *(c.flatten() for c in o.clipped)]
+        expected += [torch.tensor([ref.total_norm]), *(r.flatten() for r in ref.grads)]
+        budget += [torch.tensor([C.norm_budget(o.unscaled) * ref.total_norm]), *(b.flatten() for b in ref.budgets)]
+    binding = sum(c < 1.0 for c in coefficients)
+    amp_record(
+        f"clip.{implementation}.coefficients",
+        min(coefficients),
+        unit="min(1, max_norm / norm)",
+        device=amp_device,
+        tags={"per_step": coefficients, "max_norms": [o.max_norm for o in steps]},
+        note="clip_grad_norm_'s coefficient at each step, from float64 (information)",
+    )
+    amp_record.require(
+        compare_claim(
+            f"clip.{implementation}.binding_steps",
+            binding,
+            0 < binding < len(steps),
+            "clipping binds on some steps and not on others, so both sides of min(1, max_norm / norm) are judged",
+            detail=f"coefficients {[f'{c:.3g}' for c in coefficients]}",
+            inconclusive=True,
+        ),
+        device=amp_device,
+    )
+    amp_record.require(
+        compare_within(
+            f"clip.{implementation}.vs_float64",
+            torch.cat(actual),
+            torch.cat(expected),
+            torch.cat(budget),
+            f"the returned total norm (first element of each step) and the clipped gradients against "
+            f"{C.clip_reference(steps[0].unscaled, steps[0].max_norm).origin}",
+            what=f"|{implementation} unscale_ + clip_grad_norm_ - float64|",
+        ),
+        device=amp_device,
+        tags={"steps": len(steps), "binding": binding},
+    )
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_step(
+    implementation, amp_device, amp_record
+):
+    steps = C.observe(C.IMPLEMENTATIONS[implementation], amp_device, non_finite=True)
+    problems = []
+    for t, o in enumerate(steps):
+        if math.isfinite(o.norm):
+            problems.append(f"step {t}: {o.planted} planted, clip_grad_norm_ returned a finite norm {o.norm:g}")
+        if o.changed:
+            problems.append(f"step {t}: {o.planted} planted, the step changed {', '.join(o.changed)}")
+        if o.scale_after != o.scale_before * 0.5:
+            problems.append(f"step {t}: the scale went {o.scale_before:g} -> {o.scale_after:g}, not halved")
+    amp_record.require(
+        compare_claim(
+            f"clip.{implementation}.non_finite_norm_skips",
+            len(problems),
+            not problems,
+            "+inf, NaN or -inf in one scaled gradient element: unscale_ then clip_grad_norm_ returns a non-finite "
+            "norm (never a finite sentinel, which would flip or scale every gradient), GradScaler skips the step "
+            "(parameters and optimizer state bitwise unchanged) and halves the scale",
+            detail=problems or f"{len(steps)} steps, each skipped with a non-finite norm",
+            expected=0,
+            allowance=0,
+            unit="violations",
+        ),
+        device=amp_device,
+        tags={"norms": [str(o.norm) for o in steps], "planted": [str(o.planted) for o in steps]},
+    )
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_error_if_nonfinite_raises_and_leaves_the_gradients_as_they_were(implementation, amp_device, amp_record):
+    foreach = C.IMPLEMENTATIONS[implementation]
+    problems = []
+    for t, o in enumerate(C.observe(foreach, amp_device, non_finite=True, error_if_nonfinite=True)):
+        if o.raised is None:
+            problems.append(f"step {t}: {o.planted} planted, no error raised (norm {o.norm:g})")
+        if not o.kept_gradients:
+            problems.append(f"step {t}: the gradients changed although clipping refused")
+        if o.changed:
+            problems.append(f"step {t}: the step changed {', '.join(o.changed)}")
+    for t, o in enumerate(C.observe(foreach, amp_device, error_if_nonfinite=True)):
+        if o.raised is not None:
+            problems.append(f"step {t}: finite gradients, yet clip_grad_norm_ raised: {o.raised}")
+    amp_record.require(
+        compare_claim(
+            f"clip.{implementation}.error_if_nonfinite",
+            len(problems),
+            not problems,
+            "error_if_nonfinite=True: a non-finite total norm raises RuntimeError with the gradients bitwise "
+            "as they were; finite gradients never raise",
+            detail=problems or "every non-finite norm raised, every finite one clipped",
+            expected=0,
+            allowance=0,
+            unit="violations",
+        ),
+        device=amp_device,
+    )
