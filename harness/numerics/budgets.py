@@ -226,15 +226,29 @@ def ddp_compression(locals_: torch.Tensor, fmt: FloatFormat, world: int) -> Budg
     result casts back exactly; plus the fp32 reference's own gamma_W(2^-24).
     """
     g = locals_.to(torch.float64).abs()
-    u, eta = _u(fmt), _eta(fmt)
-    per_rank = ((2 * u + u * u) * g / world + 2 * eta).sum(0)
-    summed = gamma(world - 1, u) * (1 + 2 * u) * (g / world).sum(0)
     reference = gamma(world, _u(FP32)) * (g / world).sum(0)
     return Budget(
-        per_rank + summed + reference,
+        _reduce_in(g, fmt, world) + reference,
         f"{fmt.name} rounding and /W per rank, gamma_{world - 1} all-reduce sum in {fmt.name}, "
         f"gamma_{world}(2^-24) of the fp32 reference",
     )
+
+
+def low_precision_reduce(locals_: torch.Tensor, fmt: FloatFormat, world: int) -> Budget:
+    """A reduce(-scatter) of W gradients in ``fmt`` (a declared reduce dtype) against their exact
+    mean: each rank's gradient rounds to ``fmt`` and is divided by W, in either order, with a
+    rounding each ((2u+u^2)|g_r|/W + 2 eta), and the W terms are summed in ``fmt`` (gamma_{W-1})."""
+    return Budget(
+        _reduce_in(locals_.to(torch.float64).abs(), fmt, world),
+        f"reduce of W={world} gradients in {fmt.name}: its rounding and /W per rank, gamma_{world - 1} sum",
+    )
+
+
+def _reduce_in(g: torch.Tensor, fmt: FloatFormat, world: int) -> torch.Tensor:
+    u, eta = _u(fmt), _eta(fmt)
+    per_rank = ((2 * u + u * u) * g / world + 2 * eta).sum(0)
+    summed = gamma(world - 1, u) * (1 + 2 * u) * (g / world).sum(0)
+    return per_rank + summed
 
 
 def reordered_batch_losses(losses: torch.Tensor, batch: int, fmt: FloatFormat) -> Budget:

@@ -25,3 +25,9 @@ def ddp_hook() -> dict[str, str]:
 def sharded_scaler() -> str:
     """The gradient scaler of sharded (FSDP2) training."""
     return "harness.domains.distributed.ranks:sharded_grad_scaler"
+
+
+@pytest.fixture
+def fsdp2_shard() -> str:
+    """FSDP2's sharding function, applied with the declared mixed-precision policy."""
+    return "torch.distributed.fsdp:fully_shard"

@@ -67,3 +67,48 @@ def rank_crashes(rank: int, world: int) -> None:
 def rank_hangs(rank: int, world: int) -> None:
     if rank == 1:
         time.sleep(3600)
+
+
+def uncompressed_hook(state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """A "compression" hook that silently does not compress: it all-reduces the fp32 bucket
+    (divided by the world size). Its gradients are exact; its declared fp16 is not what it sends."""
+    return _allreduce_into_bucket(bucket, bucket.buffer().div(dist.get_world_size()))
+
+
+def fully_shard_ignoring_reduce_dtype(module: torch.nn.Module, **kwargs: Any) -> Any:
+    """FSDP2 that drops the declared reduce dtype: gradients are reduced in the parameter dtype."""
+    import dataclasses
+
+    from torch.distributed.fsdp import fully_shard
+
+    kwargs["mp_policy"] = dataclasses.replace(kwargs["mp_policy"], reduce_dtype=None)
+    return fully_shard(module, **kwargs)
+
+
+def fully_shard_ignoring_output_dtype(module: torch.nn.Module, **kwargs: Any) -> Any:
+    """FSDP2 that drops the declared output dtype: the root returns the parameter dtype."""
+    import dataclasses
+
+    from torch.distributed.fsdp import fully_shard
+
+    kwargs["mp_policy"] = dataclasses.replace(kwargs["mp_policy"], output_dtype=None)
+    return fully_shard(module, **kwargs)
+
+
+def fully_shard_with_lossy_reduce_scatter(module: torch.nn.Module, **kwargs: Any) -> Any:
+    """FSDP2 whose reduce-scatter input is rounded through fp8 (e4m3) on the way: the declared
+    dtypes are all carried, but the reduced gradients lose far more than the declared reduce
+    dtype allows."""
+    from torch.distributed.fsdp import fully_shard
+
+    original = dist.reduce_scatter_single
+    if not getattr(original, "lossy", False):
+
+        def lossy(output: torch.Tensor, input: torch.Tensor, *args: Any, **kw: Any) -> Any:
+            with torch.no_grad():
+                input.copy_(input.to(torch.float8_e4m3fn).to(input.dtype))
+            return original(output, input, *args, **kw)
+
+        lossy.lossy = True  # type: ignore[attr-defined]
+        dist.reduce_scatter_single = lossy
+    return fully_shard(module, **kwargs)

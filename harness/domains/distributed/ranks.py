@@ -11,6 +11,7 @@ raises with the failing rank's traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -172,10 +173,13 @@ DEFAULT_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"
 
 def ddp_gradients(rank: int, world: int, hook: str, plain_hook: str | None = None) -> dict[str, Any]:
     """One backward of DDP with plain fp32 all-reduce and one with a compression hook
-    (``module:function``): both averaged gradients, and this rank's local gradients.
+    (``module:function``): both averaged gradients, this rank's local gradients, and the dtypes
+    each run's Python-level collectives carried (DDP's own all-reduce runs in C++: none seen).
     ``plain_hook``: the communication path of the "plain" run (None: DDP's own all-reduce; the
     harness's negative controls put a lossy one there)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from harness.domains.distributed import policy as P
 
     dev = _device(rank)
     local = _model().to(dev)
@@ -186,8 +190,11 @@ def ddp_gradients(rank: int, world: int, hook: str, plain_hook: str | None = Non
         ddp = DDP(_model().to(dev), device_ids=[rank] if dev.type == "cuda" else None)
         if h is not None:
             ddp.register_comm_hook(None, resolve(h))
-        torch.nn.functional.mse_loss(ddp(x.to(dev)), y.to(dev)).backward()  # type: ignore[no-untyped-call]
+        observed = P.Observed()
+        with P.observe_collectives(observed):
+            torch.nn.functional.mse_loss(ddp(x.to(dev)), y.to(dev)).backward()  # type: ignore[no-untyped-call]
         out[name] = _grads(ddp.module)
+        out[f"{name}_observed"] = observed.as_dict()
     return out
 
 
@@ -247,28 +254,49 @@ def single_process_amp_training(steps: int) -> list[float]:
     return _amp_loop(_model().to(dev), dev, steps, _global_batch, lambda v: v)
 
 
-def fsdp2_gradients(rank: int, world: int, reduce_dtype: str) -> dict[str, Any]:
-    """One backward of FSDP2 (``fully_shard``) with bf16 parameters and the given reduce dtype:
-    the full averaged gradients, and this rank's gradients of the same bf16 computation unsharded."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+#: FSDP2's sharding function (``module:function``): what the ranks wrap the model with.
+FULLY_SHARD = "torch.distributed.fsdp:fully_shard"
 
+
+def fsdp2_gradients(rank: int, world: int, reduce_dtype: str, shard: str = FULLY_SHARD) -> dict[str, Any]:
+    """One forward and backward of FSDP2 (``shard``, each Linear and the root) under the policy
+    param_dtype=bf16, the given reduce dtype, cast_forward_inputs=True (and output_dtype=fp32 on
+    the root): the full
+    averaged gradients, this rank's gradients of the same bf16 computation unsharded, and what the
+    collectives carried and the modules computed in (:mod:`harness.domains.distributed.policy`)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from harness.domains.distributed import policy as P
+
+    fully_shard = resolve(shard)
     dev = _device(rank)
     x, y = _batch(rank)
     local = _model().to(dev).to(torch.bfloat16)
     torch.nn.functional.mse_loss(local(x.to(dev, torch.bfloat16)).float(), y.to(dev)).backward()  # type: ignore[no-untyped-call]
+    declared = {
+        "param_dtype": "bfloat16",
+        "reduce_dtype": reduce_dtype,
+        "output_dtype": "float32",
+        "cast_forward_inputs": True,
+    }
+    inner = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, reduce_dtype), cast_forward_inputs=True
+    )
     model = _model().to(dev)
     for layer in list(model.modules()):
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(
-                layer,
-                mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, reduce_dtype)),
-            )
-    fully_shard(
-        model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, reduce_dtype))
-    )
-    torch.nn.functional.mse_loss(model(x.to(dev)).float(), y.to(dev)).backward()  # type: ignore[no-untyped-call]
+            fully_shard(layer, mp_policy=inner)
+    # the output dtype on the root only: inner outputs stay bf16, as the unsharded bf16 computation's
+    fully_shard(model, mp_policy=dataclasses.replace(inner, output_dtype=torch.float32))
+    observed = P.Observed()
+    handles = P.observe_modules(model, observed)
+    with P.observe_collectives(observed):
+        out = model(x.to(dev))
+        torch.nn.functional.mse_loss(out, y.to(dev)).backward()  # type: ignore[no-untyped-call]
+    for h in handles:
+        h.remove()
     full = [p.grad.full_tensor().float().cpu().flatten().tolist() for p in model.parameters()]  # type: ignore[union-attr]
-    return {"averaged": full, "local": _grads(local)}
+    return {"averaged": full, "local": _grads(local), "declared": declared, "observed": observed.as_dict()}
 
 
 def sharded_scaler_step(rank: int, world: int, scaler: str, inf_ranks: list[int]) -> list[dict[str, Any]]:

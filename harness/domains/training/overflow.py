@@ -26,6 +26,8 @@ from harness.domains.training.loop import INIT_SEED, State, train
 from harness.domains.training.recipes import Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
+#: Changes named in a failure message; the rest are counted.
+SHOWN = 5
 #: The non-finite values planted, in turn: each is a way a real overflow shows in a gradient.
 VALUES = (math.inf, math.nan, -math.inf)
 
@@ -112,7 +114,13 @@ def _observe(planted: Planted, before: State, after: State, names: list[str], ba
 def judge(setup_name: str, recipe: Recipe, step: OverflowStep) -> ClaimComparison:
     """An overflowed step must change nothing and back the scale off (one verdict per step)."""
     p = step.planted
-    detail = [f"changed {what}" for what in step.changed]
+    detail = [f"changed {what}" for what in step.changed[:SHOWN]]
+    if len(step.changed) > SHOWN:
+        params = sum(what.startswith("parameter ") for what in step.changed)
+        detail.append(
+            f"... and {len(step.changed) - SHOWN} more: {params} parameters and "
+            f"{len(step.changed) - params} optimizer state entries changed in all"
+        )
     if not step.backed_off:
         detail.append(
             f"the scale went {step.scale_before:g} -> {step.scale_after:g}, expected x {step.backoff:g} "
@@ -120,7 +128,7 @@ def judge(setup_name: str, recipe: Recipe, step: OverflowStep) -> ClaimCompariso
         )
     return compare_claim(
         f"{setup_name}.{recipe.metric_id}.overflow_step_{p.step}",
-        len(detail),
+        len(step.changed) + (not step.backed_off),
         not detail,
         f"{step.label} planted in element {p.element} of {p.parameter}'s gradient at step {p.step}: parameters, "
         "optimizer state and step counts bitwise unchanged, and the scale x the scaler's backoff factor",
