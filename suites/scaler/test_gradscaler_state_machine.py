@@ -32,6 +32,7 @@ from hypothesis.stateful import (
 
 from harness.domains.scaling import clipping
 from harness.domains.scaling import reference as scaling
+from harness.domains.scaling.optimizers import same_bits
 from harness.numerics.comparison import compare_claim
 from harness.numerics.verdict import Outcome
 
@@ -64,9 +65,8 @@ def _state_tensors(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 
 def _bitwise(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and torch.equal(x.nan_to_num(), y.nan_to_num()) for x, y in zip(a, b, strict=True)
-    )
+    """Bitwise equal, NaN equal to NaN (an inf never equals the largest finite value)."""
+    return len(a) == len(b) and all(same_bits(x, y) for x, y in zip(a, b, strict=True))
 
 
 def build_machine(
