@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from harness.numerics.verdict import Outcome
+
 REPO = Path(__file__).resolve().parent.parent
 SUITES = REPO / "suites"
 TESTS = Path(__file__).resolve().parent
@@ -86,7 +88,7 @@ def inject(
 
 # -- negative controls: one way to say a fault was caught -------------------------------------------
 #: row outcomes that mean a check did not judge: a failure carrying only these proves nothing
-NOT_JUDGED = frozenset({"noisy", "unjudged", "inconclusive", "info"})
+NOT_JUDGED = frozenset(o.value for o in Outcome if not o.judged and o is not Outcome.SKIP)
 
 
 @dataclass(frozen=True)

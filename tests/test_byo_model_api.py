@@ -170,7 +170,7 @@ def test_a_recipe_whose_steps_were_all_skipped_is_inconclusive_never_pass(pytest
     rows = run.rows[run.rows["metric"].str.endswith("taken_steps")]
     assert rows["outcome"].tolist() == ["inconclusive"] and rows["value"].tolist() == [0.0]
     (verdict,) = [v for v in qualify.verdicts(tmp_path / "junit.xml") if v.capability == "training parity"]
-    assert verdict.status is qualify.Status.INCONCLUSIVE, verdict
+    assert verdict.status is qualify.Outcome.INCONCLUSIVE, verdict
 
 
 def test_the_same_model_trained_long_enough_is_judged():

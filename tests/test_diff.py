@@ -47,7 +47,7 @@ BASE = [
     _row("numerics", "test_c[cpu]", "exp.error_over_budget", 1.5, "fail"),
     _row("numerics", "test_d[cpu]", "log.error_over_budget", 0.1),
     _row("numerics", "test_stat[cpu]", "loss.distance", 1.0, drift=0.1),
-    _row("speed", "test_speed[cpu]", "matmul.speedup", 2.0, "unjudged"),
+    _row("speed", "test_speed[cpu]", "matmul.speedup", 2.0, "pass"),
     _policy("torch.mm", "lower_precision"),
     _policy("torch.softmax", "fp32"),
     _known("issue-one", "known"),
@@ -62,7 +62,7 @@ def _b_rows() -> list[dict[str, Any]]:
     del rows[3]  # test_d missing
     rows.append(_row("numerics", "test_e[cpu]", "pow.error_over_budget", 0.3))  # new
     rows[3] = _row("numerics", "test_stat[cpu]", "loss.distance", 1.05, drift=0.1)  # within its drift
-    rows[4] = _row("speed", "test_speed[cpu]", "matmul.speedup", 1.2, "unjudged")  # 1.67x slower
+    rows[4] = _row("speed", "test_speed[cpu]", "matmul.speedup", 1.2, "pass")  # 1.67x slower
     rows[5] = _policy("torch.mm", "fp32")  # a policy cell changed
     rows[7] = _known("issue-one", "pass")  # a known issue disappeared
     rows[8] = _known("issue-two", "known")  # another appeared
@@ -101,6 +101,16 @@ def test_each_kind_of_change_gets_its_status(runs):
     assert got[("known", "issue-two")].detail == "A: absent, B: present"
 
 
+def test_a_speedup_judged_against_nothing_is_not_compared_and_is_counted(tmp_path):
+    """A case calibration never judges (layer_norm, kept in fp32 by autocast: its ratio is noise)
+    moving 0.63 -> 1.00 is not "changed beyond the speed rule's detectable 1.3x"."""
+    a = _run(tmp_path / "a", "a", [_row("speed", "test_speed[cpu]", "layer_norm.speedup", 0.63, "unjudged")])
+    b = _run(tmp_path / "b", "b", [_row("speed", "test_speed[cpu]", "layer_norm.speedup", 1.00, "unjudged")])
+    d = df.diff(df.load_side("A", a), df.load_side("B", b))
+    assert not [c for c in d.changes if c.kind == "speed"], d.changes
+    assert d.speed_not_compared == 1 and "1 speedups not compared" in d.summary()
+
+
 def test_a_statistic_beyond_its_drift_is_changed(tmp_path):
     a = _run(tmp_path / "a", "a", [_row("t", "test_s", "loss.distance", 1.0, drift=0.1)])
     b = _run(tmp_path / "b", "b", [_row("t", "test_s", "loss.distance", 1.2, drift=0.1)])
@@ -122,7 +132,7 @@ def test_the_text_table_is_grouped_by_suite_and_fits_100_columns(runs, capsys):
 
 def test_exit_status_is_0_without_a_regression_even_when_things_changed(tmp_path):
     rows = [dict(r) for r in BASE]
-    b_rows = [*rows[:5], _row("speed", "test_speed[cpu]", "matmul.speedup", 9.0, "unjudged"), *rows[6:]]
+    b_rows = [*rows[:5], _row("speed", "test_speed[cpu]", "matmul.speedup", 9.0, "pass"), *rows[6:]]
     a, b = _run(tmp_path / "a", "a", rows), _run(tmp_path / "b", "b", b_rows)
     assert main(["diff", str(a), str(b)]) == 0
     assert main(["compare", str(a), str(a)]) == 0  # the old command's name is an alias
@@ -139,7 +149,7 @@ def test_the_formats_carry_the_same_entries(runs, tmp_path, fmt):
         assert list(table.columns) == list(df.COLUMNS)
         assert set(table["status"]) == {s.value for s in df.Status}  # unchanged entries included
     elif fmt == "md":
-        assert "| regressed | check | `test_a[cpu]` | pass | fail |" in text
+        assert "| regressed | check | `test_a[cpu]` | PASS | FAIL |" in text
     else:
         assert "<tr class='regressed'><td>regressed</td><td>check</td><td>test_a[cpu]</td>" in text
 

@@ -78,6 +78,8 @@ def test_rows_are_neither_lost_nor_duplicated_under_xdist(pytester):
     assert keys.is_unique
     assert len(keys) == 6
     assert df["run_id"].nunique() == 1
+    tests = loaded.tests  # each test's own result, merged from the workers
+    assert len(tests) == 7 and tests["nodeid"].is_unique and set(tests["result"]) == {"passed"}
     share = max(1, len(os.sched_getaffinity(0)) // 2)
     assert df[df.metric == "torch_threads"]["value"].iloc[0] == share
     workers = loaded.meta["xdist_workers"]
@@ -85,6 +87,58 @@ def test_rows_are_neither_lost_nor_duplicated_under_xdist(pytester):
     used = [w for w in workers if w["threads"]]
     assert used and all(w["threads"].startswith(f"{share} torch threads") for w in used), workers
     assert all(w["hardware_class"] is None or w["hardware_class"].endswith(f"-t{share}") for w in used)
+
+
+RESULTS_FILE = """
+import pytest
+
+
+def test_passes(amp_record):
+    amp_record("m", 1.0)
+
+
+def test_fails(amp_record):
+    amp_record("m", 1.0)
+    assert 1 == 2, "one is not two"
+
+
+def test_skips():
+    pytest.skip("nothing to run here")
+
+
+@pytest.mark.xfail(reason="a known deviation")
+def test_xfails():
+    assert False
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("the fixture broke")
+
+
+def test_errors(broken):
+    pass
+"""
+
+
+def test_each_tests_own_result_is_in_the_run_report_beside_its_rows(pytester):
+    """passed, failed, skipped, xfailed, error: the result, a duration, the first line of the failure
+    or skip, and the verdict every reader uses (Outcome.of_test)."""
+    pytester.makepyfile(test_results=RESULTS_FILE)
+    pytester.runpytest(*QUIET, "--amp-report-dir=out")
+    tests = _only_run(pytester.path / "out").tests.set_index("nodeid")
+    got = {n.split("::")[1]: (r.result, r.verdict) for n, r in tests.iterrows()}
+    assert got == {
+        "test_passes": ("passed", "pass"),
+        "test_fails": ("failed", "fail"),
+        "test_skips": ("skipped", "skip"),
+        "test_xfails": ("xfailed", "known"),
+        "test_errors": ("error", "fail"),
+    }
+    assert tests["duration_s"].ge(0).all()
+    messages = dict(zip([n.split("::")[1] for n in tests.index], tests["message"], strict=True))
+    assert messages["test_fails"].startswith("AssertionError: one is not two"), messages
+    assert "nothing to run here" in messages["test_skips"] and "the fixture broke" in messages["test_errors"]
 
 
 def test_worker_threads_share_the_cores_unless_told_otherwise():

@@ -581,11 +581,11 @@ def test_verdicts_and_exit_status(tmp_path):
     junit = tmp_path / "j.xml"
     junit.write_text(JUNIT)
     vs = {v.capability: v for v in qualify.verdicts(junit)}
-    assert vs["formats"].status is qualify.Status.PASS
-    assert vs["speed"].status is qualify.Status.NOISY and "straddles" in vs["speed"].reason
-    assert vs["memory"].status is qualify.Status.FAIL and "no activation saving" in vs["memory"].reason
-    assert vs["numerics"].status is qualify.Status.NOT_JUDGED and "amp-harness calibrate" in vs["numerics"].reason
-    assert vs["loss scaling"].status is qualify.Status.SKIPPED
+    assert vs["formats"].status is qualify.Outcome.PASS
+    assert vs["speed"].status is qualify.Outcome.NOISY and "straddles" in vs["speed"].reason
+    assert vs["memory"].status is qualify.Outcome.FAIL and "no activation saving" in vs["memory"].reason
+    assert vs["numerics"].status is qualify.Outcome.UNJUDGED and "amp-harness calibrate" in vs["numerics"].reason
+    assert vs["loss scaling"].status is qualify.Outcome.SKIP
     assert qualify.exit_status(list(vs.values()), ["formats", "memory"]) == 1
     assert qualify.exit_status(list(vs.values()), ["formats", "speed"]) == 2
     assert qualify.exit_status(list(vs.values()), ["formats", "numerics"]) == 2
@@ -605,7 +605,7 @@ def test_qualify_runs_the_suites_and_prints_the_verdict(tmp_path, capfd):
     out = capfd.readouterr().out
     assert "qualification verdict" in out and "formats" in out
     assert code == 2  # the other capabilities did not run
-    assert "NOT QUALIFIED: a required capability is noisy, not judged, or did not run" in out
+    assert "NOT QUALIFIED: a required capability is inconclusive, noisy, not judged, or did not run" in out
     assert (tmp_path / "junit-qualify.xml").exists()
     [run] = [p for p in tmp_path.iterdir() if p.is_dir()]
     verdict = json.loads((run / "verdict.json").read_text())

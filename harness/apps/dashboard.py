@@ -30,6 +30,8 @@ from typing import Any
 
 import pandas as pd
 
+from harness.numerics.trend import band, finite_or_none, violates
+from harness.numerics.verdict import Outcome
 from harness.storage import atomic
 from harness.storage import report as rp
 
@@ -37,11 +39,6 @@ from harness.storage import report as rp
 WINDOW = 5
 #: Fewer previous runs than this: "insufficient data" rather than a verdict.
 MIN_HISTORY = 3
-#: Without an allowance in the rows, a move beyond this many robust standard deviations of the
-#: history (1.4826 x MAD, the normal-consistent median absolute deviation) is a violation:
-#: 3 sigma, the conventional control-chart limit.
-SIGMAS = 3.0
-MAD_TO_SIGMA = 1.4826
 KEY = ["suite", "check", "metric", "dtype", "device"]
 
 
@@ -50,6 +47,8 @@ class Loaded:
     rows: pd.DataFrame
     runs: pd.DataFrame
     problems: list[str] = field(default_factory=list)
+    #: each test's own result (:data:`harness.storage.report.TEST_COLUMNS`, and ``run_id``)
+    tests: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=[*rp.TEST_COLUMNS, "run_id"]))
     #: runs in the fleet dataset the view was drawn from (None: loaded from report directories)
     fleet_runs: int | None = None
 
@@ -72,6 +71,7 @@ def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
     """Load run reports; a corrupt or unsupported one is named in ``problems`` and skipped."""
     rows: list[pd.DataFrame] = []
     runs: list[dict[str, Any]] = []
+    tests: list[pd.DataFrame] = []
     problems: list[str] = []
     for d in _report_dirs(paths):
         try:
@@ -79,8 +79,8 @@ def load_reports(paths: Iterable[str | os.PathLike[str]]) -> Loaded:
         except rp.ReportError as exc:
             problems.append(str(exc))
             continue
-        _collect(r, d, rows, runs)
-    return _loaded(rows, runs, problems)
+        _collect(r, d, rows, runs, tests)
+    return _loaded(rows, runs, problems, tests)
 
 
 def load_fleet(root: str | os.PathLike[str], window: int = WINDOW) -> Loaded:
@@ -91,6 +91,7 @@ def load_fleet(root: str | os.PathLike[str], window: int = WINDOW) -> Loaded:
 
     rows: list[pd.DataFrame] = []
     runs: list[dict[str, Any]] = []
+    tests: list[pd.DataFrame] = []
     problems: list[str] = []
     everything = fleet.index(root)
     for run in fleet.latest(everything, window + 1):
@@ -99,13 +100,15 @@ def load_fleet(root: str | os.PathLike[str], window: int = WINDOW) -> Loaded:
         except rp.ReportError as exc:
             problems.append(str(exc))
             continue
-        _collect(r, run.path, rows, runs)
-    loaded = _loaded(rows, runs, problems)
+        _collect(r, run.path, rows, runs, tests)
+    loaded = _loaded(rows, runs, problems, tests)
     loaded.fleet_runs = len(everything)
     return loaded
 
 
-def _collect(r: rp.LoadedReport, d: Path, rows: list[pd.DataFrame], runs: list[dict[str, Any]]) -> None:
+def _collect(
+    r: rp.LoadedReport, d: Path, rows: list[pd.DataFrame], runs: list[dict[str, Any]], tests: list[pd.DataFrame]
+) -> None:
     df = r.rows.copy()
     for col in rp.COLUMNS:  # older schemas lack some columns: fill them
         if col not in df.columns:
@@ -113,10 +116,12 @@ def _collect(r: rp.LoadedReport, d: Path, rows: list[pd.DataFrame], runs: list[d
     rows.append(df[list(rp.COLUMNS)])
     meta = r.meta
     fp = meta.get("fingerprint", {})
-    tests = meta.get("tests", {})
+    run_id = meta.get("run_id", d.name)
+    results = r.tests.assign(run_id=run_id)
+    tests.append(results)
     runs.append(
         {
-            "run_id": meta.get("run_id", d.name),
+            "run_id": run_id,
             "started": meta.get("started"),
             "profile": rp.hardware_class(meta),
             "isa_profile": meta.get("profile"),
@@ -126,13 +131,29 @@ def _collect(r: rp.LoadedReport, d: Path, rows: list[pd.DataFrame], runs: list[d
             "harness": meta.get("harness_version"),
             "commit": meta.get("git_commit"),
             "schema": meta.get("schema_version"),
-            "verdict": "FAIL" if tests.get("failed") or tests.get("error") else "PASS",
+            "verdict": run_verdict(df, results, meta).label,
             "rows": len(df),
         }
     )
 
 
-def _loaded(rows: list[pd.DataFrame], runs: list[dict[str, Any]], problems: list[str]) -> Loaded:
+def run_verdict(rows: pd.DataFrame, tests: pd.DataFrame, meta: dict[str, Any]) -> Outcome:
+    """A run's verdict: the worst outcome of its tests (:func:`harness.storage.report.test_outcomes`;
+    reports before schema 4 have only counts of test results: a failed or errored test is a FAIL)."""
+    counts = meta.get("tests") or {}
+    legacy = [Outcome.FAIL] if tests.empty and (counts.get("failed") or counts.get("error")) else []
+    per_test = rp.test_outcomes(_records(rows), _records(tests))
+    worst = Outcome.worst([*(o for _, o in per_test.values()), *legacy])
+    return worst if worst is not None else Outcome.SKIP
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def _loaded(
+    rows: list[pd.DataFrame], runs: list[dict[str, Any]], problems: list[str], tests: list[pd.DataFrame]
+) -> Loaded:
     rows_df = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(rp.COLUMNS))
     runs_df = pd.DataFrame(
         runs,
@@ -151,7 +172,13 @@ def _loaded(rows: list[pd.DataFrame], runs: list[dict[str, Any]], problems: list
             "rows",
         ],
     )
-    return Loaded(rows_df, runs_df.sort_values("started", na_position="first").reset_index(drop=True), problems)
+    nonempty = [t for t in tests if len(t)]
+    tests_df = (
+        pd.concat(nonempty, ignore_index=True) if nonempty else pd.DataFrame(columns=[*rp.TEST_COLUMNS, "run_id"])
+    )
+    return Loaded(
+        rows_df, runs_df.sort_values("started", na_position="first").reset_index(drop=True), problems, tests_df
+    )
 
 
 def metric_ids(df: pd.DataFrame) -> pd.Series:
@@ -190,29 +217,6 @@ def series(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     df["started"] = df["run_id"].map(info["started"]) if "started" in info else None
     df["commit"] = df["run_id"].map(info["commit"]) if "commit" in info else None
     return df.sort_values(["profile", "metric_id", "order"]).reset_index(drop=True)
-
-
-def violates(value: float, ref: float, drift: float | None, history: Sequence[float]) -> int:
-    """+1/-1 when ``value`` left the band around ``ref`` (up/down), else 0."""
-    if not (math.isfinite(value) and math.isfinite(ref)):
-        same = (math.isnan(value) and math.isnan(ref)) or value == ref
-        return 0 if same else (1 if math.isnan(value) or value > ref else -1)
-    if drift is None or math.isnan(drift):
-        # no stated drift (synthetic or hand-made rows): the history's robust spread decides
-        allowed = SIGMAS * MAD_TO_SIGMA * statistics.median(abs(v - ref) for v in history)
-        return 0 if abs(value - ref) <= allowed else (1 if value > ref else -1)
-    if drift == 0.0 or ref == 0.0:
-        return 0 if value == ref else (1 if value > ref else -1)
-    ratio = value / ref
-    return 0 if 1 / (1 + drift) <= ratio <= 1 + drift else (1 if ratio > 1 else -1)
-
-
-def band(ref: float, drift: float | None) -> tuple[float, float] | None:
-    """The values that do not violate around ``ref`` (None without a stated drift)."""
-    if drift is None or math.isnan(drift) or not math.isfinite(ref):
-        return None
-    lo, hi = sorted((ref / (1 + drift), ref * (1 + drift)))
-    return lo, hi
 
 
 def flag_history(
@@ -276,15 +280,23 @@ def flags(ser: pd.DataFrame, window: int = WINDOW, min_history: int = MIN_HISTOR
     )
 
 
-def pass_fail_matrix(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """suite x hardware class for the latest run of each class: FAIL, NOISY, PASS or INFO."""
+def pass_fail_matrix(rows: pd.DataFrame, runs: pd.DataFrame, tests: pd.DataFrame | None = None) -> pd.DataFrame:
+    """suite x hardware class for the latest run of each class: the worst outcome of the suite's
+    tests (:func:`harness.storage.report.test_outcomes`: each test's own verdict with its rows),
+    named by :attr:`Outcome.label`; a failed or inconclusive test never reads PASS."""
     latest = runs.dropna(subset=["profile"]).groupby("profile").tail(1)
-    df = rows[rows["run_id"].isin(latest["run_id"])].copy()
-    df["profile"] = df["run_id"].map(latest.set_index("run_id")["profile"])
-    rank = {"fail": 3, "noisy": 2, "pass": 1, "known": 1, "info": 0, "skip": 0}
-    worst = df.assign(r=df["outcome"].map(rank).fillna(0)).groupby(["suite", "profile"])["r"].max()
-    names = {3: "FAIL", 2: "NOISY", 1: "PASS", 0: "INFO"}
-    return worst.map(lambda v: names[int(v)]).unstack("profile").fillna("-")
+    cells: dict[tuple[str, str], Outcome] = {}
+    for run_id, profile in zip(latest["run_id"], latest["profile"], strict=True):
+        mine = _records(rows[rows["run_id"] == run_id])
+        theirs = _records(tests[tests["run_id"] == run_id]) if tests is not None and len(tests) else []
+        for suite, outcome in rp.test_outcomes(mine, theirs).values():
+            key = (suite, str(profile))
+            cells[key] = max((cells.get(key, outcome), outcome), key=lambda o: o.severity)
+    if not cells:
+        return pd.DataFrame()
+    ser = pd.Series({k: v.label for k, v in cells.items()})
+    ser.index = ser.index.set_names(["suite", "profile"])
+    return ser.unstack("profile").fillna("-")
 
 
 def largest_changes(ser: pd.DataFrame, top: int = 20) -> pd.DataFrame:
@@ -310,15 +322,6 @@ def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)  # no tight bbox: that draws every figure twice
     return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def finite_or_none(value: Any) -> float | None:
-    """``value`` as a float; None where it is not a number or is NaN (inf stays)."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
 
 
 def nonfinite_note(values: Sequence[float]) -> str:
@@ -471,7 +474,7 @@ th{background:#f0f0f0}.FAIL,.regression{background:#f8c8c8}.suspicious,.NOISY{ba
 def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY, max_plots: int = MAX_PLOTS) -> str:
     ser = series(loaded.rows, loaded.runs)
     fl = flags(ser, window, min_history)
-    matrix = pass_fail_matrix(loaded.rows, loaded.runs)
+    matrix = pass_fail_matrix(loaded.rows, loaded.runs, loaded.tests)
     changes = largest_changes(ser)
     flagged = fl[fl["flag"].isin(["regression", "suspicious"])]
     chosen = list(dict.fromkeys([*flagged["metric_id"], *changes["metric_id"]]))[:max_plots]

@@ -4,15 +4,20 @@ Each side is a run report or a report directory; a directory gives its latest ru
 metric, autocast policy cell and known issue the two runs share a suite for gets one status, in the
 vocabulary of PyTorch's Dynamo accuracy CSVs:
 
-* ``regressed``: passed in A, fails in B (the only status that makes the exit status 1);
-* ``improved``: failed in A, passes in B;
+* ``regressed``: a check whose outcome fails its test in B (FAIL, INCONCLUSIVE) and did not in A
+  (the only status that makes the exit status 1);
+* ``improved``: the other way round;
 * ``new`` / ``missing``: in B only / in A only;
-* ``changed``: a comparable metric beyond its stated run-to-run drift, a speedup beyond the speed
-  rule's detectable slowdown, an autocast policy cell with another result, a known issue that
-  appeared, disappeared or changed status;
+* ``changed``: a check with another outcome, a comparable metric beyond its stated run-to-run
+  drift, a judged (or noisy) speedup beyond the speed rule's detectable slowdown, an autocast
+  policy cell with another result, a known issue that appeared, disappeared or changed status;
 * ``unchanged``: the rest (counted per suite, listed in csv output).
 
-Suites only one side ran are named and skipped: their checks would all read as new or missing.
+A check's outcome is the worst (:meth:`harness.numerics.verdict.Outcome.worst`) of its rows and
+its test's own verdict, so a failed test never reads as passing. Speedups the speed rule judged
+against nothing (an uncalibrated class, a case calibration never judges) are not compared; their
+count is in the summary. Suites only one side ran are named and skipped: their checks would all
+read as new or missing.
 """
 
 from __future__ import annotations
@@ -27,12 +32,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from harness.apps.dashboard import finite_or_none, violates
+from harness.numerics.trend import finite_or_none, violates
+from harness.numerics.verdict import Outcome
 from harness.storage import report as rp
 
 #: the speed rule's detectable slowdown (harness.domains.speed.bench.DETECT_SLOWDOWN): an unjudged
 #: speedup that moved less than this between two runs is within what the rule cannot tell apart
 SPEED_CHANGE = 1.3
+#: speedups diff compares: those the speed rule judged (pass, fail) or measured twice without a
+#: verdict (noisy); an unjudged one (a class never calibrated, or a case calibration records and
+#: never judges, such as layer_norm kept in fp32 by autocast) is left out, and counted
+SPEED_COMPARED = frozenset({Outcome.PASS, Outcome.FAIL, Outcome.NOISY})
 #: the widest table the text format prints
 WIDTH = 100
 
@@ -90,6 +100,8 @@ class Diff:
     changes: list[Change] = field(default_factory=list)
     #: suites one side ran and the other did not: (suite, "A" or "B")
     skipped_suites: list[tuple[str, str]] = field(default_factory=list)
+    #: speedups measured but judged against nothing on at least one side: not compared
+    speed_not_compared: int = 0
 
     def count(self, status: Status) -> int:
         return sum(1 for c in self.changes if c.status is status)
@@ -99,7 +111,10 @@ class Diff:
         return self.count(Status.REGRESSED) > 0
 
     def summary(self) -> str:
-        return ", ".join(f"{self.count(s)} {s.value}" for s in Status)
+        out = ", ".join(f"{self.count(s)} {s.value}" for s in Status)
+        if self.speed_not_compared:
+            out += f"; {self.speed_not_compared} speedups not compared (judged against nothing on their class)"
+        return out
 
 
 class DiffInputError(Exception):
@@ -141,9 +156,6 @@ def fleet_side(label: str, root: str | Path, selector: str) -> Side:
 
 
 # -- building the diff ---------------------------------------------------------------------------------
-_RANK = {"fail": 4, "noisy": 3, "pass": 2, "known": 2, "unjudged": 1, "inconclusive": 1, "info": 0, "skip": 0}
-
-
 def _records(side: Side) -> list[dict[str, Any]]:
     return [{str(k): v for k, v in r.items()} for r in side.report.rows.to_dict("records")]
 
@@ -153,15 +165,10 @@ def _short_check(nodeid: str) -> str:
     return nodeid.rsplit("::", 1)[-1]
 
 
-def _checks(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
-    """(suite, short test id) -> the test's worst row outcome."""
-    worst: dict[tuple[str, str], str] = {}
-    for r in records:
-        key = (str(r["suite"]), _short_check(str(r["nodeid"])))
-        o = str(r["outcome"])
-        if key not in worst or _RANK.get(o, 0) > _RANK.get(worst[key], 0):
-            worst[key] = o
-    return worst
+def _checks(records: Iterable[dict[str, Any]], tests: Iterable[dict[str, Any]] = ()) -> dict[tuple[str, str], Outcome]:
+    """(suite, short test id) -> the check's outcome (:func:`harness.storage.report.test_outcomes`:
+    the test's own verdict with its rows; a failed test never reads as passing)."""
+    return {(suite, _short_check(node)): o for node, (suite, o) in rp.test_outcomes(records, tests).items()}
 
 
 def _metric_key(r: Mapping[str, Any]) -> tuple[str, str]:
@@ -178,6 +185,8 @@ def _metrics(records: Iterable[dict[str, Any]], *, speed: bool) -> dict[tuple[st
         is_speed = metric.endswith(".speedup")
         if is_speed != speed or (not speed and not bool(r.get("comparable"))):
             continue
+        if speed and Outcome.parse(str(r["outcome"])) not in SPEED_COMPARED:
+            continue  # a speedup judged against nothing on its class: the rule says nothing of its moves
         v = finite_or_none(r.get("value"))
         if v is None:
             continue
@@ -227,7 +236,7 @@ def _fmt(v: float) -> str:
 
 
 def _beyond(a: float, b: float, drift: float | None) -> bool:
-    """B left A's band: the dashboard's rule (:func:`dashboard.violates`); without a stated drift a
+    """B left A's band: the dashboard's rule (:func:`harness.numerics.trend.violates`); without a stated drift a
     metric is not comparable between two runs."""
     return drift is not None and violates(b, a, drift, [a]) != 0
 
@@ -244,23 +253,29 @@ def diff(a: Side, b: Side) -> Diff:
     ra = [r for r in ra if str(r["suite"]) in shared]
     rb = [r for r in rb if str(r["suite"]) in shared]
 
-    ca, cb = _checks(ra), _checks(rb)
-    x: str | None
-    y: str | None
+    ta = [{str(k): v for k, v in t.items()} for t in a.report.tests.to_dict("records") if str(t["suite"]) in shared]
+    tb = [{str(k): v for k, v in t.items()} for t in b.report.tests.to_dict("records") if str(t["suite"]) in shared]
+    ca, cb = _checks(ra, ta), _checks(rb, tb)
     for key in sorted(ca.keys() | cb.keys()):
-        x, y = ca.get(key), cb.get(key)
-        if x is None:
+        oa, ob = ca.get(key), cb.get(key)
+        if oa is None:
             status = Status.NEW
-        elif y is None:
+        elif ob is None:
             status = Status.MISSING
-        elif y == "fail" and x != "fail":
+        elif ob.fails_test and not oa.fails_test:
             status = Status.REGRESSED
-        elif x == "fail" and y != "fail":
+        elif oa.fails_test and not ob.fails_test:
             status = Status.IMPROVED
         else:
-            status = Status.UNCHANGED if x == y else Status.CHANGED
-        out.changes.append(Change(key[0], "check", key[1], status, x or "-", y or "-"))
+            status = Status.UNCHANGED if oa is ob else Status.CHANGED
+        out.changes.append(Change(key[0], "check", key[1], status, oa.label if oa else "-", ob.label if ob else "-"))
 
+    unjudged = {
+        _metric_key(r)
+        for r in (*ra, *rb)
+        if str(r["metric"]).endswith(".speedup") and Outcome.parse(str(r["outcome"])) not in SPEED_COMPARED
+    }
+    out.speed_not_compared = len(unjudged)
     for speed in (False, True):
         ma, mb = _metrics(ra, speed=speed), _metrics(rb, speed=speed)
         for key in sorted(ma.keys() | mb.keys()):

@@ -2,16 +2,17 @@
 
 Which capability a test decides is declared by its suite (``pytest.mark.amp_capability``) and
 travels as a JUnit XML test property, as do the typed row outcomes that label a test NOISY or
-UNJUDGED; nothing here matches paths or searches message text. Each capability gets PASS, FAIL,
-NOISY, NOT JUDGED or SKIPPED with its reason.
+UNJUDGED; nothing here matches paths or searches message text. Each capability gets the worst
+:class:`~harness.numerics.verdict.Outcome` of its tests, with its reason.
 
 Which capabilities are required: all of them when qualifying the ``suites/`` of the working
 directory (no paths, or paths inside it); for a user's own tests, those the tests decide. A
 user's test decides a capability through the amp-harness fixture it uses (``amp_training``
 decides training parity), or its marker.
 
-Exit status: 0 when every required capability passed; 1 when a required one failed; 2 when none
-failed but a required one is NOISY, NOT JUDGED (for example the speed of a hardware class that
+Exit status: 0 when every required capability passed (PASS, or KNOWN: a registered deviation
+confirmed present); 1 when a required one failed; 2 when none failed but a required one is
+INCONCLUSIVE, NOISY, NOT JUDGED (for example the speed of a hardware class that
 was never calibrated: the reason names the command that calibrates it) or did not run; 4 on a
 usage error (no ``suites/`` and no tests named, pytest's own usage error or nothing collected,
 quoted from pytest).
@@ -26,25 +27,17 @@ import xml.etree.ElementTree as ET
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from pathlib import Path
 
 from harness.domains.capabilities import CAPABILITIES as CAPABILITIES
+from harness.numerics.verdict import Outcome
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, NOTE_PROPERTY, OUTCOME_PROPERTY
 from harness.storage import atomic
 from harness.storage import report as rp
 
-
-class Status(str, Enum):
-    PASS = "PASS"
-    FAIL = "FAIL"
-    NOISY = "NOISY"
-    NOT_JUDGED = "NOT JUDGED"
-    INCONCLUSIVE = "INCONCLUSIVE"
-    SKIPPED = "SKIPPED"
-
-    def __str__(self) -> str:
-        return self.value
+#: A capability's verdict is an :class:`Outcome` (one vocabulary with rows, the dashboard and
+#: diff), printed by its label: PASS, FAIL, NOISY, NOT JUDGED, INCONCLUSIVE, KNOWN or SKIPPED.
+Status = Outcome
 
 
 @dataclass(frozen=True)
@@ -85,37 +78,29 @@ def cases(junit: Path) -> list[Case]:
 
 
 def _verdict(name: str, mine: Sequence[Case]) -> Verdict:
-    #: a failed test labelled inconclusive tested nothing: not a regression, not a pass
-    inconclusive = [c for c in mine if c.outcome == "failure" and "inconclusive" in c.labels]
-    failed = [c for c in mine if c.outcome in ("failure", "error") and c not in inconclusive]
-    noisy = [c for c in mine if "noisy" in c.labels]
-    unjudged = [c for c in mine if c.outcome == "passed" and "unjudged" in c.labels]
-    ran = [c for c in mine if c.outcome == "passed"]
+    """The worst of the capability's tests (:meth:`Outcome.of_test`: a failed test labelled
+    inconclusive tested nothing, a skipped one labelled noisy was too noisy to judge), with the
+    reason of the first test that has it."""
     if not mine:
-        return Verdict(name, Status.SKIPPED, "no tests of this capability ran", 0)
-    if failed:
-        return Verdict(
-            name, Status.FAIL, f"{len(failed)} failed; first: {failed[0].name}: {failed[0].message[:160]}", len(mine)
-        )
-    if inconclusive:
-        why = inconclusive[0].notes[0] if inconclusive[0].notes else inconclusive[0].message
-        return Verdict(
-            name, Status.INCONCLUSIVE, f"{len(inconclusive)} check(s) tested nothing: {why[:300]}", len(mine)
-        )
-    if noisy:
-        why = noisy[0].notes[0] if noisy[0].notes else noisy[0].message
-        return Verdict(
-            name, Status.NOISY, f"{len(noisy)} measurement(s) too noisy to judge, after a rerun: {why[:200]}", len(mine)
-        )
-    if unjudged:
-        why = unjudged[0].notes[0] if unjudged[0].notes else "no reason recorded"
-        return Verdict(
-            name, Status.NOT_JUDGED, f"{len(unjudged)} of {len(mine)} measured, not judged: {why[:300]}", len(mine)
-        )
-    if not ran:
-        return Verdict(name, Status.SKIPPED, f"all {len(mine)} skipped: {mine[0].message[:160]}", len(mine))
-    skipped = f", {len(mine) - len(ran)} skipped" if len(mine) > len(ran) else ""
-    return Verdict(name, Status.PASS, f"{len(ran)} passed{skipped}", len(mine))
+        return Verdict(name, Outcome.SKIP, "no tests of this capability ran", 0)
+    outcomes = [Outcome.of_test(c.outcome, c.labels) for c in mine]
+    worst = Outcome.worst(outcomes)
+    assert worst is not None
+    these = [c for c, o in zip(mine, outcomes, strict=True) if o is worst]
+    first = these[0]
+    why = first.notes[0] if first.notes else first.message
+    reasons = {
+        Outcome.FAIL: f"{len(these)} failed; first: {first.name}: {first.message[:160]}",
+        Outcome.INCONCLUSIVE: f"{len(these)} check(s) tested nothing: {why[:300]}",
+        Outcome.NOISY: f"{len(these)} measurement(s) too noisy to judge, after a rerun: {why[:200]}",
+        Outcome.UNJUDGED: f"{len(these)} of {len(mine)} measured, not judged: {why[:300] or 'no reason recorded'}",
+        Outcome.SKIP: f"all {len(mine)} skipped: {first.message[:160]}",
+    }
+    ran = sum(o in (Outcome.PASS, Outcome.KNOWN) for o in outcomes)
+    skipped = f", {len(mine) - ran} skipped" if len(mine) > ran else ""
+    known = sum(o is Outcome.KNOWN for o in outcomes)
+    default = f"{ran} passed{skipped}" + (f" ({known} a known deviation, expected to fail)" if known else "")
+    return Verdict(name, worst, reasons.get(worst, default), len(mine))
 
 
 def verdicts(junit: Path) -> list[Verdict]:
@@ -126,9 +111,9 @@ def verdicts(junit: Path) -> list[Verdict]:
 
 def exit_status(vs: Sequence[Verdict], required: Sequence[str]) -> int:
     req = [v for v in vs if v.capability in required]
-    if any(v.status is Status.FAIL for v in req):
+    if any(v.status is Outcome.FAIL for v in req):
         return 1
-    if any(v.status is not Status.PASS for v in req):
+    if any(v.status not in (Outcome.PASS, Outcome.KNOWN) for v in req):
         return 2
     return 0
 
@@ -136,10 +121,11 @@ def exit_status(vs: Sequence[Verdict], required: Sequence[str]) -> int:
 def table(vs: Sequence[Verdict], required: Sequence[str] | None = None) -> str:
     """One line per capability; those not required are marked so."""
     width = max(len(v.capability) for v in vs)
+    status_width = max(len(v.status.label) for v in vs)
     lines = []
     for v in vs:
         mark = "" if required is None or v.capability in required else "  (not required)"
-        lines.append(f"{v.capability:<{width}}  {v.status.value:<10}  {v.reason}{mark}")
+        lines.append(f"{v.capability:<{width}}  {v.status.label:<{status_width}}  {v.reason}{mark}")
     return "\n".join(lines)
 
 
@@ -247,7 +233,7 @@ def run(
     status = exit_status(vs, req)
     new_runs = sorted(set(rp.find_runs(report_dir)) - before)
     summary = {
-        "verdicts": [{**asdict(v), "status": v.status.value} for v in vs],
+        "verdicts": [{**asdict(v), "status": v.status.label} for v in vs],
         "required": req,
         "exit_status": status,
         "junit": str(junit),
@@ -260,7 +246,7 @@ def run(
         {
             0: "QUALIFIED",
             1: "NOT QUALIFIED: a required capability failed",
-            2: "NOT QUALIFIED: a required capability is noisy, not judged, or did not run",
+            2: "NOT QUALIFIED: a required capability is inconclusive, noisy, not judged, or did not run",
         }[status]
     )
     return status

@@ -7,6 +7,7 @@ they cannot disagree. Nothing downstream parses message text to learn what happe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -51,12 +52,71 @@ class Outcome(str, Enum):
 
     @property
     def judged(self) -> bool:
-        """Whether a verdict was reached (the row is a comparable measurement with an allowance)."""
-        return self in (Outcome.PASS, Outcome.FAIL)
+        """Whether a verdict was reached against a stated expectation (pass, fail, or a known
+        deviation confirmed still present): the row is a comparable measurement by default."""
+        return self in (Outcome.PASS, Outcome.FAIL, Outcome.KNOWN)
+
+    @property
+    def fails_test(self) -> bool:
+        """Whether a check with this outcome fails its test (a vacuous check is never green)."""
+        return self in (Outcome.FAIL, Outcome.INCONCLUSIVE)
+
+    @property
+    def severity(self) -> int:
+        """The worst-of order every reader uses (a suite cell, a check's status, a capability's
+        verdict): what fails a test, then what withholds a verdict, then known deviations, then
+        passes, then what judged nothing."""
+        return _SEVERITY.index(self)
+
+    @property
+    def label(self) -> str:
+        """How every reader names it: upper case, ``NOT JUDGED`` and ``SKIPPED`` in words."""
+        return _LABELS.get(self, self.value.upper())
+
+    @classmethod
+    def worst(cls, outcomes: Iterable[Outcome | str]) -> Outcome | None:
+        """The most severe of ``outcomes`` (None for none)."""
+        parsed = [cls.parse(o) for o in outcomes]
+        return max(parsed, key=lambda o: o.severity) if parsed else None
+
+    @classmethod
+    def of_test(cls, outcome: str, labels: Iterable[str] = ()) -> Outcome:
+        """A test's own result (pytest's ``passed``, ``failed``, ``error``, ``skipped``,
+        ``xfailed``, ``xpassed``; JUnit's ``failure``) as an outcome; ``labels``: the row outcomes
+        the test recorded, so that a failed test whose verdict was INCONCLUSIVE reads so."""
+        seen = {cls.parse(label) for label in labels}
+        if outcome in ("failed", "failure", "error"):
+            return cls.INCONCLUSIVE if cls.INCONCLUSIVE in seen and cls.FAIL not in seen else cls.FAIL
+        bases = {
+            "passed": cls.PASS,
+            "xpassed": cls.PASS,
+            "skipped": cls.SKIP,
+            "deselected": cls.SKIP,
+            "xfailed": cls.KNOWN,
+        }
+        if outcome not in bases:
+            raise ValueError(f"test outcome {outcome!r} is not a pytest or JUnit outcome")
+        # a test that did not fail reads as its worst label: a NOISY speed check is skipped, an
+        # unjudged one passes
+        worst = cls.worst([bases[outcome], *(o for o in seen if not o.fails_test)])
+        assert worst is not None
+        return worst
 
     def __str__(self) -> str:
         return self.value
 
 
+#: Least to most severe (Outcome.severity).
+_SEVERITY = (
+    Outcome.SKIP,
+    Outcome.INFO,
+    Outcome.PASS,
+    Outcome.KNOWN,
+    Outcome.UNJUDGED,
+    Outcome.NOISY,
+    Outcome.INCONCLUSIVE,
+    Outcome.FAIL,
+)
+_LABELS = {Outcome.UNJUDGED: "NOT JUDGED", Outcome.SKIP: "SKIPPED"}
 #: Every outcome value, in the order reports list their counts.
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)

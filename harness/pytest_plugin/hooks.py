@@ -20,7 +20,7 @@ from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.examples import independent_of_loaded_modules
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
-from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of
+from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of, suite_of
 from harness.pytest_plugin.summary import run_metadata, terminal_lines
 from harness.storage import baselines as bl
 from harness.storage import report as rp
@@ -195,11 +195,30 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Count test outcomes for the run metadata."""
+    """Count test outcomes for the run metadata, and keep each test's result for the report."""
     rep = yield
+    st = state_of(item.config)
+    xfail = hasattr(rep, "wasxfail")
+    outcome = ("xfailed" if rep.skipped else "xpassed") if xfail and not rep.failed else rep.outcome
     if rep.when == "call" or (rep.when == "setup" and not rep.passed):
-        state_of(item.config).count_test("xfailed" if hasattr(rep, "wasxfail") and rep.skipped else rep.outcome)
+        st.count_test("xfailed" if outcome == "xfailed" else rep.outcome)
+    st.record_test(item.nodeid, suite_of(item), rep.when, outcome, rep.duration, _first_line(rep, call))
     return rep
+
+
+def _first_line(rep: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
+    """What a reader sees first: the exception's first line, or the skip reason."""
+    if rep.passed:
+        return ""
+    if rep.skipped:
+        longrepr = rep.longrepr
+        text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(getattr(rep, "wasxfail", ""))
+    elif call.excinfo is not None:
+        text = call.excinfo.exconly()
+    else:
+        text = rep.longreprtext
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

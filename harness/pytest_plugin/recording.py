@@ -26,8 +26,10 @@ CAPABILITY_PROPERTY = "amp_capability"
 OUTCOME_PROPERTY = "amp_outcome"
 NOTE_PROPERTY = "amp_note"
 
-#: Row outcomes that label the whole test for the qualification verdict (once per test each).
-_LABELS = (Outcome.NOISY, Outcome.UNJUDGED, Outcome.INCONCLUSIVE)
+#: Row outcomes that label the whole test for the qualification verdict (once per test each):
+#: every outcome more severe than a pass, so that qualify's Outcome.of_test sees what the run
+#: report's readers see.
+_LABELS = tuple(o for o in Outcome if o.severity > Outcome.PASS.severity)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from harness.numerics.verdict import Outcome
 from harness.platform.hardware import Fingerprint, detect
 from harness.pytest_plugin.options import Options
 from harness.storage import baselines as bl
@@ -60,6 +61,8 @@ class State:
     rows: list[dict[str, Any]] = field(default_factory=list)
     deselected: int = 0
     test_outcomes: dict[str, int] = field(default_factory=dict)
+    #: each test's own result, by node id (:meth:`record_test`): stored beside its rows
+    test_results: dict[str, dict[str, Any]] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
     #: (path, reason) of baseline or report writes the session's end could not make
     write_errors: list[tuple[str, str]] = field(default_factory=list)
@@ -127,6 +130,29 @@ class State:
     def count_test(self, outcome: str) -> None:
         self.test_outcomes[outcome] = self.test_outcomes.get(outcome, 0) + 1
 
+    def record_test(self, nodeid: str, suite: str, phase: str, outcome: str, duration: float, message: str) -> None:
+        """One phase of a test: the result is the first phase that did not pass (setup error or
+        skip, the call's outcome, a teardown error), the duration their sum."""
+        r = self.test_results.setdefault(
+            nodeid, {"nodeid": nodeid, "suite": suite, "result": "passed", "duration_s": 0.0, "message": ""}
+        )
+        r["duration_s"] += duration
+        if phase == "call" or (outcome != "passed" and r["result"] in ("passed", "xpassed")):
+            if phase != "call" and outcome == "failed":
+                outcome = "error"
+            r["result"], r["message"] = outcome, message or r["message"]
+
+    def test_table(self) -> list[dict[str, Any]]:
+        """Every test's result with its verdict: :meth:`Outcome.of_test` of the result and the
+        outcomes of the rows it recorded (one vocabulary with rows, diff, dashboard, qualify)."""
+        by_test: dict[str, list[str]] = {}
+        for row in self.rows:
+            by_test.setdefault(str(row["nodeid"]), []).append(str(row["outcome"]))
+        return [
+            {**r, "verdict": Outcome.of_test(r["result"], by_test.get(r["nodeid"], ())).value}
+            for r in self.test_results.values()
+        ]
+
     # -- xdist --------------------------------------------------------------------------------
     def worker_output(self) -> dict[str, Any]:
         """What a worker sends to the controller at the end of its session."""
@@ -137,6 +163,7 @@ class State:
             "write_errors": self.write_errors,
             "used": sorted(str(p) for p in self.store.used),
             "outcomes": self.test_outcomes,
+            "test_results": self.test_results,
             "worker": {
                 "id": self.worker_id,
                 "threads": self.threads_note,
@@ -153,6 +180,7 @@ class State:
         self.store.used.update(Path(p) for p in out["used"])
         for k, v in out["outcomes"].items():
             self.test_outcomes[k] = self.test_outcomes.get(k, 0) + v
+        self.test_results.update(out.get("test_results", {}))
         if out.get("worker"):
             self.workers.append(dict(out["worker"]))
 

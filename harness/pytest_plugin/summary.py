@@ -15,7 +15,8 @@ from harness.storage import report as rp
 
 
 def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
-    """``run.json``: environment, options, commit, times, test and row outcome counts."""
+    """``run.json``: environment, options, commit, times, test and row outcome counts, and each
+    test's own result (``test_results``: :attr:`harness.storage.report.LoadedReport.tests`)."""
     fp = st.fingerprint
     cfg = session.config
     return {
@@ -39,6 +40,7 @@ def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
         },
         "invocation": list(cfg.invocation_params.args),
         "tests": dict(st.test_outcomes),
+        "test_results": st.test_table(),
         "exitstatus": int(session.exitstatus),
         "row_outcomes": rp.summarize(st.rows),
         "write_errors": [{"path": p, "reason": why} for p, why in st.write_errors],

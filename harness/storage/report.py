@@ -4,7 +4,8 @@ Layout of one run (``<report-dir>/<run_id>/``)::
 
     rows.parquet   one row per recorded measurement (COLUMNS), pyarrow
     rows.csv       the same rows, for eyes and spreadsheets
-    run.json       run metadata: schema version, environment fingerprint, options, times
+    run.json       run metadata: schema version, environment fingerprint, options, times, and
+                   each test's own result (``test_results``: TEST_COLUMNS)
 
 :func:`load` gives them back as pandas objects; dashboards concatenate many runs.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,8 +32,13 @@ if TYPE_CHECKING:
 #: ``inconclusive`` outcome (a check that tested nothing it claims), and the ``comparable`` and
 #: ``drift`` columns. Earlier versions load: their rows use a subset of the outcomes, and without
 #: the columns every row reads as information (shown by the dashboard, never flagged).
-SCHEMA_VERSION = 3
-READABLE_SCHEMAS = (1, 2, 3)
+#: 4: each test's own result in the run metadata (``test_results``), beside its rows.
+SCHEMA_VERSION = 4
+READABLE_SCHEMAS = (1, 2, 3, 4)
+#: A test's result: pytest's outcome (passed, failed, error, skipped, xfailed, xpassed), its
+#: duration, the first line of its failure or skip reason, and its verdict (an Outcome value: the
+#: test's result together with the outcomes of the rows it recorded, Outcome.of_test).
+TEST_COLUMNS = ("nodeid", "suite", "result", "duration_s", "message", "verdict")
 ROWS_PARQUET = "rows.parquet"
 ROWS_CSV = "rows.csv"
 RUN_JSON = "run.json"
@@ -198,6 +204,13 @@ class LoadedReport:
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def tests(self) -> pd.DataFrame:
+        """Each test's own result (:data:`TEST_COLUMNS`); empty for reports before schema 4."""
+        import pandas as pd
+
+        return pd.DataFrame(list(self.meta.get("test_results") or []), columns=list(TEST_COLUMNS))
+
+    @property
     def run(self) -> pd.DataFrame:
         """The run metadata as a one-row DataFrame (nested values flattened with '.')."""
         import pandas as pd
@@ -246,6 +259,27 @@ def find_runs(report_dir: str | os.PathLike[str]) -> list[Path]:
     return sorted(
         p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / ROWS_PARQUET).is_file()
     )
+
+
+def test_outcomes(
+    rows: Iterable[Mapping[str, Any]], tests: Iterable[Mapping[str, Any]]
+) -> dict[str, tuple[str, Outcome]]:
+    """node id -> (suite, outcome) of every test in a run: the test's own verdict where the report
+    has it (its result read with its rows: a test that expected a failing row and passed is a
+    pass, a failed test is never one), else the worst of its rows (reports before schema 4)."""
+    out: dict[str, tuple[str, Outcome]] = {}
+    for t in tests:
+        out[str(t["nodeid"])] = (str(t["suite"]), Outcome.parse(str(t["verdict"])))
+    from_rows: dict[str, tuple[str, list[str]]] = {}
+    for r in rows:
+        node = str(r["nodeid"])
+        if node not in out:
+            from_rows.setdefault(node, (str(r["suite"]), []))[1].append(str(r["outcome"]))
+    for node, (suite, outcomes) in from_rows.items():
+        worst = Outcome.worst(outcomes)
+        if worst is not None:
+            out[node] = (suite, worst)
+    return out
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
