@@ -3,7 +3,9 @@
 * Training: what is trained (:class:`Setup`, batches of any structure through :class:`Inputs`),
   how a step runs (the recipes), and the decision rules as functions (parity against fp32, the AMP
   lane against a correctly rounded float64 emulation, overflow handling of your optimizer and
-  scaler with a non-finite gradient element planted in your run). In a pytest test the ``amp_training``
+  scaler with a non-finite gradient element planted in your run). ``amp_training.check`` returns
+  a :class:`TrainingResult` with every verdict (:class:`Checked`, by :class:`VerdictKind`), and a
+  failing one raises :class:`TrainingCheckFailed` carrying the same result. In a pytest test the ``amp_training``
   fixture runs them all and records report rows; the functions are for scripts and checks of
   your own.
 * Your loss scaler: :class:`ScalerAdapter` (what to implement), :func:`conformance_machine` (the
@@ -48,6 +50,8 @@ from harness.domains.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, 
 from harness.domains.training.overflow import OverflowStep
 from harness.domains.training.overflow import judge as judge_overflow
 from harness.domains.training.overflow import run as plant_overflows
+from harness.domains.training.result import Checked, TrainingCheckFailed, TrainingResult
+from harness.domains.training.result import Kind as VerdictKind
 from harness.numerics.scaled import CastSpec, Granularity
 from harness.numerics.verdict import Outcome
 from harness.storage.baselines import KeyKind
@@ -66,6 +70,7 @@ __all__ = [
     "SCALER_ADAPTERS",
     "AmpLane",
     "CastSpec",
+    "Checked",
     "ConfigurationDeclined",
     "Fp8Scaling",
     "Granularity",
@@ -81,6 +86,9 @@ __all__ = [
     "ScalingCheck",
     "Setup",
     "TorchaoScaling",
+    "TrainingCheckFailed",
+    "TrainingResult",
+    "VerdictKind",
     "check_fp8_scaling",
     "check_lane",
     "check_parity",

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from harness.api import TrainingResult, VerdictKind
 from harness.domains import training as T
 from harness.domains.training.batches import Inputs, call, logits_of, loss_of, split
 from harness.numerics.verdict import Outcome
@@ -361,7 +362,7 @@ def _overflow_rows(checks):
 
 
 def _cheap_check(checks, setup, recipes):
-    checks.check(setup, recipes, seeds=2, lane=False, power=False, determinism=False, census=False)
+    return checks.check(setup, recipes, seeds=2, lane=False, power=False, determinism=False, census=False)
 
 
 @pytest.mark.parametrize(
@@ -376,7 +377,10 @@ def _cheap_check(checks, setup, recipes):
 def test_a_users_optimizer_shows_its_overflow_handling_in_rows(training_checks, factory):
     """Every recipe with a scaler gets a planted +inf, NaN and -inf at checkpoint steps: a row per
     step, each passing where parameters and state stay untouched and the scale backs off."""
-    _cheap_check(training_checks, _with_optimizer(factory), [T.FP16_SCALER, T.CLIP])
+    result = _cheap_check(training_checks, _with_optimizer(factory), [T.FP16_SCALER, T.CLIP])
+    assert isinstance(result, TrainingResult) and result.outcome is Outcome.PASS
+    assert {v.kind for v in result.verdicts} == {VerdictKind.PARITY, VerdictKind.CLIPPING, VerdictKind.OVERFLOW}
+    assert len(result.of(VerdictKind.OVERFLOW, "fp16+scaler+clip")) == 3
     rows = _overflow_rows(training_checks)
     assert len(rows) == 6 and all(r.outcome is Outcome.PASS for r in rows), rows
     assert {json.loads(r.tags)["planted"] for r in rows} == {"+inf", "NaN", "-inf"}
@@ -394,6 +398,12 @@ def test_a_users_optimizer_that_ignores_found_inf_fails_only_the_overflow_rows(t
     assert "changed parameter 0.weight" in message, message
     failed_rows = {r.metric for r in training_checks.rows if r.outcome is Outcome.FAIL}
     assert failed_rows == {f"mlp_user_optimizer.fp16+scaler.overflow_step_{t}" for t in (9, 39, 59)}, failed_rows
+    # the error carries the typed result: the same verdicts, no message to parse
+    result = failed.value.result
+    assert result.outcome is Outcome.FAIL
+    assert {v.name for v in result.failures} == failed_rows
+    assert {v.kind for v in result.failures} == {VerdictKind.OVERFLOW}
+    assert [v.outcome for v in result.of(VerdictKind.PARITY)] == [Outcome.PASS]
 
 
 def test_a_users_scaler_that_never_backs_off_fails_the_overflow_rows(training_checks):

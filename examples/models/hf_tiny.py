@@ -106,31 +106,31 @@ SETUPS: dict[str, Setup] = {
 def main() -> None:
     """Print each tiny model's verdicts as ``amp_training.check`` gives them, with the lane's power:
     ``python -m examples.models.hf_tiny`` (a few minutes on 2 cores)."""
-    from harness.api import BF16, FP16_SCALER
+    from harness.api import BF16, FP16_SCALER, TrainingCheckFailed, VerdictKind
     from harness.pytest_plugin.collaborators import TrainingChecks
     from harness.pytest_plugin.recording import Recorder, TestIdentity
 
     for key, setup in SETUPS.items():
         for recipe in (BF16, FP16_SCALER):
-            rows: list[Any] = []
             recorder = Recorder(
-                TestIdentity(key, "training", key), "run", rows.append, lambda d: "p", lambda o, n: None
+                TestIdentity(key, "training", key), "run", lambda row: None, lambda d: "p", lambda o, n: None
             )
             checks = TrainingChecks(recorder, torch.device("cpu"))
             try:
-                checks.check(setup, [recipe], determinism=False, ladder=True)
-                verdict = "PASS"
-            except AssertionError as failed:
-                verdict = "INCONCLUSIVE" if "INCONCLUSIVE" in str(failed) and "FAILED" not in str(failed) else "FAIL"
-            by = {r.metric.split(".", 1)[1]: r.value for r in rows}
-            mid = recipe.metric_id
-            parity = by[f"{mid}.worst_diff_over_allowance"]
-            lane = by[f"{mid}.amp_lane_error_ratio"]
-            limit = by[f"{mid}.power.detection_limit"]
-            controls = {m.split(".")[1]: f"{v:.3g}x" for m, v in by.items() if m.startswith("power.")}
+                result = checks.check(setup, [recipe], determinism=False, ladder=True)
+            except TrainingCheckFailed as failed:
+                result = failed.result  # the same typed result: no message text is read
+            [parity] = result.of(VerdictKind.PARITY)
+            [lane] = result.of(VerdictKind.LANE)
+            controls = {
+                v.name.split(".")[2]: f"{v.comparison.measurement().value:.3g}x" for v in result.of(VerdictKind.POWER)
+            }
+            limit = result.detection_limits.get(recipe.name)
             print(
-                f"{setup.name:10s} {recipe.name:12s} {verdict:12s} parity {parity:.3g} of its allowance, lane {lane:.3g}x "
-                f"(allowed 2), controls {controls}, smallest gradient noise caught {limit:.3g}",
+                f"{setup.name:10s} {recipe.name:12s} {result.outcome.label:12s} parity "
+                f"{parity.comparison.measurement().value:.3g} of its allowance, lane "
+                f"{lane.comparison.measurement().value:.3g}x (allowed 2), controls {controls}, smallest gradient "
+                f"noise caught {limit if limit is None else f'{limit:.3g}'}",
                 flush=True,
             )
 

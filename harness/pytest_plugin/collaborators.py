@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
     from harness.domains.training import Band, ParityReport, Recipe, RecipeResult, Setup
     from harness.domains.training.diagnosis import Diagnosis
+    from harness.domains.training.result import Checked, Kind, TrainingResult
+    from harness.numerics.comparison import AnyComparison
 
 
 def display(path: Path) -> str:
@@ -163,6 +165,17 @@ class TrainingChecks:
 
     def __init__(self, recorder: Recorder, device: torch.device) -> None:
         self._record, self._device = recorder, device
+        #: while :meth:`check` runs: the verdicts and diagnoses it collects
+        self._collected: list[Checked] | None = None
+        self._diagnoses: dict[str, Diagnosis] = {}
+
+    def _judged(self, kind: Kind, recipe: str, comparison: AnyComparison, **row: Any) -> bool:
+        """Record one verdict as a row (and, inside :meth:`check`, keep it for the result)."""
+        from harness.domains.training.result import Checked
+
+        if self._collected is not None:
+            self._collected.append(Checked(kind, recipe, comparison))
+        return self._record.result(comparison, **row)
 
     @property
     def device(self) -> torch.device:
@@ -182,9 +195,11 @@ class TrainingChecks:
         message, or None when it passed."""
         from harness.domains import training as T
         from harness.domains.training.diagnosis import diagnose
+        from harness.domains.training.result import Kind
         from harness.numerics.comparison import explain
 
         verdict = T.judge(setup.name, result)
+        recipe = result.recipe.name
         base = {
             "control": result.recipe.control,
             "skipped_steps": result.run.skipped_at,
@@ -196,11 +211,11 @@ class TrainingChecks:
         dtype = str(result.recipe.dtype or "float32")
         clipping = T.judge_clipping(setup.name, result)
         unclipped = None
-        if clipping is not None and not self._record.result(
-            clipping, device=self._device, dtype=dtype, tags={"norms": result.run.clip_norms}
+        if clipping is not None and not self._judged(
+            Kind.CLIPPING, recipe, clipping, device=self._device, dtype=dtype, tags={"norms": result.run.clip_norms}
         ):
             unclipped = explain(clipping)
-        if self._record.result(verdict, device=self._device, dtype=dtype, tags=base):
+        if self._judged(Kind.PARITY, recipe, verdict, device=self._device, dtype=dtype, tags=base):
             return unclipped
         message = explain(verdict) if unclipped is None else f"{explain(verdict)}\n{unclipped}"
         if verdict.outcome is Outcome.FAIL and not result.recipe.control:
@@ -210,6 +225,7 @@ class TrainingChecks:
                 message += f"\n(no diagnosis: {type(exc).__name__}: {exc})"
             else:
                 self._record_diagnosis(setup, result, diagnosis, dtype)
+                self._diagnoses[recipe] = diagnosis
                 message += "\n" + diagnosis.explain()
         return message
 
@@ -251,6 +267,7 @@ class TrainingChecks:
         cannot see one of them is INCONCLUSIVE (``power=False``: the controls are not tried).
         Records rows; returns the failure messages."""
         from harness.domains.training import amp_lane as L
+        from harness.domains.training.result import Kind
         from harness.numerics.comparison import explain
 
         failures: list[str] = []
@@ -265,7 +282,9 @@ class TrainingChecks:
             blind: list[L.Control] = []
             if power and not r.recipe.control:
                 for control in L.power(setup, r.recipe, r.run, references, self._device, underflow_share):
-                    self._record.result(
+                    self._judged(
+                        Kind.POWER,
+                        r.recipe.name,
                         L.judge_control(setup.name, control),
                         device=self._device,
                         dtype=str(L.lane_dtype(control.recipe)),
@@ -282,7 +301,7 @@ class TrainingChecks:
                 "attention_kernel_ratio": lane.kernel_ratio,
                 "control": r.recipe.control,
             }
-            if not self._record.result(verdict, device=self._device, dtype=str(dtype), tags=tags):
+            if not self._judged(Kind.LANE, r.recipe.name, verdict, device=self._device, dtype=str(dtype), tags=tags):
                 failures.append(explain(verdict))
             if lane.kernel_ratio is not None:
                 self._record(
@@ -342,11 +361,14 @@ class TrainingChecks:
         power: bool = True,
         ladder: bool = False,
         overflow: bool = True,
-    ) -> ParityReport:
+    ) -> TrainingResult:
         """Parity, the AMP lane with its positive controls, determinism, the gradient census and,
-        for recipes with a loss scaler, overflow handling of ``recipes`` on ``setup``; fails the
-        test with every miss. Overflow handling (``overflow=False``: not tried) runs the recipe once
-        more with a non-finite gradient element planted at checkpoint steps: your optimizer and
+        for recipes with a loss scaler, overflow handling of ``recipes`` on ``setup``; returns a
+        :class:`~harness.domains.training.result.TrainingResult` with every verdict, and fails the
+        test with every miss by raising
+        :class:`~harness.domains.training.result.TrainingCheckFailed` (an ``AssertionError``
+        carrying the same result). Overflow handling (``overflow=False``: not tried) runs the recipe
+        once more with a non-finite gradient element planted at checkpoint steps: your optimizer and
         scaler must leave parameters and optimizer state untouched there and back the scale off
         (:mod:`harness.domains.training.overflow`). A recipe that passes on a setup
         where the lane does not see the canonical broken recipes (no fp32 master weights; for fp16,
@@ -358,43 +380,56 @@ class TrainingChecks:
         is refused before anything trains."""
         __tracebackhide__ = True
         from harness.domains import training as T
-        from harness.numerics.comparison import explain
+        from harness.domains.training.result import Kind, TrainingCheckFailed, TrainingResult
 
         n = T.DEFAULT_SEEDS if seeds is None else seeds
         recipes = T.validate(setup, recipes, n)
-        underflow: float | None = None
-        if census:
-            c = T.gradient_census(T.fp32_gradients(setup, device=self._device))
-            underflow = float(c["underflow_share"])
-            self._record(f"{setup.name}.grad.underflow_share", c["underflow_share"], unit="share", device=self._device)
-            self._record(f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device)
-        report = T.check_parity(setup, recipes, seeds=n, device=self._device)
-        failures: list[str] = []
-        for r in report.results:
-            failure = self.parity_verdict(setup, r, report.band)
-            if failure is not None:
-                failures.append(failure)
-        if lane:
-            failures.extend(self.lane_verdicts(setup, report, underflow, power))
-            if ladder:
+        collected: list[Checked] = []
+        self._collected, self._diagnoses = collected, {}
+        try:
+            counted: dict[str, float] | None = None
+            underflow: float | None = None
+            if census:
+                c = T.gradient_census(T.fp32_gradients(setup, device=self._device))
+                underflow = float(c["underflow_share"])
+                counted = {"underflow_share": underflow, "subnormal_share": float(c["subnormal_share"])}
+                self._record(
+                    f"{setup.name}.grad.underflow_share", c["underflow_share"], unit="share", device=self._device
+                )
+                self._record(
+                    f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device
+                )
+            report = T.check_parity(setup, recipes, seeds=n, device=self._device)
+            result = TrainingResult(setup.name, report, collected, counted, self._diagnoses)
+            for r in report.results:
+                self.parity_verdict(setup, r, report.band)
+            if lane:
+                self.lane_verdicts(setup, report, underflow, power)
+                if ladder:
+                    for recipe in recipes:
+                        result.detection_limits[recipe.name] = self.detection_ladder(setup, recipe, report)
+            if overflow:
+                self.overflow_verdicts(setup, recipes)
+            if determinism:
                 for recipe in recipes:
-                    self.detection_ladder(setup, recipe, report)
-        if overflow:
-            failures.extend(self.overflow_verdicts(setup, recipes))
-        if determinism:
-            for recipe in recipes:
-                same, first = T.is_deterministic(setup, recipe, self._device)
-                verdict = T.judge_determinism(setup.name, recipe, same, first)
-                if not self._record.result(verdict, device=self._device):
-                    failures.append(explain(verdict))
-        if failures:
-            raise AssertionError(f"training checks of {setup.name!r} failed:\n" + "\n".join(failures))
-        return report
+                    same, first = T.is_deterministic(setup, recipe, self._device)
+                    self._judged(
+                        Kind.DETERMINISM,
+                        recipe.name,
+                        T.judge_determinism(setup.name, recipe, same, first),
+                        device=self._device,
+                    )
+        finally:
+            self._collected = None
+        if result.failures:
+            raise TrainingCheckFailed(result)
+        return result
 
     def overflow_verdicts(self, setup: Setup, recipes: Sequence[Recipe]) -> list[str]:
         """Overflow handling of each recipe with a loss scaler (controls excepted): a verdict row
         per planted step; returns the failure messages."""
         from harness.domains.training import overflow as O
+        from harness.domains.training.result import Kind
         from harness.numerics.comparison import explain
 
         failures: list[str] = []
@@ -413,7 +448,9 @@ class TrainingChecks:
                     "changed": list(step.changed),
                 }
                 verdict = O.judge(setup.name, recipe, step)
-                if not self._record.result(verdict, device=self._device, dtype=str(recipe.dtype), tags=tags):
+                if not self._judged(
+                    Kind.OVERFLOW, recipe.name, verdict, device=self._device, dtype=str(recipe.dtype), tags=tags
+                ):
                     failures.append(explain(verdict))
         return failures
 
