@@ -3,6 +3,7 @@ caught by the check named here (the message shows which invariant or post-condit
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -50,6 +51,11 @@ def test_a_scaler_bug_fails_the_check_that_guards_against_it(pytester, suite_cop
     run = run_inner(pytester, "-k", test)
     assert_caught(run, f"*::{test}[[]cpu]")
     assert text in run.stdout.str(), f"{bug}: the failure does not mention {text!r}:\n{run.text()}"
+    if test == "test_gradscaler_follows_the_reference_state_machine":
+        # the divergence the machine raised is a FAIL row that says what diverged, not only an error
+        [row] = [r for r in run.rows if r["metric"] == "rules_run"]
+        failure = json.loads(str(row["tags"])).get("failure", "")
+        assert row["outcome"] == "fail" and failure.startswith(("AssertionError", "RuntimeError")), row
 
 
 def _with_stored_traces(pytester) -> None:

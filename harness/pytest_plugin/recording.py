@@ -9,13 +9,14 @@ traceback is hidden so that a failure points at the suite's line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from harness.numerics.comparison import (
     AnyComparison,
+    compare_claim,
     explain,
 )
 from harness.numerics.verdict import Outcome
@@ -142,6 +143,37 @@ class Recorder:
         if not self.result(result, **kw):
             raise AssertionError(explain(result))
 
+    def require_all(self, results: Iterable[AnyComparison], **kw: Any) -> None:
+        """Record every result, then fail the test with the explanation of each that did not pass
+        (all rows are written first: one failing element does not hide the others)."""
+        __tracebackhide__ = True
+        missed = [r for r in results if not self.result(r, **kw)]
+        if missed:
+            raise AssertionError("\n".join(explain(r) for r in missed))
+
+    def require_run(self, metric: str, criterion: str, run: Callable[[], object], **kw: Any) -> None:
+        """Run ``run`` (a hypothesis state machine, a model-based test) as one claim: PASS when it
+        returns, FAIL when it raises, the row carrying the error's first lines (what diverged,
+        where). The test fails with the same explanation, chained to the error.
+
+        Example::
+
+            amp_record.require_run("conformance.megatron", "matches its specification",
+                                   lambda: run_state_machine_as_test(machine))
+        """
+        __tracebackhide__ = True
+        try:
+            run()
+        except Exception as exc:  # any divergence the run raises is the verdict
+            lines = [line for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]
+            claim = compare_claim(
+                metric, 1, False, criterion, detail=lines[:12], expected=0, allowance=0, unit="errors"
+            )
+            tags = {**(kw.pop("tags", None) or {}), "failure": "\n".join(lines[:12])}
+            self.result(claim, tags=tags, **kw)
+            raise AssertionError(explain(claim)) from exc
+        self.result(compare_claim(metric, 0, True, criterion, expected=0, allowance=0, unit="errors"), **kw)
+
     def property_run(self, metric: str, criterion: str, **kw: Any) -> AbstractContextManager[Tally]:
         """Wrap a hypothesis run: one row with the examples seen and the worst value, pass or fail.
 
@@ -187,11 +219,17 @@ def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]
     run); with random examples it is a maximum over a random sample, information."""
     tally = Tally()
     outcome = Outcome.FAIL
+    failure: str | None = None
     try:
         yield tally
         outcome = Outcome.PASS
+    except BaseException as exc:
+        failure = "\n".join([line for line in str(exc).splitlines() if line.strip()][:12]) or type(exc).__name__
+        raise
     finally:
         tags = {"examples": tally.examples, "elements": tally.elements, **kw.pop("tags", {})}
+        if failure is not None:
+            tags["failure"] = failure  # what the failing example showed, beside the worst value
         if tally.detail:
             tags["derivation"] = tally.detail
         name, value, allowance, unit, comparable = metric, tally.worst, tally.bound, tally.unit, _derandomized()

@@ -168,7 +168,7 @@ def test_fsdp2_does_what_its_mixed_precision_policy_declares(fsdp2_shard, amp_re
             observed = sorted({d for g in per_rank for d in g.observed})
             if not amp_record.result(claim, dtype="bfloat16", tags={"declared": f.declared, "observed": observed}):
                 missed.append(claim)
-    assert not missed, "\n".join(explain(c) for c in missed)
+    assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
 
 
 def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_shard, amp_record):
@@ -216,7 +216,7 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
     )
     if not amp_record.result(closer, dtype="bfloat16"):
         missed.append(closer)
-    assert not missed, "\n".join(explain(c) for c in missed)
+    assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
 
 
 def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharded_scaler, amp_record):
@@ -252,4 +252,4 @@ def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharde
             ),
         )
         missed += [c for c in claims if not amp_record.result(c, tags={"inf_rank": inf_rank, "scales": scales})]
-    assert not missed, "\n".join(explain(c) for c in missed)
+    assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded

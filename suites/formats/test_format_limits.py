@@ -38,12 +38,14 @@ def test_limits_from_the_bit_layout_match_torch_finfo(fmt: FloatFormat, amp_reco
         "smallest_subnormal": float(finfo.smallest_normal) * 2.0 ** -(finfo.bits - 1 - _exponent_bits(finfo)),
         "unit_roundoff": float(finfo.eps) / 2,
     }
-    failures = []
-    for name, reference in fmt.limits().items():
-        result = compare_scalar(f"{fmt.name}.{name}", torch_values[name], reference, EXACT)
-        if not amp_record.result(result, dtype=fmt.name, tags={"reference": "bit layout"}):
-            failures.append(result)
-    assert not failures, "\n".join(f"{r.name}: torch {r.actual!r} != reference {r.expected!r}" for r in failures)
+    amp_record.require_all(
+        [
+            compare_scalar(f"{fmt.name}.{name}", torch_values[name], reference, EXACT)
+            for name, reference in fmt.limits().items()
+        ],
+        dtype=fmt.name,
+        tags={"reference": "bit layout"},
+    )
 
 
 def _exponent_bits(finfo: torch.finfo) -> int:

@@ -154,4 +154,6 @@ def test_source_text_claim_holds(claim: Claim, amp_record):
         amp_record(
             f"{claim.id}.correction", None, check=f"claim:{claim.id}", note=claim.correction, tags={"claim": claim.text}
         )
-    assert not failed, f"source claim {claim.id!r} ({claim.text}) does not hold:\n" + "\n".join(map(explain, failed))
+    assert not failed, (  # verdict recorded
+        f"source claim {claim.id!r} ({claim.text}) does not hold:\n" + "\n".join(map(explain, failed))
+    )

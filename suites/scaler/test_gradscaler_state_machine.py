@@ -34,7 +34,6 @@ from harness.domains.scaling import clipping
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.optimizers import same_bits
 from harness.numerics.comparison import compare_claim
-from harness.numerics.verdict import Outcome
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
 
@@ -163,7 +162,7 @@ def build_machine(
                         for c, r, b in zip(clipped, ref.grads, ref.budgets, strict=True)
                     )
                     counts["clip_binding"] += ref.coefficient < 1.0
-                    assert worst <= 1.0, (
+                    assert worst <= 1.0, (  # verdict recorded by require_run
                         f"clip_grad_norm_({clip}) after unscale_ differs from clipping in float64 by {worst:.3g} "
                         f"times its budget: {ref.origin}"
                     )
@@ -177,12 +176,14 @@ def build_machine(
                 mine = [i for i, p in enumerate(self.params) if id(p) in ids]
                 now = [self.params[i].detach() for i in mine]
                 if inf:
-                    assert _bitwise(now, [before_params[i] for i in mine]), "a skipped step changed the parameters"
-                    assert _bitwise(_state_tensors(opt), before), (
+                    assert _bitwise(now, [before_params[i] for i in mine]), (
+                        "a skipped step changed the parameters"
+                    )  # verdict recorded by require_run
+                    assert _bitwise(_state_tensors(opt), before), (  # verdict recorded by require_run
                         "a skipped step changed the optimizer state (steps, moments)"
                     )
                 elif expected is not None:
-                    assert _bitwise(now, [expected[i] for i in mine]), (
+                    assert _bitwise(now, [expected[i] for i in mine]), (  # verdict recorded by require_run
                         "a taken step differs from the optimizer's step on independently unscaled gradients"
                     )
 
@@ -270,7 +271,7 @@ def build_machine(
                     self.scaler.step(opt, closure=lambda: None)
             except RuntimeError as exc:
                 raised = str(exc)
-            assert raised is not None and messages[misuse] in raised, (
+            assert raised is not None and messages[misuse] in raised, (  # verdict recorded by require_run
                 f"{misuse}: expected RuntimeError({messages[misuse]!r}), got {raised!r}"
             )
             for other in self.opts:
@@ -288,7 +289,9 @@ def build_machine(
                 counts["at_float32_top"] += 1
             got = (self.scaler.get_scale(), self.scaler._get_growth_tracker())
             want = (self.ref.scale, self.ref.growth_tracker)
-            assert got == want, f"scaler (scale, growth_tracker) = {got}, reference (torch semantics) = {want}"
+            assert got == want, (  # verdict recorded by require_run
+                f"scaler (scale, growth_tracker) = {got}, reference (torch semantics) = {want}"
+            )
 
     GradScalerMachine.TestCase.settings = settings(stateful_step_count=STEPS)
     return GradScalerMachine
@@ -297,24 +300,35 @@ def build_machine(
 def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_factory, amp_record):
     counts: Counter[str] = Counter()
     machine = build_machine(amp_device, scaler_factory, counts)
-    outcome = Outcome.FAIL
-    try:
-        run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS))
-        outcome = Outcome.PASS
-    finally:
-        amp_record(
-            "rules_run",
-            sum(counts.values()),
-            unit="rules",
-            outcome=outcome,
-            device=amp_device,
-            tags=dict(counts),
-            note="model-based test of torch.amp.GradScaler against harness.domains.scaling.reference (torch)",
-        )
-    assert counts["overflow_step"] and counts["clean_step"], f"the machine never exercised both rules: {dict(counts)}"
-    assert counts["at_float32_top"], f"the machine never reached the top of float32: {dict(counts)}"
-    assert counts["clip_binding"], (
-        f"no clipped step bound (coefficient < 1): the clipping check is vacuous {dict(counts)}"
+    amp_record.require_run(
+        "rules_run",
+        "model-based test of torch.amp.GradScaler against harness.domains.scaling.reference (torch): every rule's "
+        "scale, growth tracker, skipped and taken steps, clipping and misuse errors as the reference says",
+        lambda: run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS)),
+        device=amp_device,
+        tags=counts,
+    )
+    exercised = {
+        "overflow_and_clean_steps": (
+            bool(counts["overflow_step"] and counts["clean_step"]),
+            "the machine exercised both an overflowing and a clean step",
+        ),
+        "float32_top": (bool(counts["at_float32_top"]), "the machine reached the top of float32"),
+        "clip_binding": (bool(counts["clip_binding"]), "a clipped step bound (coefficient < 1)"),
+    }
+    amp_record.require_all(
+        [
+            compare_claim(
+                f"rules_run.exercised.{what}",
+                held,
+                held,
+                criterion,
+                detail=f"not exercised: the check is vacuous there {dict(counts)}",
+                inconclusive=True,
+            )
+            for what, (held, criterion) in exercised.items()
+        ],
+        device=amp_device,
     )
 
 

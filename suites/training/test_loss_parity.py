@@ -81,7 +81,7 @@ def _record(amp_record, amp_training, setup_name, report, amp_device):
         )
         if failure is not None
     ]
-    assert not failures, "\n".join(failures)
+    assert not failures, "\n".join(failures)  # verdict recorded
 
 
 @pytest.mark.parametrize("case", PARITY_CASES, ids=_ids)
