@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -199,3 +200,69 @@ def test_largest_changes_lists_only_changes(tmp_path):
     loaded = db.load_reports([tmp_path])
     assert db.largest_changes(db.series(loaded.rows, loaded.runs)).empty
     assert "none: no comparable metric changed" in db.render(loaded)
+
+
+# -- drill-down, in a real browser ------------------------------------------------------------------
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NODE = "suites/training/test_mine.py::test_my_model[cpu]"
+
+
+def _drill_run(root: Path, name: str, started: str, result: str, verdict: str, message: str) -> Path:
+    rows = [
+        rp.make_row(
+            run_id=name, nodeid=NODE, suite="training", check="test_my_model", metric=metric, value=value,
+            outcome=outcome, allowance=2.0, note=note,
+        ).as_dict()
+        for metric, value, outcome, note in (
+            ("my_model.fp16+scaler.worst_diff_over_allowance", 0.01, "pass", "parity"),
+            ("my_model.fp16+scaler.amp_lane_error_ratio", 1.06, verdict, "the lane cannot see fp16 without scaling"),
+        )
+    ]  # fmt: skip
+    test = {"nodeid": NODE, "suite": "training", "result": result, "duration_s": 1.0, "message": message}
+    meta = {
+        "fingerprint": {"cpu_class": {"id": "cpu-x-t2"}},
+        "primary_device": "cpu",
+        "started": started,
+        "test_results": [{**test, "verdict": verdict}],
+    }
+    return rp.write(root, name, rows, meta)
+
+
+def _dump_dom(page: Path, anchor: str) -> str:
+    import subprocess
+
+    assert CHROMIUM is not None
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"{page.as_uri()}#{anchor}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return out.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is missing: the system package `chromium` (CI installs it)")
+def test_a_suite_cell_drills_down_to_its_failing_tests_and_rows_in_a_real_browser(tmp_path):
+    """The matrix cell of the latest run links to its drill-down; followed in Chromium, the
+    drill-down opens on the inconclusive test with its message and its rows; the runs x suites grid
+    shows the earlier passing run beside it."""
+    import re
+
+    _drill_run(tmp_path, "r1", "2026-01-01", "passed", "pass", "")
+    _drill_run(tmp_path, "r2", "2026-01-02", "failed", "inconclusive", "AssertionError: lane INCONCLUSIVE on my_model")
+    page = tmp_path / "dashboard.html"
+    db.write_dashboard([tmp_path], page)
+    text = page.read_text()
+    grid = db.runs_by_suites(db.load_reports([tmp_path]))
+    assert grid["training"].tolist() == ["PASS", "INCONCLUSIVE"]
+    anchor = db.cell_id("training", "r2")
+    assert f"<a href='#{anchor}'>INCONCLUSIVE</a>" in text  # the matrix cell (and the grid's) link there
+    dom = _dump_dom(page, anchor)
+    opened = re.search(rf"<details id=\"{re.escape(anchor)}\"[^>]*\bopen\b.*?</details>", dom, re.S)
+    assert opened, f"the drill-down did not open on following the cell's link:\n{dom[:3000]}"
+    section = opened.group(0)
+    assert "INCONCLUSIVE" in section and "AssertionError: lane INCONCLUSIVE on my_model" in section
+    assert "my_model.fp16+scaler.amp_lane_error_ratio" in section and NODE in section
+    closed = re.search(rf"<details id=\"{re.escape(db.cell_id('training', 'r1'))}\"[^>]*>", dom)
+    assert closed and " open" not in closed.group(0)  # only the followed cell opens

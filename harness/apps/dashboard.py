@@ -1,7 +1,12 @@
 """Regression dashboard and run comparison over many run reports.
 
 Loading and flagging are pandas; rendering is one self-contained HTML file (inline CSS, plots as
-inline PNG, no scripts, no network).
+inline PNG, one inline script that opens the drill-down a link points at; no network).
+
+Every suite cell (the matrix of the latest run of each class, and the runs x suites grid) is the
+worst outcome of its tests (:func:`harness.storage.report.test_outcomes`) and links to its
+drill-down: the tests that did not pass, worst first, each with the first line of its failure and
+its rows (metric, value, allowance, outcome, note).
 
 Only *comparable* rows are flagged (``Row.comparable``: a deterministic value, or a statistic with
 a stated run-to-run ``drift``); information (counts, maxima over random samples, unjudged
@@ -299,6 +304,49 @@ def pass_fail_matrix(rows: pd.DataFrame, runs: pd.DataFrame, tests: pd.DataFrame
     return ser.unstack("profile").fillna("-")
 
 
+@dataclass(frozen=True)
+class TestView:
+    """One test of a drill-down: its outcome, the first line of its failure, and its rows."""
+
+    nodeid: str
+    outcome: Outcome
+    message: str
+    rows: pd.DataFrame
+
+
+def cell_id(suite: str, run_id: str) -> str:
+    """The anchor of one suite of one run: what matrix and grid cells link to."""
+    return "cell-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{suite}--{run_id}")
+
+
+def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
+    """suite -> every test of one run, worst first (rows included; passing tests last)."""
+    rows = loaded.rows[loaded.rows["run_id"] == run_id]
+    tests = loaded.tests[loaded.tests["run_id"] == run_id] if len(loaded.tests) else loaded.tests
+    messages = dict(zip(tests["nodeid"].astype(str), tests["message"].fillna("").astype(str), strict=True))
+    out: dict[str, list[TestView]] = {}
+    for node, (suite, outcome) in rp.test_outcomes(_records(rows), _records(tests)).items():
+        mine = rows[rows["nodeid"] == node][["metric", "value", "expected", "allowance", "outcome", "note"]]
+        out.setdefault(suite, []).append(TestView(node, outcome, messages.get(node, ""), mine))
+    for views in out.values():
+        views.sort(key=lambda v: (-v.outcome.severity, v.nodeid))
+    return out
+
+
+def runs_by_suites(loaded: Loaded) -> pd.DataFrame:
+    """runs (oldest first) x suites: each cell the worst outcome of that run's tests of that suite
+    (as PyTorch's HUD shows commits x jobs); "-" where the run did not run the suite."""
+    records = []
+    for run_id in loaded.runs["run_id"]:
+        rows = loaded.rows[loaded.rows["run_id"] == run_id]
+        tests = loaded.tests[loaded.tests["run_id"] == run_id] if len(loaded.tests) else loaded.tests
+        worst: dict[str, Outcome] = {}
+        for suite, outcome in rp.test_outcomes(_records(rows), _records(tests)).values():
+            worst[suite] = max((worst.get(suite, outcome), outcome), key=lambda o: o.severity)
+        records.append({"run_id": run_id, **{k: v.label for k, v in worst.items()}})
+    return pd.DataFrame(records).set_index("run_id").fillna("-") if records else pd.DataFrame()
+
+
 def largest_changes(ser: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     """Latest vs previous run of the same profile, by relative change (comparable metrics only:
     a count or a maximum over random samples changes every run and says nothing)."""
@@ -467,8 +515,76 @@ def _table(df: pd.DataFrame, cls: str = "") -> str:
 
 CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
-th{background:#f0f0f0}.FAIL,.regression{background:#f8c8c8}.suspicious,.NOISY{background:#fbe8b0}.PASS,.ok{background:#d4efd4}
-.plots figure{display:inline-block;margin:4px}.plots img{border:1px solid #ddd}.problems{color:#a00}"""
+th{background:#f0f0f0}.FAIL,.regression,.o-fail{background:#f8c8c8}.o-inconclusive{background:#f3d0f0}
+.suspicious,.NOISY,.o-noisy{background:#fbe8b0}.o-unjudged{background:#e8e8f8}.o-known{background:#e0f0f8}
+.PASS,.ok,.o-pass{background:#d4efd4}.plots figure{display:inline-block;margin:4px}.plots img{border:1px solid #ddd}
+.problems{color:#a00}details{margin:4px 0}details>summary{cursor:pointer}.test{margin:6px 0 6px 1em}
+.message{font-family:monospace;white-space:pre-wrap;color:#700}:target{outline:2px solid #36c}"""
+
+#: Opens the drill-down a cell link points at (on load and on every link followed).
+OPEN_TARGET = (
+    "<script>function openTarget(){var e=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
+    "if(e&&e.tagName==='DETAILS'){e.open=true;}}window.addEventListener('hashchange',openTarget);openTarget();"
+    "</script>"
+)
+
+
+def _outcome_cell(label: str, anchor: str | None) -> str:
+    """A table cell for an outcome label, coloured by its outcome, linking to ``anchor``."""
+    outcome = next((o for o in Outcome if o.label == label), None)
+    cls = f" class='o-{outcome.value}'" if outcome is not None else ""
+    text = html.escape(label)
+    inner = text if anchor is None else "<a href='#" + anchor + "'>" + text + "</a>"
+    return f"<td{cls}>{inner}</td>"
+
+
+def _linked_grid(grid: pd.DataFrame, run_of_column: dict[str, str] | None, head: str) -> str:
+    """A suite grid whose cells link to their drill-downs: columns are runs (``run_of_column``
+    maps a column to its run) or the index is runs."""
+    cols = list(grid.columns)
+    out = [f"<table class='grid'><tr><th>{html.escape(head)}</th>"]
+    out += [f"<th>{html.escape(str(c))}</th>" for c in cols] + ["</tr>"]
+    for key, row in grid.iterrows():
+        out.append(f"<tr><th>{html.escape(str(key))}</th>")
+        for c in cols:
+            label = str(row[c])
+            if run_of_column is not None:
+                suite, run_id = str(key), run_of_column[str(c)]
+            else:
+                suite, run_id = str(c), str(key)
+            out.append(_outcome_cell(label, None if label == "-" else cell_id(suite, run_id)))
+        out.append("</tr>")
+    return "".join(out) + "</table>"
+
+
+def _drill_downs(loaded: Loaded) -> str:
+    parts = []
+    for run_id, profile in zip(loaded.runs["run_id"], loaded.runs["profile"], strict=True):
+        for suite, views in sorted(drill_down(loaded, str(run_id)).items()):
+            worst = views[0].outcome
+            counts: dict[str, int] = {}
+            for v in views:
+                counts[v.outcome.label] = counts.get(v.outcome.label, 0) + 1
+            summary = ", ".join(f"{n} {label}" for label, n in counts.items())
+            parts.append(
+                f"<details id='{cell_id(suite, str(run_id))}'><summary><b>{html.escape(suite)}</b> in run "
+                f"{html.escape(str(run_id))} ({html.escape(str(profile))}): "
+                f"<span class='o-{worst.value}'>{worst.label}</span>; {len(views)} tests: {html.escape(summary)}"
+                "</summary>"
+            )
+            shown = [v for v in views if v.outcome.severity > Outcome.PASS.severity]
+            for v in shown:
+                parts.append(
+                    f"<div class='test'><span class='o-{v.outcome.value}'>{v.outcome.label}</span> "
+                    f"<code>{html.escape(v.nodeid)}</code>"
+                    + (f"<div class='message'>{html.escape(v.message)}</div>" if v.message else "")
+                    + (_table(v.rows, "rows") if len(v.rows) else "")
+                    + "</div>"
+                )
+            if not shown:
+                parts.append("<p class='test'>every test passed (or judged nothing, or skipped)</p>")
+            parts.append("</details>")
+    return "\n".join(parts)
 
 
 def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY, max_plots: int = MAX_PLOTS) -> str:
@@ -502,9 +618,18 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
             + "</ul>"
         )
     parts += ["<h2>Runs</h2>", _table(loaded.runs, "runs")]
+    latest = loaded.runs.dropna(subset=["profile"]).groupby("profile").tail(1)
+    run_of_profile = dict(zip(latest["profile"].astype(str), latest["run_id"].astype(str), strict=True))
     parts += [
-        "<h2>Pass/fail matrix (latest run of each profile)</h2>",
-        matrix.reset_index().to_html(index=False, border=0, classes="matrix"),
+        "<h2>Pass/fail matrix (latest run of each profile; a cell opens its tests below)</h2>",
+        _linked_grid(matrix, run_of_profile, "suite") if len(matrix) else "<p>no tests</p>",
+    ]
+    grid = runs_by_suites(loaded)
+    parts += [
+        "<h2>Runs x suites (oldest first; each cell the worst outcome of that run's tests of the suite)</h2>",
+        _linked_grid(grid, None, "run") if len(grid) else "<p>no tests</p>",
+        "<h2>Drill-down (the tests of each suite and run that did not pass, worst first, with their rows)</h2>",
+        _drill_downs(loaded),
     ]
     parts += [
         f"<h2>Regression flags (comparable metrics: median of the previous {window} runs, any change of a "
@@ -523,7 +648,7 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
     ]
     parts += ["<h2>Trends</h2><div class='plots'>"]
     parts += [f"<figure><img alt='{html.escape(m)}' src='data:image/png;base64,{b64}'></figure>" for m, b64 in plots]
-    parts += ["</div></body></html>"]
+    parts += ["</div>", OPEN_TARGET, "</body></html>"]
     out = "\n".join(parts)
     # colour cells by their text (no scripts): wrap known words
     for word in ("FAIL", "PASS", "NOISY", "regression", "suspicious"):

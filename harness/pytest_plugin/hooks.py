@@ -217,7 +217,9 @@ def _first_line(rep: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
         text = call.excinfo.exconly()
     else:
         text = rep.longreprtext
-    lines = [line for line in str(text).splitlines() if line.strip()]
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):  # "training checks of 'x' failed:" says what follows
+        lines = [f"{lines[0]} {lines[1]}"]
     return lines[0][:300] if lines else ""
 
 
