@@ -100,8 +100,31 @@ def test_trend_plots_draw_inf_and_nan_as_markers_with_a_note_never_an_empty_plot
             "commit": ["abc1234def", None, "abc1234def"],
         }
     )
-    ((metric, png),) = db._plots(ser, ["m"])
-    assert metric == "m" and len(png) > 1000
+    ((metric, svg),) = db._plots(ser, ["m"])
+    assert metric == "m" and svg.startswith("<svg") and len(svg) > 1000
+
+
+def test_every_plotted_point_shows_its_run_commit_and_value_on_hover():
+    """Trend plots are inline SVG (zoom keeps them crisp); each finite point carries a <title>, the
+    browser's hover text, naming the profile, value, run, time and commit."""
+    ser = pd.DataFrame(
+        {
+            "profile": "cpu-x-t2",
+            "metric_id": "m",
+            "run_id": ["run-a", "run-b"],
+            "value": [1.0, 2.5],
+            "allowance": None,
+            "comparable": True,
+            "drift": 0.0,
+            "order": [0, 1],
+            "suite": "s",
+            "started": ["2026-11-30T01:00:00+00:00", "2026-11-30T02:00:00+00:00"],
+            "commit": ["abc1234def", "0123456789"],
+        }
+    )
+    ((_, svg),) = db._plots(ser, ["m"])
+    assert "<title>cpu-x-t2: 2.5 (run run-b, 2026-11-30T02:00:00+00:00, commit 01234567)</title>" in svg, svg[:500]
+    assert svg.count("<title>cpu-x-t2: ") == 2
 
 
 def test_without_an_allowance_the_history_spread_decides():

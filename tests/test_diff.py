@@ -12,6 +12,7 @@ import pytest
 
 from harness.apps import diff as df
 from harness.apps.cli import main
+from harness.numerics.verdict import RowKind
 from harness.storage import report as rp
 
 
@@ -34,11 +35,11 @@ def _run(root: Path, name: str, rows: list[dict[str, Any]], torch: str = "2.13.0
 
 def _policy(op: str, category: str) -> dict[str, Any]:
     return _row("autocast", "test_policy[cpu-bf16]", f"policy.{op}", None, "info", dtype="bfloat16", device="cpu",
-                tags={"category": category})  # fmt: skip
+                tags={"category": category}, kind=RowKind.POLICY)  # fmt: skip
 
 
 def _known(issue: str, outcome: str) -> dict[str, Any]:
-    return _row("compiled", f"test_known[{issue}]", f"known_issue.{issue}", 1.0, outcome)
+    return _row("compiled", f"test_known[{issue}]", f"known_issue.{issue}", 1.0, outcome, kind=RowKind.KNOWN_ISSUE)
 
 
 BASE = [
@@ -47,7 +48,7 @@ BASE = [
     _row("numerics", "test_c[cpu]", "exp.error_over_budget", 1.5, "fail"),
     _row("numerics", "test_d[cpu]", "log.error_over_budget", 0.1),
     _row("numerics", "test_stat[cpu]", "loss.distance", 1.0, drift=0.1),
-    _row("speed", "test_speed[cpu]", "matmul.speedup", 2.0, "pass"),
+    _row("speed", "test_speed[cpu]", "matmul.speedup", 2.0, "pass", kind=RowKind.SPEEDUP),
     _policy("torch.mm", "lower_precision"),
     _policy("torch.softmax", "fp32"),
     _known("issue-one", "known"),
@@ -62,7 +63,7 @@ def _b_rows() -> list[dict[str, Any]]:
     del rows[3]  # test_d missing
     rows.append(_row("numerics", "test_e[cpu]", "pow.error_over_budget", 0.3))  # new
     rows[3] = _row("numerics", "test_stat[cpu]", "loss.distance", 1.05, drift=0.1)  # within its drift
-    rows[4] = _row("speed", "test_speed[cpu]", "matmul.speedup", 1.2, "pass")  # 1.67x slower
+    rows[4] = _row("speed", "test_speed[cpu]", "matmul.speedup", 1.2, "pass", kind=RowKind.SPEEDUP)  # 1.67x slower
     rows[5] = _policy("torch.mm", "fp32")  # a policy cell changed
     rows[7] = _known("issue-one", "pass")  # a known issue disappeared
     rows[8] = _known("issue-two", "known")  # another appeared
@@ -104,11 +105,30 @@ def test_each_kind_of_change_gets_its_status(runs):
 def test_a_speedup_judged_against_nothing_is_not_compared_and_is_counted(tmp_path):
     """A case calibration never judges (layer_norm, kept in fp32 by autocast: its ratio is noise)
     moving 0.63 -> 1.00 is not "changed beyond the speed rule's detectable 1.3x"."""
-    a = _run(tmp_path / "a", "a", [_row("speed", "test_speed[cpu]", "layer_norm.speedup", 0.63, "unjudged")])
-    b = _run(tmp_path / "b", "b", [_row("speed", "test_speed[cpu]", "layer_norm.speedup", 1.00, "unjudged")])
+    a = _run(
+        tmp_path / "a",
+        "a",
+        [_row("speed", "test_speed[cpu]", "layer_norm.speedup", 0.63, "unjudged", kind=RowKind.SPEEDUP)],
+    )
+    b = _run(
+        tmp_path / "b",
+        "b",
+        [_row("speed", "test_speed[cpu]", "layer_norm.speedup", 1.00, "unjudged", kind=RowKind.SPEEDUP)],
+    )
     d = df.diff(df.load_side("A", a), df.load_side("B", b))
     assert not [c for c in d.changes if c.kind == "speed"], d.changes
     assert d.speed_not_compared == 1 and "1 speedups not compared" in d.summary()
+
+
+def test_kinds_come_from_the_kind_column_and_older_reports_from_the_metric_name(tmp_path):
+    """A measurement whose name merely looks like a policy cell is not one; a report written before
+    the kind column (its rows without it) still reads its policy cells, known issues and speedups."""
+    odd = _run(tmp_path / "a", "a", [_row("autocast", "test_p[cpu]", "policy.looks_like_a_cell", 1.0)])
+    assert set(rp.load(odd).rows["kind"]) == {"measurement"}
+    old = _run(tmp_path / "b", "b", [_policy("torch.mm", "fp32"), _known("issue-one", "known")])
+    rows = pd.read_parquet(old / rp.ROWS_PARQUET).drop(columns=["kind"])
+    rows.to_parquet(old / rp.ROWS_PARQUET, index=False)
+    assert rp.load(old).rows["kind"].tolist() == ["policy", "known_issue"]
 
 
 def test_a_statistic_beyond_its_drift_is_changed(tmp_path):
@@ -132,7 +152,11 @@ def test_the_text_table_is_grouped_by_suite_and_fits_100_columns(runs, capsys):
 
 def test_exit_status_is_0_without_a_regression_even_when_things_changed(tmp_path):
     rows = [dict(r) for r in BASE]
-    b_rows = [*rows[:5], _row("speed", "test_speed[cpu]", "matmul.speedup", 9.0, "pass"), *rows[6:]]
+    b_rows = [
+        *rows[:5],
+        _row("speed", "test_speed[cpu]", "matmul.speedup", 9.0, "pass", kind=RowKind.SPEEDUP),
+        *rows[6:],
+    ]
     a, b = _run(tmp_path / "a", "a", rows), _run(tmp_path / "b", "b", b_rows)
     assert main(["diff", str(a), str(b)]) == 0
     assert main(["compare", str(a), str(a)]) == 0  # the old command's name is an alias

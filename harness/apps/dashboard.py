@@ -1,7 +1,8 @@
 """Regression dashboard and run comparison over many run reports.
 
 Loading and flagging are pandas; rendering is one self-contained HTML file (inline CSS, plots as
-inline PNG, one inline script that opens the drill-down a link points at; no network).
+inline SVG whose points show run, time, commit and value on hover, one inline script that opens
+the drill-down a link points at; no network).
 
 Every suite cell (the matrix of the latest run of each class, and the runs x suites grid) is the
 worst outcome of its tests (:func:`harness.storage.report.test_outcomes`) and links to its
@@ -22,7 +23,6 @@ shorter than ``min_history``. A change between finite and inf/NaN is a violation
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import math
@@ -366,10 +366,16 @@ def largest_changes(ser: pd.DataFrame, top: int = 20) -> pd.DataFrame:
 MAX_PLOTS = 24
 
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)  # no tight bbox: that draws every figure twice
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+def _svg(fig: Any, titles: dict[str, str]) -> str:
+    """The figure as inline SVG (vector: crisp at any browser zoom), each point's ``<title>`` its
+    hover text: run, time, commit and value (``titles``: gid -> text)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg") :]  # inline in the page: no XML declaration or doctype
+    for gid, title in titles.items():
+        svg = svg.replace(f'<g id="{gid}">', f'<g id="{gid}"><title>{html.escape(title)}</title>', 1)
+    return svg
 
 
 def nonfinite_note(values: Sequence[float]) -> str:
@@ -390,6 +396,9 @@ def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: small, selectable
+    matplotlib.rcParams["svg.hashsalt"] = "amp-harness"  # stable ids between renders
+
     refs: dict[tuple[Any, str], float | None] = {}
     if flagged is not None:
         for profile, metric, reference in zip(
@@ -397,7 +406,8 @@ def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | No
         ):
             refs[(profile, str(metric))] = finite_or_none(reference)
     out = []
-    for m in metrics:
+    for plot, m in enumerate(metrics):
+        titles: dict[str, str] = {}
         fig, ax = plt.subplots(figsize=(5.5, 2.6))
         fig.subplots_adjust(left=0.12, right=0.98, top=0.82, bottom=0.3)  # fixed margins: one draw per plot
         notes = []
@@ -437,6 +447,15 @@ def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | No
                 else:
                     ax.axhspan(lo, hi, color="green", alpha=0.15, label="allowed")
             commits = [c if isinstance(c, str) else "" for c in (g["commit"].tolist() if "commit" in g else [])]
+            for k, (a, v, f) in enumerate(zip(xs, ys, finite, strict=True)):
+                if not f:
+                    continue
+                gid = f"p{plot}-{len(titles)}"
+                ax.plot([a], [v], "o", ms=7, alpha=0.0, gid=gid)  # the hover target of one point
+                when = g["started"].iloc[k] if "started" in g else ""
+                commit = commits[k][:8] if k < len(commits) and commits[k] else "?"
+                run = str(g["run_id"].iloc[k])
+                titles[gid] = f"{profile!s}: {v:.6g} (run {run}, {when!s}, commit {commit})"
             if x is not None and x.notna().all() and any(commits):
                 step = max(1, -(-len(xs) // 8))  # at most 8 labelled runs
                 ax.set_xticks(xs[::step])
@@ -452,7 +471,7 @@ def _plots(ser: pd.DataFrame, metrics: Sequence[str], flagged: pd.DataFrame | No
         ax.legend(fontsize=6, loc="upper left")  # "best" searches every point: slow on a fleet
         if not ax.lines and not ax.patches:
             ax.text(0.5, 0.5, "no finite values", ha="center", transform=ax.transAxes)
-        out.append((m, _png(fig)))
+        out.append((m, _svg(fig, titles)))
         plt.close(fig)
     return out
 
@@ -487,6 +506,9 @@ def stacks_view(loaded: Loaded) -> pd.DataFrame:
             "fingerprint": {"torch_version": r.get("torch"), "cpu_class": {"id": r.get("profile")}},
         }
         rows = loaded.rows[loaded.rows["run_id"] == r["run_id"]]
+        if len(loaded.tests):  # each test's own verdict, as diff reads it from a report
+            tests = loaded.tests[loaded.tests["run_id"] == r["run_id"]].drop(columns=["run_id"])
+            meta["test_results"] = _records(tests)
         return df_.Side(label, rp.LoadedReport(Path(str(r["run_id"])), rows, meta))
 
     columns: dict[str, dict[str, str]] = {}
@@ -647,7 +669,7 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
         _table(changes, "changes") if len(changes) else "<p>none: no comparable metric changed</p>",
     ]
     parts += ["<h2>Trends</h2><div class='plots'>"]
-    parts += [f"<figure><img alt='{html.escape(m)}' src='data:image/png;base64,{b64}'></figure>" for m, b64 in plots]
+    parts += [f"<figure title='{html.escape(m)}'>{svg}</figure>" for m, svg in plots]
     parts += ["</div>", OPEN_TARGET, "</body></html>"]
     out = "\n".join(parts)
     # colour cells by their text (no scripts): wrap known words

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.numerics.trend import finite_or_none, violates
-from harness.numerics.verdict import Outcome
+from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import report as rp
 
 #: the speed rule's detectable slowdown (harness.domains.speed.bench.DETECT_SLOWDOWN): an unjudged
@@ -171,6 +171,11 @@ def _checks(records: Iterable[dict[str, Any]], tests: Iterable[dict[str, Any]] =
     return {(suite, _short_check(node)): o for node, (suite, o) in rp.test_outcomes(records, tests).items()}
 
 
+def _kind(r: Mapping[str, Any]) -> RowKind:
+    """The row's kind column (reports before it get theirs from the metric's name on loading)."""
+    return RowKind(str(r.get("kind") or RowKind.MEASUREMENT.value))
+
+
 def _metric_key(r: Mapping[str, Any]) -> tuple[str, str]:
     parts = [str(r.get(k) or "") for k in ("metric", "dtype", "device")]
     return str(r["suite"]), " ".join(p for p in parts if p)
@@ -181,8 +186,7 @@ def _metrics(records: Iterable[dict[str, Any]], *, speed: bool) -> dict[tuple[st
     values: dict[tuple[str, str], list[float]] = {}
     drifts: dict[tuple[str, str], float | None] = {}
     for r in records:
-        metric = str(r["metric"])
-        is_speed = metric.endswith(".speedup")
+        is_speed = _kind(r) is RowKind.SPEEDUP
         if is_speed != speed or (not speed and not bool(r.get("comparable"))):
             continue
         if speed and Outcome.parse(str(r["outcome"])) not in SPEED_COMPARED:
@@ -214,7 +218,7 @@ def _policy(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
     out = {}
     for r in records:
         metric = str(r["metric"])
-        if metric.startswith("policy."):
+        if _kind(r) is RowKind.POLICY:
             tags = _tags(r)
             cell = f"{metric.removeprefix('policy.')} {r.get('dtype') or ''} {r.get('device') or ''}".strip()
             out[(str(r["suite"]), cell)] = str(tags.get("category", tags.get("result", "?")))
@@ -226,7 +230,7 @@ def _known(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
     out = {}
     for r in records:
         metric = str(r["metric"])
-        if metric.startswith("known_issue."):
+        if _kind(r) is RowKind.KNOWN_ISSUE:
             out[(str(r["suite"]), metric.removeprefix("known_issue."))] = str(r["outcome"])
     return out
 
@@ -273,7 +277,7 @@ def diff(a: Side, b: Side) -> Diff:
     unjudged = {
         _metric_key(r)
         for r in (*ra, *rb)
-        if str(r["metric"]).endswith(".speedup") and Outcome.parse(str(r["outcome"])) not in SPEED_COMPARED
+        if _kind(r) is RowKind.SPEEDUP and Outcome.parse(str(r["outcome"])) not in SPEED_COMPARED
     }
     out.speed_not_compared = len(unjudged)
     for speed in (False, True):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.numerics.comparison import ClaimComparison, compare_claim
+from harness.numerics.verdict import RowKind
 from harness.platform.versions import minor, release
 
 __all__ = ["KnownIssue", "minor", "registry_claim", "release"]
@@ -56,4 +57,5 @@ def registry_claim(
         f"the issue occurs exactly in the {issue.package} releases the registry lists",
         detail=detail,
         finding=present,
+        kind=RowKind.KNOWN_ISSUE,
     )

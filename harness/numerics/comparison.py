@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.numerics.formats import FloatFormat
 from harness.numerics.tolerance import EXACT, Tolerance
-from harness.numerics.verdict import Outcome
+from harness.numerics.verdict import Outcome, RowKind
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +47,8 @@ class Measurement:
     unit: str = ""
     note: str = ""
     tags: Mapping[str, Any] = field(default_factory=dict)
+    #: what the row is (RowKind.MEASUREMENT unless the comparison says otherwise)
+    kind: RowKind = RowKind.MEASUREMENT
 
 
 class _Judged:
@@ -231,6 +233,8 @@ class ClaimComparison(_Judged):
     #: the outcome when it does not: FAIL, or INCONCLUSIVE where what did not hold is the
     #: precondition of a verdict (the check tested nothing), not the claim
     fails_as: Outcome = Outcome.FAIL
+    #: what its report row is (a speedup, a known issue, ...)
+    kind: RowKind = RowKind.MEASUREMENT
 
     @property
     def passed(self) -> bool:
@@ -244,7 +248,9 @@ class ClaimComparison(_Judged):
         return explain_claim(self)
 
     def measurement(self) -> Measurement:
-        return Measurement(self.name, self.value, self.expected, self.allowance, self.unit, self.criterion)
+        return Measurement(
+            self.name, self.value, self.expected, self.allowance, self.unit, self.criterion, kind=self.kind
+        )
 
 
 AnyComparison = ScalarComparison | BoundComparison | ElementwiseComparison | DataComparison | ClaimComparison
@@ -271,6 +277,7 @@ def compare_claim(
     unit: str = "",
     finding: bool = False,
     inconclusive: bool = False,
+    kind: RowKind = RowKind.MEASUREMENT,
 ) -> ClaimComparison:
     """A claim whose rule the caller decides; ``detail`` says what was seen when it does not hold.
     ``finding=True``: the claim is that a known deviation is still there (recorded as KNOWN).
@@ -279,7 +286,7 @@ def compare_claim(
     holds_as = Outcome.KNOWN if finding else Outcome.PASS
     fails_as = Outcome.INCONCLUSIVE if inconclusive else Outcome.FAIL
     return ClaimComparison(
-        name, float(value), bool(holds), criterion, lines, expected, allowance, unit, holds_as, fails_as
+        name, float(value), bool(holds), criterion, lines, expected, allowance, unit, holds_as, fails_as, kind
     )
 
 

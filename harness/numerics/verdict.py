@@ -106,6 +106,24 @@ class Outcome(str, Enum):
         return self.value
 
 
+class RowKind(str, Enum):
+    """What a report row is, stored in its ``kind`` column: the readers that treat kinds apart
+    (``amp-harness diff``: speedups by the speed rule, policy cells by their category, known
+    issues by their presence) read this column, never the metric's name."""
+
+    #: a value, a verdict or information (the default)
+    MEASUREMENT = "measurement"
+    #: an AMP speedup over its baseline (judged by the speed rule, or not judged on its class)
+    SPEEDUP = "speedup"
+    #: one cell of the autocast policy table (what autocast ran an op in; ``category`` in tags)
+    POLICY = "policy"
+    #: a registered known issue, observed (present: KNOWN, absent where unlisted: PASS)
+    KNOWN_ISSUE = "known_issue"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 #: Least to most severe (Outcome.severity).
 _SEVERITY = (
     Outcome.SKIP,

@@ -19,7 +19,7 @@ from harness.numerics.comparison import (
     compare_claim,
     explain,
 )
-from harness.numerics.verdict import Outcome
+from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import report as rp
 
 #: The JUnit XML properties the qualification verdict reads (``amp-harness qualify``).
@@ -87,6 +87,7 @@ class Recorder:
         note: str = "",
         comparable: bool | None = None,
         drift: float | None = None,
+        kind: RowKind = RowKind.MEASUREMENT,
     ) -> None:
         """Record one row. Judged rows (pass/fail) should come from :meth:`require`, which
         decides the outcome and the assertion from the same comparison. ``comparable``/``drift``:
@@ -113,6 +114,7 @@ class Recorder:
                 note=note,
                 comparable=comparable,
                 drift=drift,
+                kind=kind,
             )
         )
         if outcome in _LABELS and outcome not in self._labelled:
@@ -133,6 +135,7 @@ class Recorder:
             outcome=result.outcome,
             note=kw.pop("note", m.note),
             tags={**m.tags, **(kw.pop("tags", None) or {})},
+            kind=kw.pop("kind", m.kind),
             **kw,
         )
         return result.passed

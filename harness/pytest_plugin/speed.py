@@ -18,7 +18,7 @@ import torch
 from harness.domains.compiled import toolchain
 from harness.domains.speed import bench, thresholds
 from harness.domains.speed import verdict as speed
-from harness.numerics.verdict import Outcome
+from harness.numerics.verdict import Outcome, RowKind
 from harness.pytest_plugin.recording import Recorder
 from harness.storage.profiles import Profile
 
@@ -84,6 +84,7 @@ def check_speedup(
         record(
             f"{name}.speedup",
             None,
+            kind=RowKind.SPEEDUP,
             unit="x",
             outcome=Outcome.UNJUDGED,
             dtype=dtype,
@@ -213,6 +214,7 @@ def check_speedup(
     record(
         f"{name}.speedup",
         timing.speedup,
+        kind=RowKind.SPEEDUP,
         allowance=v.limit,
         unit="x",
         outcome=v.outcome,

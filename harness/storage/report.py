@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 # Outcome and OUTCOMES are re-exported: the report's outcome column holds their values.
 from harness.numerics.verdict import OUTCOMES as OUTCOMES
 from harness.numerics.verdict import Outcome as Outcome
+from harness.numerics.verdict import RowKind
 from harness.storage import atomic
 
 if TYPE_CHECKING:
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
 #: ``inconclusive`` outcome (a check that tested nothing it claims), and the ``comparable`` and
 #: ``drift`` columns. Earlier versions load: their rows use a subset of the outcomes, and without
 #: the columns every row reads as information (shown by the dashboard, never flagged).
-#: 4: each test's own result in the run metadata (``test_results``), beside its rows.
+#: 4: each test's own result in the run metadata (``test_results``), beside its rows, and the
+#: ``kind`` column (RowKind); earlier reports get their kind from the metric's name on loading,
+#: the rule readers applied before (``policy.*``, ``known_issue.*``, ``*.speedup``).
 SCHEMA_VERSION = 4
 READABLE_SCHEMAS = (1, 2, 3, 4)
 #: A test's result: pytest's outcome (passed, failed, error, skipped, xfailed, xpassed), its
@@ -70,6 +73,9 @@ class Row:
     comparable: bool = False
     #: for comparable rows: the relative run-to-run change that is still "the same" (0: deterministic)
     drift: float | None = None
+    #: what the row is (:class:`~harness.numerics.verdict.RowKind`): a measurement, a speedup, an
+    #: autocast policy cell, a known issue
+    kind: str = RowKind.MEASUREMENT.value
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", Outcome.parse(self.outcome))
@@ -103,6 +109,7 @@ def make_row(
     note: str = "",
     comparable: bool | None = None,
     drift: float | None = None,
+    kind: RowKind | str = RowKind.MEASUREMENT,
 ) -> Row:
     """Build a row, normalising dtypes/devices to strings and tags to sorted JSON.
 
@@ -130,6 +137,7 @@ def make_row(
         recorded_at=now_iso(),
         comparable=is_comparable,
         drift=(drift if drift is not None else 0.0) if is_comparable else None,
+        kind=RowKind(kind).value,
     )
 
 
@@ -250,7 +258,20 @@ def load(path: str | os.PathLike[str]) -> LoadedReport:
         rows["comparable"] = False
     if "drift" not in rows.columns:
         rows["drift"] = float("nan")
+    if "kind" not in rows.columns:  # before schema 4: the kind its metric's name implied
+        rows["kind"] = rows["metric"].astype(str).map(legacy_kind)
     return LoadedReport(run_dir, rows, meta)
+
+
+def legacy_kind(metric: str) -> str:
+    """The kind of a row written before the ``kind`` column, from its metric's name."""
+    if metric.startswith("policy."):
+        return RowKind.POLICY.value
+    if metric.startswith("known_issue."):
+        return RowKind.KNOWN_ISSUE.value
+    if metric.endswith(".speedup"):
+        return RowKind.SPEEDUP.value
+    return RowKind.MEASUREMENT.value
 
 
 def find_runs(report_dir: str | os.PathLike[str]) -> list[Path]:

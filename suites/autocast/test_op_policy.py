@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPENDENT_ON_CPU
 from harness.domains.autocast.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
 from harness.numerics.comparison import compare_claim, compare_predicate
+from harness.numerics.verdict import RowKind
 from harness.storage.baselines import KeyKind
 
 pytestmark = pytest.mark.amp_capability("autocast policy")
@@ -65,7 +66,7 @@ def test_op_policy_matches_the_golden_table(amp_device, amp_dtype, amp_record, a
         tags = {**probe.as_baseline(), "category": probe.category(amp_dtype).value}
         if probe.hand_cast is not None:
             tags["hand_cast"] = probe.hand_cast.value
-        amp_record(f"policy.{op}", None, dtype=amp_dtype, device=amp_device, tags=tags)
+        amp_record(f"policy.{op}", None, dtype=amp_dtype, device=amp_device, tags=tags, kind=RowKind.POLICY)
     # the golden table is the policy (output dtypes); bitwise equality is the next test's claim.
     # Ops whose CPU behaviour depends on the instruction set stay out of it (recorded above, and
     # as a finding of the hardware profile here): the table is keyed by torch release.
@@ -77,6 +78,7 @@ def test_op_policy_matches_the_golden_table(amp_device, amp_dtype, amp_record, a
                 None,
                 dtype=amp_dtype,
                 device=amp_device,
+                kind=RowKind.POLICY,
                 tags=table[op].as_baseline(),
                 note=why,
             )

@@ -23,7 +23,7 @@ from harness.domains.speed.bench import (
 )
 from harness.domains.speed.thresholds import Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
-from harness.numerics.verdict import Outcome
+from harness.numerics.verdict import Outcome, RowKind
 
 
 class Abstention(enum.Enum):
@@ -73,6 +73,7 @@ class SpeedVerdict:
             ),
             allowance=limit,
             unit="x",
+            kind=RowKind.SPEEDUP,
         )
 
 
