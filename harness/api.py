@@ -15,8 +15,12 @@
   for a :class:`CastSpec`), checked bit for bit against the recipe specifications by the fp8 suite
   (return your adapter from an ``fp8_scaling_under_test`` fixture), or in a test of your own with
   :func:`check_fp8_scaling`; :class:`TorchaoScaling` is torchao's.
+* Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
+  result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
+  and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
 * Results: :func:`load_report` and :func:`find_runs` read run reports back as pandas objects;
-  :class:`Outcome` is the outcome column's vocabulary; :class:`KeyKind` keys your own baselines.
+  :class:`Outcome` is the outcome column's vocabulary, :class:`RowKind` the kind column's;
+  :class:`KeyKind` keys your own baselines.
 
 Anything else under ``harness`` is internal and may change between releases.
 """
@@ -24,6 +28,7 @@ Anything else under ``harness`` is internal and may change between releases.
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
+from harness.domains.scaling.adapters import semantics_of as scaler_semantics_of
 from harness.domains.scaling.conformance import conformance_machine
 from harness.domains.scaling.reference import (
     ConfigurationDeclined,
@@ -31,6 +36,7 @@ from harness.domains.scaling.reference import (
     ScalerAtMinimumError,
     ScalerConfig,
 )
+from harness.domains.speed.workloads import Workload
 from harness.domains.training import (
     ACCUM4,
     BF16,
@@ -52,8 +58,22 @@ from harness.domains.training.overflow import judge as judge_overflow
 from harness.domains.training.overflow import run as plant_overflows
 from harness.domains.training.result import Checked, TrainingCheckFailed, TrainingResult
 from harness.domains.training.result import Kind as VerdictKind
+from harness.numerics.comparison import (
+    compare_bits,
+    compare_bound,
+    compare_claim,
+    compare_curves,
+    compare_data,
+    compare_predicate,
+    compare_scalar,
+    compare_tensors,
+    compare_values,
+    compare_within,
+)
+from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2
 from harness.numerics.scaled import CastSpec, Granularity
-from harness.numerics.verdict import Outcome
+from harness.numerics.tolerance import EXACT, Tolerance
+from harness.numerics.verdict import Outcome, RowKind
 from harness.storage.baselines import KeyKind
 from harness.storage.report import find_runs
 from harness.storage.report import load as load_report
@@ -63,6 +83,10 @@ __all__ = [
     "BF16",
     "BF16_PARAMS",
     "CLIP",
+    "EXACT",
+    "FP4_E2M1",
+    "FP8_E4M3FN",
+    "FP8_E5M2",
     "FP16_NO_SCALER",
     "FP16_SCALER",
     "FP32",
@@ -79,19 +103,32 @@ __all__ = [
     "Outcome",
     "OverflowStep",
     "Recipe",
+    "RowKind",
     "Run",
     "ScalerAdapter",
     "ScalerAtMinimumError",
     "ScalerConfig",
     "ScalingCheck",
     "Setup",
+    "Tolerance",
     "TorchaoScaling",
     "TrainingCheckFailed",
     "TrainingResult",
     "VerdictKind",
+    "Workload",
     "check_fp8_scaling",
     "check_lane",
     "check_parity",
+    "compare_bits",
+    "compare_bound",
+    "compare_claim",
+    "compare_curves",
+    "compare_data",
+    "compare_predicate",
+    "compare_scalar",
+    "compare_tensors",
+    "compare_values",
+    "compare_within",
     "conformance_machine",
     "find_runs",
     "judge_lane",
@@ -99,5 +136,6 @@ __all__ = [
     "lane_steps",
     "load_report",
     "plant_overflows",
+    "scaler_semantics_of",
     "train",
 ]

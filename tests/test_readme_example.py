@@ -36,3 +36,15 @@ def test_the_public_module_exports_what_a_users_tests_need():
     needed |= {"ScalerAdapter", "SCALER_ADAPTERS", "load_report", "find_runs", "Outcome", "KeyKind"}
     assert needed <= set(api.__all__)
     assert all(getattr(api, name) is not None for name in api.__all__)
+
+
+def test_the_guide_to_writing_checks_imports_only_the_public_module():
+    """docs/writing-checks.md is what users copy: every name it imports comes from harness.api, and
+    every harness.api name it mentions exists there."""
+    import harness.api
+
+    text = (REPO / "docs" / "writing-checks.md").read_text(encoding="utf-8")
+    imports = re.findall(r"^\s*from (harness[\w.]*) import", text, re.M)
+    assert imports and set(imports) == {"harness.api"}, imports
+    for name in re.findall(r"harness\.api\.(\w+)", text):
+        assert hasattr(harness.api, name), f"docs/writing-checks.md names harness.api.{name}, which it lacks"
