@@ -259,6 +259,43 @@ def _capability_list(values: Sequence[str], option: str) -> list[str]:
     return names
 
 
+def _cmd_repro(args: argparse.Namespace) -> int:
+    """Standalone reproductions of the registered known issues (torch, and torchao, only)."""
+    import contextlib
+    import datetime
+    import importlib.metadata
+    import platform
+
+    from harness.domains import reproductions as R
+    from harness.storage import atomic
+
+    if args.list:
+        for issue_id, (where, issue) in sorted(R.REGISTRIES.items()):
+            print(f"{issue_id}  ({issue.package} {', '.join(issue.affected)}; {where})")
+        return 0
+    unknown = [i for i in args.known if i not in R.REPRODUCTIONS]
+    if unknown:
+        raise _UsageError(f"no known issue {', '.join(unknown)}; known: {', '.join(sorted(R.REPRODUCTIONS))}")
+    import torch
+
+    from harness.platform.hardware import detect
+
+    versions = [f"torch {torch.__version__}"]
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        versions.append(f"torchao {importlib.metadata.version('torchao')}")
+    provenance = (
+        f"{', '.join(versions)}, python {platform.python_version()}, {detect().cpu_class.id}, amp-harness "
+        f"{__version__}, {datetime.date.today().isoformat()}"
+    )
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for issue_id in args.known or sorted(R.REPRODUCTIONS):
+        path = out / f"{issue_id.replace('-', '_')}.py"
+        atomic.write_text(path, R.script(issue_id, provenance))
+        print(path)
+    return 0
+
+
 def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
     from harness.apps import qualify
 
@@ -357,6 +394,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the command with that kind's oneDNN and ATen caps and an Inductor cache of its own.",
     )
     kn.add_argument("name", nargs="?", help="the kernel set (zen4, avx2, intel-noamx)")
+    rp_ = sub.add_parser(
+        "repro",
+        help="write standalone scripts (torch and torchao only) reproducing the registered known issues",
+    )
+    rp_.add_argument("--known", action="append", default=[], metavar="ISSUE", help="one issue (default: all)")
+    rp_.add_argument("-o", "--output", default="repro", help="directory for the scripts (default: repro)")
+    rp_.add_argument("--list", action="store_true", help="list the registered known issues")
+    rp_.set_defaults(func=_cmd_repro)
     q = sub.add_parser(
         "qualify",
         help="run the suites (or your tests) and print a verdict per capability",
