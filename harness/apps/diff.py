@@ -8,7 +8,8 @@ vocabulary of PyTorch's Dynamo accuracy CSVs:
   (the only status that makes the exit status 1);
 * ``improved``: the other way round;
 * ``new`` / ``missing``: in B only / in A only;
-* ``changed``: a check with another outcome, a comparable metric beyond its stated run-to-run
+* ``changed``: a check with another outcome, a recorded training step whose aten ops part (the
+  first op whose output bits, dtype, shape or module changed is named), a comparable metric beyond its stated run-to-run
   drift, a judged (or noisy) speedup beyond the speed rule's detectable slowdown, an autocast
   policy cell with another result, a known issue that appeared, disappeared or changed status;
 * ``unchanged``: the rest (counted per suite, listed in csv output).
@@ -32,6 +33,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from harness.domains.training.ops import OpPrint, first_difference
 from harness.numerics.trend import finite_or_none, violates
 from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import report as rp
@@ -235,6 +237,19 @@ def _known(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
     return out
 
 
+def _fingerprints(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[OpPrint]]:
+    """(suite, metric) -> the ops of one recorded training step (RowKind.FINGERPRINT rows)."""
+    out = {}
+    for r in records:
+        if _kind(r) is RowKind.FINGERPRINT:
+            ops = _tags(r).get("ops") or []
+            out[_metric_key(r)] = [
+                OpPrint(i, str(op), str(module), str(dtype), tuple(shape), str(digest), None)
+                for i, (op, module, dtype, shape, digest) in enumerate(ops)
+            ]
+    return out
+
+
 def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
@@ -318,6 +333,35 @@ def diff(a: Side, b: Side) -> Diff:
             status = Status.UNCHANGED if x == y else Status.CHANGED
         detail = f"{key[1]}: A gives {x}, B gives {y}" if status is Status.CHANGED else ""
         out.changes.append(Change(key[0], "policy", key[1], status, x or "-", y or "-", detail))
+
+    fa, fb = _fingerprints(ra), _fingerprints(rb)
+    for key in sorted(fa.keys() | fb.keys()):
+        x_ops, y_ops = fa.get(key), fb.get(key)
+        if x_ops is None or y_ops is None:
+            status = Status.NEW if x_ops is None else Status.MISSING
+            out.changes.append(Change(key[0], "ops", key[1], status, "-" if x_ops is None else f"{len(x_ops)} ops",
+                                      "-" if y_ops is None else f"{len(y_ops)} ops"))  # fmt: skip
+            continue
+        parted = first_difference(x_ops, y_ops)
+        if parted is None:
+            out.changes.append(
+                Change(key[0], "ops", key[1], Status.UNCHANGED, f"{len(x_ops)} ops", f"{len(y_ops)} ops")
+            )
+            continue
+        op_a, op_b = parted
+        where = op_a or op_b
+        assert where is not None
+        out.changes.append(
+            Change(
+                key[0],
+                "ops",
+                key[1],
+                Status.CHANGED,
+                op_a.describe() if op_a else "-",
+                op_b.describe() if op_b else "-",
+                f"first op whose output changed: op #{where.index} aten.{where.op} in {where.module}",
+            )
+        )
 
     ka, kb = _known(ra), _known(rb)
     for key in sorted(ka.keys() | kb.keys()):

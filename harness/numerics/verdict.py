@@ -119,6 +119,8 @@ class RowKind(str, Enum):
     POLICY = "policy"
     #: a registered known issue, observed (present: KNOWN, absent where unlisted: PASS)
     KNOWN_ISSUE = "known_issue"
+    #: the aten ops of one training step (tags: op, module, dtype, shape, output hash per op)
+    FINGERPRINT = "fingerprint"
 
     def __str__(self) -> str:
         return self.value

@@ -165,9 +165,10 @@ class TrainingChecks:
 
     def __init__(self, recorder: Recorder, device: torch.device) -> None:
         self._record, self._device = recorder, device
-        #: while :meth:`check` runs: the verdicts and diagnoses it collects
+        #: while :meth:`check` runs: the verdicts, diagnoses and notes it collects
         self._collected: list[Checked] | None = None
         self._diagnoses: dict[str, Diagnosis] = {}
+        self._notes: dict[tuple[Kind, str], str] = {}
 
     def _judged(self, kind: Kind, recipe: str, comparison: AnyComparison, **row: Any) -> bool:
         """Record one verdict as a row (and, inside :meth:`check`, keep it for the result)."""
@@ -230,6 +231,8 @@ class TrainingChecks:
         return message
 
     def _record_diagnosis(self, setup: Setup, result: RecipeResult, d: Diagnosis, dtype: str) -> None:
+        from harness.domains.training.ops import OP_BUDGET_U
+
         u = d.unit_roundoff
         metric = f"{setup.name}.{result.recipe.metric_id}.diagnosis"
         if d.departure is not None:
@@ -247,6 +250,19 @@ class TrainingChecks:
                     "ranked": [(m.name, m.kind, (m.local or 0.0) / u) for m in d.ranked()],
                 },
                 note="the module with the largest error of its own (local error in units of the autocast dtype's u)",
+            )
+        if d.first_op is not None:
+            o = d.first_op
+            self._record(
+                f"{metric}.first_op_over_budget",
+                o.error_u,
+                unit="u",
+                allowance=OP_BUDGET_U,
+                device=self._device,
+                dtype=o.dtype,
+                tags={"op": f"aten.{o.op}", "module": o.module, "index": o.index, "shape": list(o.shape)},
+                note="the first aten op of the AMP step whose own error against float64 (same inputs) leaves its "
+                "budget",
             )
         if d.remedy is not None:
             self._record(
@@ -294,6 +310,10 @@ class TrainingChecks:
                     if not control.caught:
                         blind.append(control)
             verdict = L.judge_lane(lane, control=r.recipe.control, blind=blind)
+            localised = ""
+            if verdict.outcome is Outcome.FAIL and not r.recipe.control:
+                localised = self._first_op(setup, r.recipe, "lane")
+                self._notes[(Kind.LANE, r.recipe.name)] = localised.lstrip("\n")
             tags = {
                 "per_step": [(e.step + 1, e.amp, e.emulated) for e in lane.errors],
                 "left_out": list(lane.left_out),
@@ -302,7 +322,7 @@ class TrainingChecks:
                 "control": r.recipe.control,
             }
             if not self._judged(Kind.LANE, r.recipe.name, verdict, device=self._device, dtype=str(dtype), tags=tags):
-                failures.append(explain(verdict))
+                failures.append(explain(verdict) + localised)
             if lane.kernel_ratio is not None:
                 self._record(
                     f"{setup.name}.{r.recipe.metric_id}.amp_lane_attention_kernel_ratio",
@@ -315,6 +335,31 @@ class TrainingChecks:
                     "(information: the op numerics suite holds the kernel to its budget)",
                 )
         return failures
+
+    def _first_op(self, setup: Setup, recipe: Recipe, rule: str) -> str:
+        """For a failed verdict: the first aten op of one AMP step whose own error against float64
+        leaves its budget (a row, and a line for the message; "" where every op stays within it)."""
+        from harness.domains.training.diagnosis import localise
+        from harness.domains.training.ops import OP_BUDGET_U, first_over_budget
+
+        try:
+            ops = localise(setup, recipe, None, self._device)
+        except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
+            return f"\n  (no op localisation: {type(exc).__name__}: {exc})"
+        o = first_over_budget(ops)
+        if o is None:
+            return f"\n  every one of the step's {len(ops)} aten ops stays within {OP_BUDGET_U:g} u of float64"
+        self._record(
+            f"{setup.name}.{recipe.metric_id}.{rule}.first_op_over_budget",
+            o.error_u,
+            unit="u",
+            allowance=OP_BUDGET_U,
+            device=self._device,
+            dtype=o.dtype,
+            tags={"op": f"aten.{o.op}", "module": o.module, "index": o.index, "shape": list(o.shape)},
+            note="the first aten op of one AMP step whose own error against float64 (same inputs) leaves its budget",
+        )
+        return f"\n  first op over its budget (of {len(ops)}): {o.describe()}"
 
     def detection_ladder(self, setup: Setup, recipe: Recipe, report: ParityReport) -> float | None:
         """The smallest relative gradient noise the AMP lane catches on ``setup`` (one row per level
@@ -385,7 +430,7 @@ class TrainingChecks:
         n = T.DEFAULT_SEEDS if seeds is None else seeds
         recipes = T.validate(setup, recipes, n)
         collected: list[Checked] = []
-        self._collected, self._diagnoses = collected, {}
+        self._collected, self._diagnoses, self._notes = collected, {}, {}
         try:
             counted: dict[str, float] | None = None
             underflow: float | None = None
@@ -400,7 +445,7 @@ class TrainingChecks:
                     f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device
                 )
             report = T.check_parity(setup, recipes, seeds=n, device=self._device)
-            result = TrainingResult(setup.name, report, collected, counted, self._diagnoses)
+            result = TrainingResult(setup.name, report, collected, counted, self._diagnoses, notes=self._notes)
             for r in report.results:
                 self.parity_verdict(setup, r, report.band)
             if lane:

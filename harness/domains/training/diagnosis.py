@@ -36,6 +36,7 @@ from torch import nn
 
 from harness.domains.training.batches import cast_floating, tensors, to_device, tree_map
 from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
+from harness.domains.training.ops import OP_BUDGET_U, OpPrint, first_over_budget, record_step
 from harness.domains.training.parity import Band, RecipeResult, parity
 from harness.domains.training.recipes import Recipe, Setup
 from harness.numerics.formats import format_of
@@ -80,6 +81,11 @@ class Diagnosis:
     modules: tuple[ModuleError, ...]
     departure: ModuleError | None
     remedy: Remedy | None
+    #: the first aten op of the AMP step whose own error against float64 leaves its budget
+    #: (:mod:`harness.domains.training.ops`); None where every op stays within it
+    first_op: OpPrint | None = None
+    #: how many aten ops that step ran
+    ops_seen: int = 0
 
     def ranked(self, n: int = 5) -> list[ModuleError]:
         """The ``n`` module calls with the largest local error (their own contribution)."""
@@ -101,6 +107,12 @@ class Diagnosis:
             "  largest own errors: "
             + "; ".join(f"{m.name} ({m.kind}) {(m.local or 0.0) / u:.3g} u" for m in self.ranked())
         )
+        if self.first_op is not None:
+            lines.append(f"  first op over its budget (of {self.ops_seen}): {self.first_op.describe()}")
+        elif self.ops_seen:
+            lines.append(
+                f"  every one of the step's {self.ops_seen} aten ops stays within {OP_BUDGET_U:g} u of float64"
+            )
         output = max(self.modules, key=lambda m: m.order, default=None)
         if output is not None:
             lines.append(f"  error at the output: {output.forward:.3g} ({output.forward / u:.3g} u)")
@@ -291,6 +303,7 @@ def diagnose(setup: Setup, result: RecipeResult, band: Band, device: torch.devic
     reference = train(setup, cp, 0, device, frozenset(result.run.skipped_at), keep_weights_at=frozenset({step}))
     scale = result.run.scales[step] if result.recipe.scaler and step < len(result.run.scales) else 1.0
     u, modules = attribute(setup, result.recipe, reference.weights[step], device, scale)
+    ops = localise(setup, result.recipe, reference.weights[step], device)
     judged = [m for m in modules if m.local is not None]
     departure = max(judged, key=lambda m: (m.local or 0.0, -m.order)) if judged else None
     remedy = None
@@ -302,4 +315,25 @@ def diagnose(setup: Setup, result: RecipeResult, band: Band, device: torch.devic
             reference = train(setup, cp, 0, device, frozenset(rerun.skipped_at))
         after = parity(rerun, reference, band)
         remedy = Remedy(module, p.worst, after.worst)
-    return Diagnosis(setup.name, result.recipe.name, step, u, tuple(modules), departure, remedy)
+    return Diagnosis(
+        setup.name, result.recipe.name, step, u, tuple(modules), departure, remedy, first_over_budget(ops), len(ops)
+    )
+
+
+def localise(
+    setup: Setup, recipe: Recipe, weights: dict[str, torch.Tensor] | None = None, device: torch.device | str = "cpu"
+) -> list[OpPrint]:
+    """Every aten op of one AMP step (forward and backward, on the evaluation batch) at ``weights``
+    (None: the initial ones), each against float64 on its own inputs
+    (:func:`harness.domains.training.ops.record_step`)."""
+    dev = torch.device(device)
+    model = setup.model(INIT_SEED).to(dev)
+    if weights is not None:
+        model.load_state_dict(weights)
+    inputs, targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+
+    def step() -> torch.Tensor:
+        with torch.autocast(dev.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
+            return setup.loss_from(setup.forward(model, inputs), targets)
+
+    return record_step(model, step)

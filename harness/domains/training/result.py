@@ -84,6 +84,9 @@ class TrainingResult:
     diagnoses: dict[str, Diagnosis] = field(default_factory=dict)
     #: recipe name -> the smallest gradient noise the lane catches (``ladder=True``; None: none)
     detection_limits: dict[str, float | None] = field(default_factory=dict)
+    #: (kind, recipe) -> what was found about a failed verdict beyond it (the first op over its
+    #: budget, :mod:`harness.domains.training.ops`), shown after it
+    notes: dict[tuple[Kind, str], str] = field(default_factory=dict)
 
     @property
     def outcome(self) -> Outcome:
@@ -117,6 +120,9 @@ class TrainingResult:
         lines = [f"training checks of {self.setup!r} failed:"]
         for v in self.failures:
             lines.append(v.explain())
+            note = self.notes.get((v.kind, v.recipe))
+            if note:
+                lines.append(note)
             diagnosis = self.diagnoses.get(v.recipe) if v.kind is Kind.PARITY else None
             if diagnosis is not None:
                 lines.append(diagnosis.explain())

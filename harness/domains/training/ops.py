@@ -1,0 +1,225 @@
+"""The first op where an AMP step leaves its budget: every aten op of one training step, against
+the same op in float64 on the same inputs.
+
+A dispatch mode (``TorchDispatchMode``) sees every aten op autocast and autograd run, forward and
+backward. Before each floating op runs, it is run again in float64 on its inputs, upcast exactly:
+the op's *local* error, ``max |out - ref| / max |ref|`` in units of the unit roundoff ``u`` of the
+op's output dtype, is what the op itself adds, whatever error its inputs already carry (a fault
+at one op shows there, not smeared over everything downstream). An op computed correctly and
+rounded once to its output dtype errs by at most 1 u this way; :data:`OP_BUDGET_U` allows for the
+kernels that round intermediates in their own dtype (measured on the harness's models: see the
+constant). Views, casts, copies and random ops are not judged. Each op is recorded with the module
+it ran in (forward; backward ops as ``(backward)``), its output dtype and shape, a hash of its
+output's bytes (what :func:`first_difference` compares between two runs), and its local error.
+
+Cost: one step with every floating op run twice (once in float64): a few times one step of the
+model, paid only where it is asked for (a failed training check's diagnosis, a fingerprint run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from harness.numerics.formats import format_of
+
+#: The local error (in units of u of the op's output dtype) an op may show: 1 u for rounding its
+#: output once, plus what kernels that keep low-precision intermediates add (a convolution's
+#: backward, a layer norm's reductions). Measured on one step of each harness model, clean, bf16 and
+#: fp16 autocast: at most 3.8 u (cnn_bn fp16, convolution_backward; tiny LM 2.8 u, MLP 0.8 u;
+#: tests/test_op_localiser.py keeps the clean maximum below the budget). About twice that.
+OP_BUDGET_U = 8.0
+
+#: Ops that move or reinterpret data without computing: never judged.
+NOT_COMPUTED = frozenset(
+    {
+        "_to_copy",
+        "to",
+        "copy_",
+        "clone",
+        "detach",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "slice",
+        "select",
+        "unsqueeze",
+        "squeeze",
+        "split",
+        "split_with_sizes",
+        "unbind",
+        "cat",
+        "stack",
+        "contiguous",
+        "alias",
+        "as_strided",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "fill_",
+        "zero_",
+        "index_select",
+        "embedding",
+        "embedding_dense_backward",
+        "lift_fresh",
+        "_local_scalar_dense",
+    }
+)
+
+
+@dataclass(frozen=True)
+class OpPrint:
+    """One aten op of a step: where it ran, what it produced, and its own error."""
+
+    index: int
+    op: str
+    module: str
+    dtype: str
+    shape: tuple[int, ...]
+    digest: str
+    #: local error in units of u of ``dtype``; None where the op is not judged
+    error_u: float | None
+
+    @property
+    def over_budget(self) -> bool:
+        return self.error_u is not None and self.error_u > OP_BUDGET_U
+
+    def describe(self) -> str:
+        err = "" if self.error_u is None else f", its own error {self.error_u:.3g} u (budget {OP_BUDGET_U:g} u)"
+        return f"op #{self.index} aten.{self.op} in {self.module} -> {self.dtype}{list(self.shape)}{err}"
+
+
+def _first_tensor(out: Any) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return next((t for t in out if isinstance(t, torch.Tensor)), None)
+    return None
+
+
+def _digest(t: torch.Tensor) -> str:
+    data = t.detach().contiguous().cpu()
+    if data.dtype == torch.bfloat16:
+        data = data.view(torch.int16)
+    return hashlib.sha1(data.numpy().tobytes()).hexdigest()[:16]
+
+
+class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records :class:`OpPrint` of every aten op while active; ``module_of`` names the module
+    running now (a stack kept by module hooks)."""
+
+    def __init__(self, module_of: Callable[[], str]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: list[OpPrint] = []
+        self._module_of = module_of
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = str(func.overloadpacket.__name__)
+        judged = (
+            name.rstrip("_") not in NOT_COMPUTED
+            and torch.Tag.nondeterministic_seeded not in func.tags
+            and any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in (*args, *kwargs.values()))
+        )
+        ref = None
+        if judged:
+            try:  # before the op runs: an in-place op overwrites its inputs
+                up = tree_map(
+                    lambda a: a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a, args
+                )
+                kw = tree_map(
+                    lambda a: a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a, kwargs
+                )
+                ref = _first_tensor(func(*up, **kw))
+            except (RuntimeError, TypeError, NotImplementedError):
+                ref = None
+        out = func(*args, **kwargs)
+        first = _first_tensor(out)
+        if first is None or not first.is_floating_point():
+            return out
+        error = None
+        if ref is not None and ref.shape == first.shape:
+            r, o = ref.detach().double(), first.detach().double()
+            scale = float(r.abs().max()) if r.numel() else 0.0
+            diff = float((o - r).abs().max()) if r.numel() else 0.0
+            if math.isfinite(scale) and scale > 0:
+                error = (diff / scale) / format_of(first.dtype).unit_roundoff
+            elif diff == 0.0:
+                error = 0.0
+            else:
+                error = math.inf
+        self.ops.append(
+            OpPrint(
+                len(self.ops),
+                name,
+                self._module_of(),
+                str(first.dtype).removeprefix("torch."),
+                tuple(first.shape),
+                _digest(first),
+                error,
+            )
+        )
+        return out
+
+
+def record_step(model: nn.Module, step: Callable[[], torch.Tensor]) -> list[OpPrint]:
+    """Every aten op of ``step()`` (a forward returning the loss; its backward is run here) on
+    ``model``, with the module each forward op ran in."""
+    stack: list[str] = []
+    phase = ["(outside the model)"]  # the label of ops run outside any module: the loss, then backward
+    handles = []
+    for name, module in model.named_modules():
+
+        def pre(_m: nn.Module, _args: Any, _name: str = name or "(model)") -> None:
+            stack.append(_name)
+
+        def post(_m: nn.Module, _args: Any, _out: Any) -> None:
+            stack.pop()
+
+        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_hook(post))
+    recorder = OpRecorder(lambda: stack[-1] if stack else phase[0])
+    try:
+        with recorder:
+            loss = step()
+            phase[0] = "(backward)"
+            loss.backward()  # type: ignore[no-untyped-call]
+    finally:
+        for h in handles:
+            h.remove()
+    return recorder.ops
+
+
+def first_over_budget(ops: Sequence[OpPrint]) -> OpPrint | None:
+    """The first op, in execution order, whose own error leaves :data:`OP_BUDGET_U`."""
+    return next((o for o in ops if o.over_budget), None)
+
+
+def first_difference(a: Sequence[OpPrint], b: Sequence[OpPrint]) -> tuple[OpPrint | None, OpPrint | None] | None:
+    """The first op where two runs of the same step part: a different op, module, dtype, shape or
+    output bits (None: the same op sequence, bitwise)."""
+    for x, y in zip(a, b, strict=False):
+        if (x.op, x.module, x.dtype, x.shape, x.digest) != (y.op, y.module, y.dtype, y.shape, y.digest):
+            return x, y
+    if len(a) != len(b):
+        n = min(len(a), len(b))
+        return (a[n] if n < len(a) else None), (b[n] if n < len(b) else None)
+    return None
