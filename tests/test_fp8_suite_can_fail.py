@@ -291,3 +291,56 @@ def test_a_scaling_control_on_a_kernel_set_without_fp8_matmul_still_catches_its_
     expected = _on_this_kernel_set(run, MUST_CATCH["ScaleOffByTwo"])
     assert expected and all(SCALED_MM not in p for p in expected)
     assert_caught(run, *expected)
+
+
+# -- stochastic rounding ------------------------------------------------------------------------------
+SR = "fp8/test_stochastic_rounding.py"
+SR_UNBIASED = "test_every_draw_is_a_neighbour_and_the_draws_are_unbiased"
+SR_DRAWS = "test_draws_differ_between_seeds_and_repeat_with_one"
+
+
+def _sr(pytester, suite_copy, fault: str | None):
+    suite_copy(SR, conftest=False)
+    rounding = "faults.fp8.torchao_sr()" if fault is None else f"faults.fp8.SR_FAULTS[{fault!r}]"
+    inject(pytester, "fp8", fixtures={"stochastic_rounding_under_test": rounding})
+    return run_inner(pytester)
+
+
+def test_torchaos_stochastic_rounding_passes_both_checks(pytester, suite_copy):
+    assert_clean(_sr(pytester, suite_copy, None), at_least=2)
+
+
+@pytest.mark.parametrize(
+    ("fault", "caught", "says"),
+    [
+        ("round_to_nearest", (SR_UNBIASED, SR_DRAWS), "*sr_bf16.smallest_adjusted_p_value: FAILED*"),
+        ("biased_an_eighth", (SR_UNBIASED,), "*sr_bf16.smallest_adjusted_p_value: FAILED*"),
+        ("zeros", (SR_UNBIASED, SR_DRAWS), "*sr_bf16.off_support_draws: FAILED*"),
+        ("deterministic", (SR_UNBIASED, SR_DRAWS), "*the rounding is deterministic*"),
+        ("ignores_the_generator", (SR_DRAWS,), "*the randomness ignores the generator*"),
+        ("unseeded", (SR_DRAWS,), "*sr_bf16.one_seed_repeats: FAILED*"),
+    ],
+)
+def test_a_broken_stochastic_rounding_fails_exactly_its_checks(pytester, suite_copy, fault, caught, says):
+    run = _sr(pytester, suite_copy, fault)
+    assert_caught(run, *(f"*::{t}" for t in caught))
+    run.stdout.fnmatch_lines([says], consecutive=False)
+
+
+@pytest.mark.amp_thorough
+def test_the_unbiasedness_check_rarely_fails_a_correct_rounding_and_catches_an_eighth_of_a_step():
+    """The false-alarm rate and the power, measured: a correct rounding over 200 seeds never fails
+    (designed: 1e-6 per run); a bias of 1/8 of a step fails every seed (the detectable bias is 0.062
+    of a step where the test is weakest, p = 1/2; near the ends of the step far smaller biases show)."""
+    from faults.fp8 import sr_biased, torchao_sr
+
+    from harness.domains.fp8 import stochastic as S
+
+    x = S.inputs()
+
+    def fails(rounding, seed):
+        return S.judge_draws(x, S.draw(rounding, x, S.DRAWS, seed)).adjusted_p < S.FALSE_ALARM
+
+    clean = sum(fails(torchao_sr(), s) for s in range(S.MEASURED_FALSE_ALARMS[1]))
+    assert clean == S.MEASURED_FALSE_ALARMS[0], f"{clean} false alarms in {S.MEASURED_FALSE_ALARMS[1]} runs"
+    assert all(fails(sr_biased(1 / 8), s) for s in range(20))

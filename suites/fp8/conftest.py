@@ -64,3 +64,13 @@ def fp8_scaling_under_test(fp8_torchao: ModuleType) -> adapters.Fp8Scaling:
             return MyScaling()     # implements harness.api.Fp8Scaling: scale() and cast()
     """
     return adapters.TorchaoScaling()
+
+
+@pytest.fixture
+def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
+    """fp32 -> bf16 stochastic rounding the statistical checks judge: torchao's (its optimizers'
+    ``bf16_stochastic_round``). Return your own ``(x: fp32 tensor) -> bf16 tensor`` to judge it; it
+    must draw from torch's global generator (the checks seed it)."""
+    from torchao.optim.quant_utils import _fp32_to_bf16_sr
+
+    return _fp32_to_bf16_sr  # type: ignore[no-any-return]

@@ -4,6 +4,7 @@ functions are patched where the suite uses torchao directly (Float8Linear, train
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -233,3 +234,45 @@ def scaled_mm_without_kernel(original: Callable[..., torch.Tensor]) -> Callable[
         raise RuntimeError(NO_FP8_KERNEL)
 
     return missing
+
+
+# -- stochastic rounding (suites/fp8/test_stochastic_rounding.py) ------------------------------------
+def _sr_with(threshold: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """fp32 -> bf16 stochastic rounding, away from zero where ``threshold(shape) < low 16 bits``."""
+
+    def rounding(x: torch.Tensor) -> torch.Tensor:
+        bits = x.contiguous().view(torch.int32)
+        low, toward = bits & 0xFFFF, bits & ~0xFFFF
+        out = torch.where(threshold(x) < low, toward + 0x10000, toward)
+        return out.view(torch.float32).bfloat16()
+
+    return rounding
+
+
+def sr_biased(bias: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Rounds away from zero ``bias`` (a fraction of the step) more often than it should."""
+    return _sr_with(lambda x: torch.randint(0, 1 << 16, x.shape, dtype=torch.int32) - int(bias * 65536))
+
+
+def _unseeded(x: torch.Tensor) -> torch.Tensor:
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    return torch.randint(0, 1 << 16, x.shape, dtype=torch.int32, generator=g)
+
+
+SR_FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "round_to_nearest": lambda x: x.bfloat16(),
+    "biased_an_eighth": sr_biased(1 / 8),
+    "zeros": lambda x: torch.zeros_like(x, dtype=torch.bfloat16),
+    "deterministic": _sr_with(lambda x: torch.full(x.shape, 1 << 15, dtype=torch.int32)),
+    "ignores_the_generator": _sr_with(
+        lambda x: torch.randint(0, 1 << 16, x.shape, dtype=torch.int32, generator=torch.Generator().manual_seed(7))
+    ),
+    "unseeded": _sr_with(_unseeded),
+}
+
+
+def torchao_sr() -> Callable[[torch.Tensor], torch.Tensor]:
+    """torchao's fp32 -> bf16 stochastic rounding (the implementation the suite judges)."""
+    from torchao.optim.quant_utils import _fp32_to_bf16_sr  # type: ignore[import-untyped]
+
+    return _fp32_to_bf16_sr  # type: ignore[no-any-return]

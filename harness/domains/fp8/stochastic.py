@@ -1,0 +1,138 @@
+"""Stochastic rounding, judged statistically: fp32 to bf16 (torchao's ``_fp32_to_bf16_sr``, which
+its low-precision optimizers use for bf16 weights) against the rule it promises.
+
+Stochastic rounding of ``x`` to a format returns one of ``x``'s two neighbours in the format,
+``lo`` (toward zero) or ``hi`` (away from zero), the one away from zero with probability
+``p = (|x| - |lo|) / (|hi| - |lo|)``: unbiased, ``E[SR(x)] = x``. The reference here is bit
+arithmetic on the fp32 encoding (the neighbours and ``p`` exactly, never the implementation's own
+cast). Four claims, each with what it can miss:
+
+* *support*: every draw is ``lo`` or ``hi`` (exact);
+* *unbiasedness*: over ``DRAWS`` draws of each input, the count of draws away from zero is
+  Binomial(DRAWS, p); each input's exact two-sided binomial p-value (not a normal approximation:
+  at p = 2^-16 four thousand draws expect 0.06 away, where a z-score cries wolf on two) times the
+  number of inputs (Bonferroni) must stay at or above :data:`FALSE_ALARM`, so a correct rounding
+  fails at most that often (measured: :data:`MEASURED_FALSE_ALARMS`); the smallest probability bias
+  it catches with 99% power is :func:`detectable_bias` (in units of the rounding step);
+* *draws differ*: an input halfway between its neighbours gets both among its draws, and two
+  seeds give different draws (a rounding that is secretly deterministic fails);
+* *seeded determinism*: the same seed gives the same draws.
+
+The variance ``p (1 - p) ulp^2 <= ulp^2 / 4`` is not a separate claim: it follows from support and
+the binomial count, so a check of it could not fail on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+#: Draws per input, and the fractions of the way from lo to hi (in 1/2^16 of the bf16 step) the
+#: inputs lie at: ends, quarters, halves and odd bit patterns, each at three magnitudes and signs.
+DRAWS = 4096
+FRACTIONS = (1, 255, 4096, 16384, 32767, 32768, 32769, 49152, 61440, 65280, 65535)
+#: The designed chance that a correct rounding fails the unbiasedness claim in one run.
+FALSE_ALARM = 1e-6
+#: Measured false alarms of a correct rounding: failures over runs with distinct seeds (the
+#: thorough test reruns it; docs/fp8.md has the figure).
+MEASURED_FALSE_ALARMS = (0, 200)
+
+Rounding = Callable[[torch.Tensor], torch.Tensor]
+
+
+def inputs(device: torch.device | str = "cpu") -> torch.Tensor:
+    """fp32 inputs at each of :data:`FRACTIONS` of their bf16 step, at 1, 3e-5 and 7e4, both signs."""
+    values = []
+    for base in (1.0, 3.0517578125e-05, 70000.0):
+        top = torch.tensor([base], dtype=torch.float32).view(torch.int32) & ~0xFFFF
+        for f in FRACTIONS:
+            bits = top | f
+            for sign in (1, -1):
+                values.append(sign * float(bits.view(torch.float32)))
+    return torch.tensor(values, dtype=torch.float32, device=device)
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Per input: the bf16 neighbours toward and away from zero, and the exact probability of
+    rounding away (from the fp32 bits: the low 16 bits over 2^16)."""
+
+    lo: torch.Tensor
+    hi: torch.Tensor
+    p_away: torch.Tensor
+
+
+def neighbours(x: torch.Tensor) -> Neighbours:
+    bits = x.detach().cpu().to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
+    low = bits & 0xFFFF
+    toward = (bits & ~0xFFFF).to(torch.int32)
+    away = (toward.to(torch.int64) + 0x10000).to(torch.int32)
+    return Neighbours(
+        toward.view(torch.float32).to(torch.float64),
+        away.view(torch.float32).to(torch.float64),
+        low.to(torch.float64) / 65536.0,
+    )
+
+
+def draw(rounding: Rounding, x: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """``n`` draws of ``rounding(x)`` (rows), under ``torch.manual_seed(seed)``, in float64."""
+    torch.manual_seed(seed)
+    batch = x.unsqueeze(0).expand(n, -1).contiguous()
+    return rounding(batch).to(torch.float64).cpu()
+
+
+def z_crit(tests: int, false_alarm: float = FALSE_ALARM) -> float:
+    """The two-sided normal quantile at ``false_alarm / tests`` (Bonferroni over the inputs)."""
+    return statistics.NormalDist().inv_cdf(1 - false_alarm / (2 * tests))
+
+
+def detectable_bias(tests: int, draws: int = DRAWS, power: float = 0.99) -> float:
+    """The smallest shift of the probability of rounding away (at p = 1/2, the widest spread)
+    the unbiasedness claim catches with ``power``: (z_crit + z_power) sqrt(p (1 - p) / draws)."""
+    z_power = statistics.NormalDist().inv_cdf(power)
+    return (z_crit(tests) + z_power) * math.sqrt(0.25 / draws)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """What the draws showed against the reference: draws off the two neighbours, and the
+    smallest Bonferroni-adjusted binomial p-value (with its input and counts)."""
+
+    off_support: int
+    adjusted_p: float
+    worst_input: float
+    away: int
+    expected_away: float
+
+
+def binomial_p_values(k: torch.Tensor, n: int, p: torch.Tensor) -> torch.Tensor:
+    """Exact two-sided p-values of counts ``k`` of ``n`` Binomial(n, p) draws: twice the smaller
+    tail, at most 1 (float64 log-space sums over every count)."""
+    counts = torch.arange(n + 1, dtype=torch.float64)
+    pp = p.to(torch.float64).clamp(1e-300, 1 - 1e-16).unsqueeze(1)
+    log_pmf = (
+        torch.lgamma(torch.tensor(n + 1.0, dtype=torch.float64))
+        - torch.lgamma(counts + 1)
+        - torch.lgamma(n - counts + 1)
+        + counts * torch.log(pp)
+        + (n - counts) * torch.log1p(-pp)
+    )
+    kk = k.to(torch.int64).unsqueeze(1)
+    lower = torch.logsumexp(torch.where(counts <= kk, log_pmf, -math.inf), dim=1)
+    upper = torch.logsumexp(torch.where(counts >= kk, log_pmf, -math.inf), dim=1)
+    return torch.clamp(2 * torch.exp(torch.minimum(lower, upper)), max=1.0)
+
+
+def judge_draws(x: torch.Tensor, got: torch.Tensor) -> Draws:
+    ref = neighbours(x)
+    on_lo, on_hi = got == ref.lo, got == ref.hi
+    off = int((~(on_lo | on_hi)).sum())
+    n = got.shape[0]
+    k = on_hi.sum(0)
+    adjusted = binomial_p_values(k, n, ref.p_away) * len(x)
+    i = int(adjusted.argmin())
+    return Draws(off, float(adjusted[i]), float(x[i]), int(k[i]), float(n * ref.p_away[i]))
