@@ -11,6 +11,10 @@
 * Your loss scaler: :class:`ScalerAdapter` (what to implement), :func:`conformance_machine` (the
   hypothesis state machine that drives it against a versioned reference), the reference's
   exceptions, and the adapters of megatron-core and DeepSpeed.
+* Your delayed-scaling recipe: :class:`DelayedScalingAdapter` (scale, update, history, state_dict),
+  checked by :func:`delayed_scaling_machine` against the specification (:class:`DelayedConfig`;
+  :class:`TorchDelayedScaling` is the harness's plain-torch one); the fp8 suite takes yours from a
+  ``delayed_scaling_under_test`` fixture.
 * Your fp8 scaling code: :class:`Fp8Scaling` (what to implement: scales and casts of a 2-D tensor
   for a :class:`CastSpec`), checked bit for bit against the recipe specifications by the fp8 suite
   (return your adapter from an ``fp8_scaling_under_test`` fixture), or in a test of your own with
@@ -27,6 +31,8 @@ Anything else under ``harness`` is internal and may change between releases.
 
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
+from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
+from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
 from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
 from harness.domains.scaling.adapters import semantics_of as scaler_semantics_of
 from harness.domains.scaling.conformance import conformance_machine
@@ -96,6 +102,8 @@ __all__ = [
     "CastSpec",
     "Checked",
     "ConfigurationDeclined",
+    "DelayedConfig",
+    "DelayedScalingAdapter",
     "Fp8Scaling",
     "Granularity",
     "Inputs",
@@ -111,6 +119,7 @@ __all__ = [
     "ScalingCheck",
     "Setup",
     "Tolerance",
+    "TorchDelayedScaling",
     "TorchaoScaling",
     "TrainingCheckFailed",
     "TrainingResult",
@@ -130,6 +139,7 @@ __all__ = [
     "compare_values",
     "compare_within",
     "conformance_machine",
+    "delayed_scaling_machine",
     "find_runs",
     "judge_lane",
     "judge_overflow",

@@ -344,3 +344,24 @@ def test_the_unbiasedness_check_rarely_fails_a_correct_rounding_and_catches_an_e
     clean = sum(fails(torchao_sr(), s) for s in range(S.MEASURED_FALSE_ALARMS[1]))
     assert clean == S.MEASURED_FALSE_ALARMS[0], f"{clean} false alarms in {S.MEASURED_FALSE_ALARMS[1]} runs"
     assert all(fails(sr_biased(1 / 8), s) for s in range(20))
+
+
+# -- delayed scaling ----------------------------------------------------------------------------------
+DELAYED = "fp8/test_delayed_scaling.py"
+
+
+def _delayed(pytester, suite_copy, impl: str):
+    suite_copy(DELAYED, conftest=False)
+    inject(pytester, "fp8", fixtures={"delayed_scaling_under_test": impl})
+    return run_inner(pytester)
+
+
+def test_the_plain_torch_delayed_scaling_meets_the_specification(pytester, suite_copy):
+    assert_clean(_delayed(pytester, suite_copy, "faults.fp8.TorchDelayedScaling"), at_least=1)
+
+
+@pytest.mark.parametrize("fault", ["NeverRolls", "MarginTwice", "NonFiniteEnters", "RoundTripDropsHistory"])
+def test_a_broken_delayed_scaling_fails_the_specification_saying_where(pytester, suite_copy, fault):
+    run = _delayed(pytester, suite_copy, f"faults.fp8.{fault}")
+    assert_caught(run, "*::test_delayed_scaling_follows_its_specification")
+    run.stdout.fnmatch_lines(["*delayed_scaling.conforms: FAILED*", "*(specification *"], consecutive=False)

@@ -74,3 +74,13 @@ def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.T
     from torchao.optim.quant_utils import _fp32_to_bf16_sr
 
     return _fp32_to_bf16_sr  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def delayed_scaling_under_test() -> Callable[..., object]:
+    """(DelayedConfig) -> the delayed-scaling recipe the specification judges: the harness's own in
+    plain torch by default. Return a factory of your adapter
+    (``harness.api.DelayedScalingAdapter``: TransformerEngine's where it is installed) to judge it."""
+    from harness.domains.fp8.delayed import TorchDelayedScaling
+
+    return TorchDelayedScaling

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from harness.domains.fp8.adapters import TorchaoScaling
+from harness.domains.fp8.delayed import TorchDelayedScaling
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2
 from harness.numerics.scaled import AMAX_EPS, CastSpec, Granularity
 
@@ -276,3 +277,43 @@ def torchao_sr() -> Callable[[torch.Tensor], torch.Tensor]:
     from torchao.optim.quant_utils import _fp32_to_bf16_sr  # type: ignore[import-untyped]
 
     return _fp32_to_bf16_sr  # type: ignore[no-any-return]
+
+
+# -- delayed scaling (suites/fp8/test_delayed_scaling.py) ---------------------------------------------
+class NeverRolls(TorchDelayedScaling):
+    """A history that fills once and never rolls: the first window's amaxes decide forever."""
+
+    def update(self, amax: float) -> None:
+        if self._filled < self.cfg.history_len:
+            super().update(amax)
+
+
+class MarginTwice(TorchDelayedScaling):
+    """The margin divides the scale twice."""
+
+    def update(self, amax: float) -> None:
+        before = self._scale.clone()
+        super().update(amax)
+        if not torch.equal(before, self._scale):
+            self._scale = self._scale / 2.0**self.cfg.margin
+
+
+class NonFiniteEnters(TorchDelayedScaling):
+    """An overflowed step's inf/NaN amax enters the history (the scale goes to 0 or NaN)."""
+
+    def update(self, amax: float) -> None:
+        a = torch.tensor(amax, dtype=torch.float32).abs()
+        self._history = torch.roll(self._history, -1)
+        self._history[-1] = a
+        self._filled = min(self._filled + 1, self.cfg.history_len)
+        window = self._history[-self._filled :]
+        selected = window.max() if self.cfg.algorithm == "max" else window[-1]
+        if float(selected) != 0:
+            self._scale = (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
+
+
+class RoundTripDropsHistory(TorchDelayedScaling):
+    """state_dict keeps the scale and drops the history: a resumed run forgets its window."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._scale = state["scale"].clone()
