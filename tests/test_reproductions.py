@@ -136,3 +136,12 @@ def test_the_published_scripts_are_the_ones_the_harness_writes():
         != without_provenance(R.script(issue_id, "here"))
     ]
     assert not stale, f"docs/repro is stale for {stale}: regenerate with `amp-harness repro -o docs/repro`"
+
+
+def test_a_script_that_cannot_run_exits_2_never_1(tmp_path):
+    """A missing package or a moved API must not read as "the defect is present"."""
+    script = tmp_path / "broken.py"
+    script.write_text(R.script("update-int-new-scale", "test", "import not_a_module_anywhere\n"), encoding="utf-8")
+    out = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "could not run the reproduction (exit 2)" in out.stderr

@@ -9,7 +9,19 @@
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
 # amp-harness 0.1.0, 2026-12-02.
 # Needs only torch. Run: python compiled_backward_under_forward_autocast.py
-# Exit status: 1 while the defect is present, 0 once it is fixed.
+# Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
+import sys as _sys
+
+
+def _could_not_run(kind, value, traceback):  # an unexpected error is not the defect: exit 2
+    _sys.__excepthook__(kind, value, traceback)
+    print("could not run the reproduction (exit 2): the error above is not the defect", file=_sys.stderr)
+    _sys.stderr.flush()
+    __import__("os")._exit(2)
+
+
+_sys.excepthook = _could_not_run
+
 import sys
 
 import torch

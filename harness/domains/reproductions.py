@@ -130,7 +130,7 @@ REPRODUCTIONS: dict[str, Reproduction] = {
         ),
         Reproduction(
             "torchao-rceil-scale-near-power-of-2",
-            ("torch", "torchao"),
+            ("torch", "torchao", "numpy"),
             TORCHAO_RCEIL_SCALE_NEAR_POWER_OF_2,
             ("got = int(codes.view(torch.uint8).flatten()[0])", "got = 127 + math.ceil(math.log2(amax / ELEM_MAX))"),
             compiles=False,
@@ -154,7 +154,24 @@ def script(issue_id: str, provenance: str, body: str | None = None) -> str:
         *wrap.wrap(f"Where: {issue.reference}. Registered in amp-harness {where}."),
         *wrap.wrap(f"Written on: {provenance}."),
         f"# Needs only {' and '.join(repro.needs)}. Run: python {issue_id.replace('-', '_')}.py",
-        "# Exit status: 1 while the defect is present, 0 once it is fixed.",
+        "# Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.",
         "",
     ]
-    return "\n".join(header) + (repro.body if body is None else body)
+    return "\n".join(header) + COULD_NOT_RUN + (repro.body if body is None else body)
+
+
+#: Every script starts with this: an error the script did not expect (a missing package, an API
+#: that moved) exits 2, never 1, so that it cannot read as "the defect is present".
+COULD_NOT_RUN = """import sys as _sys
+
+
+def _could_not_run(kind, value, traceback):  # an unexpected error is not the defect: exit 2
+    _sys.__excepthook__(kind, value, traceback)
+    print("could not run the reproduction (exit 2): the error above is not the defect", file=_sys.stderr)
+    _sys.stderr.flush()
+    __import__("os")._exit(2)
+
+
+_sys.excepthook = _could_not_run
+
+"""
