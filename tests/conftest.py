@@ -74,6 +74,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
+def training_checks():
+    """TrainingChecks whose rows stay in a list (``.rows``): no pytest session needed, and tests that
+    expect failures leave no FAIL rows in the session's report."""
+    from harness.pytest_plugin.collaborators import TrainingChecks
+    from harness.pytest_plugin.recording import Recorder, TestIdentity
+
+    rows: list = []
+    recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
+    checks = TrainingChecks(recorder, torch.device("cpu"))
+    checks.rows = rows  # the rows recorded, for the assertions
+    return checks
+
+
+@pytest.fixture
 def suite_copy(pytester: pytest.Pytester):
     """Copy suite files into the scratch directory: ``suite_copy("formats/test_fp8_casts.py")``.
 

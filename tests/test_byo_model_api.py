@@ -224,19 +224,6 @@ def test_a_parity_failure_names_the_module_where_amp_departs_and_tries_the_remed
     assert "remedy tried: fragile outside autocast" in message and "(passes)" in message, message
 
 
-@pytest.fixture
-def training_checks():
-    """TrainingChecks with a recorder that keeps rows in a list (no pytest session needed)."""
-    from harness.pytest_plugin.collaborators import TrainingChecks
-    from harness.pytest_plugin.recording import Recorder, TestIdentity
-
-    rows = []
-    recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
-    checks = TrainingChecks(recorder, torch.device("cpu"))
-    checks.rows = rows  # the rows recorded, for the assertions
-    return checks
-
-
 def test_the_resnet18_example_trains_through_the_api_as_it_is():
     """The ResNet-18 finding of docs/writing-checks.md runs on this example; keep it working (two steps)."""
     import dataclasses

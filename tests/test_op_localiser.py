@@ -6,7 +6,6 @@ between a clean and a faulty run; two clean runs part nowhere."""
 from __future__ import annotations
 
 import pytest
-import torch
 from faults.training import lossy_gelu_kernel
 from helpers import assert_caught, inject, run_inner
 
@@ -63,15 +62,3 @@ def test_first_difference_names_the_first_op_that_parts():
     assert O.first_difference(a, a) is None
     assert O.first_difference(a, b) == (a[1], b[1])
     assert O.first_difference(a, a[:2]) == (a[2], None)
-
-
-@pytest.fixture
-def training_checks():
-    from harness.pytest_plugin.collaborators import TrainingChecks
-    from harness.pytest_plugin.recording import Recorder, TestIdentity
-
-    rows: list = []
-    recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
-    checks = TrainingChecks(recorder, torch.device("cpu"))
-    checks.rows = rows
-    return checks

@@ -67,18 +67,6 @@ def test_a_hugging_face_causal_lm_judged_on_its_logits_with_a_loss_of_yours(amp_
 
 
 # -- tiny GPT-2, Llama and BERT configs: the verdicts a user gets ----------------------------------
-@pytest.fixture
-def private_checks():
-    """TrainingChecks whose rows stay in a list: these tests expect failures and must not leave
-    FAIL rows in the session's report."""
-    from harness.pytest_plugin.collaborators import TrainingChecks
-    from harness.pytest_plugin.recording import Recorder, TestIdentity
-
-    rows: list[dict] = []
-    recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
-    return TrainingChecks(recorder, torch.device("cpu"))
-
-
 def _verdict(checks, setup, recipe) -> str:
     """PASS, or the outcome words of the failure message (FAILED / INCONCLUSIVE)."""
     try:
@@ -89,7 +77,7 @@ def _verdict(checks, setup, recipe) -> str:
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama", "bert"])
-def test_broken_recipes_are_never_pass_and_clean_ones_never_fail_on_tiny_hugging_face_models(private_checks, model):
+def test_broken_recipes_are_never_pass_and_clean_ones_never_fail_on_tiny_hugging_face_models(training_checks, model):
     """The canonical broken recipes (no fp32 master weights; fp16 without loss scaling), given as a
     user's own recipes, FAIL or are INCONCLUSIVE with the reason; clean bf16 and fp16 + GradScaler
     PASS or are INCONCLUSIVE with the reason (20 steps, as examples.models.hf_tiny builds them)."""
@@ -104,8 +92,8 @@ def test_broken_recipes_are_never_pass_and_clean_ones_never_fail_on_tiny_hugging
         replace(L.no_scaling_control(T.FP16_SCALER), control=False),
     ]
     for recipe in broken:
-        verdict = _verdict(private_checks, setup, recipe)
+        verdict = _verdict(training_checks, setup, recipe)
         assert verdict != "PASS" and ("FAILED" in verdict or "INCONCLUSIVE" in verdict), (recipe.name, verdict)
     for recipe in (T.BF16, T.FP16_SCALER):
-        verdict = _verdict(private_checks, setup, recipe)
+        verdict = _verdict(training_checks, setup, recipe)
         assert verdict == "PASS" or ("INCONCLUSIVE" in verdict and "FAILED" not in verdict), (recipe.name, verdict)

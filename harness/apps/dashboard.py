@@ -147,13 +147,9 @@ def run_verdict(rows: pd.DataFrame, tests: pd.DataFrame, meta: dict[str, Any]) -
     reports before schema 4 have only counts of test results: a failed or errored test is a FAIL)."""
     counts = meta.get("tests") or {}
     legacy = [Outcome.FAIL] if tests.empty and (counts.get("failed") or counts.get("error")) else []
-    per_test = rp.test_outcomes(_records(rows), _records(tests))
+    per_test = rp.test_outcomes(rp.records(rows), rp.records(tests))
     worst = Outcome.worst([*(o for _, o in per_test.values()), *legacy])
     return worst if worst is not None else Outcome.SKIP
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")]
 
 
 def _loaded(
@@ -285,21 +281,45 @@ def flags(ser: pd.DataFrame, window: int = WINDOW, min_history: int = MIN_HISTOR
     )
 
 
+def _by_run(df: pd.DataFrame | None, run_ids: Iterable[str]) -> dict[str, pd.DataFrame]:
+    """Each run's part of a frame (rows or test results), grouped once."""
+    empty = pd.DataFrame() if df is None else df.iloc[:0]
+    if df is None or df.empty:
+        return {r: empty for r in run_ids}
+    groups = {str(k): g for k, g in df.groupby("run_id", sort=False)}
+    return {r: groups.get(r, empty) for r in run_ids}
+
+
+def run_outcomes(
+    rows: pd.DataFrame, tests: pd.DataFrame | None, run_ids: Iterable[str]
+) -> dict[str, dict[str, tuple[str, Outcome]]]:
+    """run id -> node id -> (suite, outcome) of each test (:func:`harness.storage.report.test_outcomes`)."""
+    ids = [str(r) for r in run_ids]
+    rows_of, tests_of = _by_run(rows, ids), _by_run(tests, ids)
+    return {r: rp.test_outcomes(rp.records(rows_of[r]), rp.records(tests_of[r])) for r in ids}
+
+
+def _worst_by_suite(outcomes: dict[str, tuple[str, Outcome]]) -> dict[str, Outcome]:
+    worst: dict[str, Outcome] = {}
+    for suite, outcome in outcomes.values():
+        worst[suite] = max((worst.get(suite, outcome), outcome), key=lambda o: o.severity)
+    return worst
+
+
 def pass_fail_matrix(rows: pd.DataFrame, runs: pd.DataFrame, tests: pd.DataFrame | None = None) -> pd.DataFrame:
     """suite x hardware class for the latest run of each class: the worst outcome of the suite's
     tests (:func:`harness.storage.report.test_outcomes`: each test's own verdict with its rows),
     named by :attr:`Outcome.label`; a failed or inconclusive test never reads PASS."""
     latest = runs.dropna(subset=["profile"]).groupby("profile").tail(1)
-    cells: dict[tuple[str, str], Outcome] = {}
-    for run_id, profile in zip(latest["run_id"], latest["profile"], strict=True):
-        mine = _records(rows[rows["run_id"] == run_id])
-        theirs = _records(tests[tests["run_id"] == run_id]) if tests is not None and len(tests) else []
-        for suite, outcome in rp.test_outcomes(mine, theirs).values():
-            key = (suite, str(profile))
-            cells[key] = max((cells.get(key, outcome), outcome), key=lambda o: o.severity)
+    per_run = run_outcomes(rows, tests, latest["run_id"])
+    cells = {
+        (suite, str(profile)): outcome.label
+        for run_id, profile in zip(latest["run_id"], latest["profile"], strict=True)
+        for suite, outcome in _worst_by_suite(per_run[str(run_id)]).items()
+    }
     if not cells:
         return pd.DataFrame()
-    ser = pd.Series({k: v.label for k, v in cells.items()})
+    ser = pd.Series(cells)
     ser.index = ser.index.set_names(["suite", "profile"])
     return ser.unstack("profile").fillna("-")
 
@@ -321,12 +341,18 @@ def cell_id(suite: str, run_id: str) -> str:
 
 def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
     """suite -> every test of one run, worst first (rows included; passing tests last)."""
-    rows = loaded.rows[loaded.rows["run_id"] == run_id]
-    tests = loaded.tests[loaded.tests["run_id"] == run_id] if len(loaded.tests) else loaded.tests
-    messages = dict(zip(tests["nodeid"].astype(str), tests["message"].fillna("").astype(str), strict=True))
+    rows = _by_run(loaded.rows, [run_id])[run_id]
+    tests = _by_run(loaded.tests, [run_id])[run_id]
+    messages = (
+        dict(zip(tests["nodeid"].astype(str), tests["message"].fillna("").astype(str), strict=True))
+        if len(tests)
+        else {}
+    )
+    rows_of = {str(k): g for k, g in rows.groupby("nodeid", sort=False)} if len(rows) else {}
+    columns = ["metric", "value", "expected", "allowance", "outcome", "note"]
     out: dict[str, list[TestView]] = {}
-    for node, (suite, outcome) in rp.test_outcomes(_records(rows), _records(tests)).items():
-        mine = rows[rows["nodeid"] == node][["metric", "value", "expected", "allowance", "outcome", "note"]]
+    for node, (suite, outcome) in rp.test_outcomes(rp.records(rows), rp.records(tests)).items():
+        mine = rows_of[node][columns] if node in rows_of else pd.DataFrame(columns=columns)
         out.setdefault(suite, []).append(TestView(node, outcome, messages.get(node, ""), mine))
     for views in out.values():
         views.sort(key=lambda v: (-v.outcome.severity, v.nodeid))
@@ -336,14 +362,11 @@ def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
 def runs_by_suites(loaded: Loaded) -> pd.DataFrame:
     """runs (oldest first) x suites: each cell the worst outcome of that run's tests of that suite
     (as PyTorch's HUD shows commits x jobs); "-" where the run did not run the suite."""
-    records = []
-    for run_id in loaded.runs["run_id"]:
-        rows = loaded.rows[loaded.rows["run_id"] == run_id]
-        tests = loaded.tests[loaded.tests["run_id"] == run_id] if len(loaded.tests) else loaded.tests
-        worst: dict[str, Outcome] = {}
-        for suite, outcome in rp.test_outcomes(_records(rows), _records(tests)).values():
-            worst[suite] = max((worst.get(suite, outcome), outcome), key=lambda o: o.severity)
-        records.append({"run_id": run_id, **{k: v.label for k, v in worst.items()}})
+    per_run = run_outcomes(loaded.rows, loaded.tests, loaded.runs["run_id"])
+    records = [
+        {"run_id": run_id, **{k: v.label for k, v in _worst_by_suite(outcomes).items()}}
+        for run_id, outcomes in per_run.items()
+    ]
     return pd.DataFrame(records).set_index("run_id").fillna("-") if records else pd.DataFrame()
 
 
@@ -508,7 +531,7 @@ def stacks_view(loaded: Loaded) -> pd.DataFrame:
         rows = loaded.rows[loaded.rows["run_id"] == r["run_id"]]
         if len(loaded.tests):  # each test's own verdict, as diff reads it from a report
             tests = loaded.tests[loaded.tests["run_id"] == r["run_id"]].drop(columns=["run_id"])
-            meta["test_results"] = _records(tests)
+            meta["test_results"] = rp.records(tests)
         return df_.Side(label, rp.LoadedReport(Path(str(r["run_id"])), rows, meta))
 
     columns: dict[str, dict[str, str]] = {}

@@ -159,7 +159,7 @@ def fleet_side(label: str, root: str | Path, selector: str) -> Side:
 
 # -- building the diff ---------------------------------------------------------------------------------
 def _records(side: Side) -> list[dict[str, Any]]:
-    return [{str(k): v for k, v in r.items()} for r in side.report.rows.to_dict("records")]
+    return rp.records(side.report.rows)
 
 
 def _short_check(nodeid: str) -> str:
@@ -272,8 +272,8 @@ def diff(a: Side, b: Side) -> Diff:
     ra = [r for r in ra if str(r["suite"]) in shared]
     rb = [r for r in rb if str(r["suite"]) in shared]
 
-    ta = [{str(k): v for k, v in t.items()} for t in a.report.tests.to_dict("records") if str(t["suite"]) in shared]
-    tb = [{str(k): v for k, v in t.items()} for t in b.report.tests.to_dict("records") if str(t["suite"]) in shared]
+    ta = [t for t in rp.records(a.report.tests) if str(t["suite"]) in shared]
+    tb = [t for t in rp.records(b.report.tests) if str(t["suite"]) in shared]
     ca, cb = _checks(ra, ta), _checks(rb, tb)
     for key in sorted(ca.keys() | cb.keys()):
         oa, ob = ca.get(key), cb.get(key)

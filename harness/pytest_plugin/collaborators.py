@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from harness.domains.training import Band, ParityReport, Recipe, RecipeResult, Setup
     from harness.domains.training.diagnosis import Diagnosis
+    from harness.domains.training.ops import OpPrint
     from harness.domains.training.result import Checked, Kind, TrainingResult
     from harness.numerics.comparison import AnyComparison
 
@@ -231,8 +232,6 @@ class TrainingChecks:
         return message
 
     def _record_diagnosis(self, setup: Setup, result: RecipeResult, d: Diagnosis, dtype: str) -> None:
-        from harness.domains.training.ops import OP_BUDGET_U
-
         u = d.unit_roundoff
         metric = f"{setup.name}.{result.recipe.metric_id}.diagnosis"
         if d.departure is not None:
@@ -252,18 +251,7 @@ class TrainingChecks:
                 note="the module with the largest error of its own (local error in units of the autocast dtype's u)",
             )
         if d.first_op is not None:
-            o = d.first_op
-            self._record(
-                f"{metric}.first_op_over_budget",
-                o.error_u,
-                unit="u",
-                allowance=OP_BUDGET_U,
-                device=self._device,
-                dtype=o.dtype,
-                tags={"op": f"aten.{o.op}", "module": o.module, "index": o.index, "shape": list(o.shape)},
-                note="the first aten op of the AMP step whose own error against float64 (same inputs) leaves its "
-                "budget",
-            )
+            self._record_first_op(f"{metric}.first_op_over_budget", d.first_op)
         if d.remedy is not None:
             self._record(
                 f"{metric}.remedy_worst_over_allowance",
@@ -340,17 +328,23 @@ class TrainingChecks:
         """For a failed verdict: the first aten op of one AMP step whose own error against float64
         leaves its budget (a row, and a line for the message; "" where every op stays within it)."""
         from harness.domains.training.diagnosis import localise
-        from harness.domains.training.ops import OP_BUDGET_U, first_over_budget
+        from harness.domains.training.ops import first_over_budget, localised
 
         try:
             ops = localise(setup, recipe, None, self._device)
         except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
             return f"\n  (no op localisation: {type(exc).__name__}: {exc})"
         o = first_over_budget(ops)
-        if o is None:
-            return f"\n  every one of the step's {len(ops)} aten ops stays within {OP_BUDGET_U:g} u of float64"
+        if o is not None:
+            self._record_first_op(f"{setup.name}.{recipe.metric_id}.{rule}.first_op_over_budget", o)
+        return f"\n  {localised(o, len(ops))}"
+
+    def _record_first_op(self, metric: str, o: OpPrint) -> None:
+        """The row of the first aten op of an AMP step whose own error leaves its budget."""
+        from harness.domains.training.ops import OP_BUDGET_U
+
         self._record(
-            f"{setup.name}.{recipe.metric_id}.{rule}.first_op_over_budget",
+            metric,
             o.error_u,
             unit="u",
             allowance=OP_BUDGET_U,
@@ -359,7 +353,6 @@ class TrainingChecks:
             tags={"op": f"aten.{o.op}", "module": o.module, "index": o.index, "shape": list(o.shape)},
             note="the first aten op of one AMP step whose own error against float64 (same inputs) leaves its budget",
         )
-        return f"\n  first op over its budget (of {len(ops)}): {o.describe()}"
 
     def detection_ladder(self, setup: Setup, recipe: Recipe, report: ParityReport) -> float | None:
         """The smallest relative gradient noise the AMP lane catches on ``setup`` (one row per level

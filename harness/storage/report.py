@@ -116,8 +116,7 @@ def make_row(
     ``comparable`` defaults to whether the row is judged (pass, fail, or a known finding: values a
     verdict was decided on, deterministic on their stack unless ``drift`` says how much they move);
     information, unjudged, noisy, skipped and inconclusive rows are not comparable."""
-    judged = Outcome.parse(outcome) in (Outcome.PASS, Outcome.FAIL, Outcome.KNOWN)
-    is_comparable = judged if comparable is None else comparable
+    is_comparable = Outcome.parse(outcome).judged if comparable is None else comparable
     return Row(
         run_id=run_id,
         nodeid=nodeid,
@@ -280,6 +279,11 @@ def find_runs(report_dir: str | os.PathLike[str]) -> list[Path]:
     return sorted(
         p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / ROWS_PARQUET).is_file()
     )
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A report frame's rows (or test results) as dicts with string keys."""
+    return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")]
 
 
 def test_outcomes(

@@ -19,7 +19,7 @@ import torch
 from harness.domains.distributed import policy
 from harness.domains.distributed import ranks as dist_h
 from harness.numerics import budgets
-from harness.numerics.comparison import compare_claim, compare_within, explain
+from harness.numerics.comparison import ElementwiseComparison, compare_claim, compare_within, explain
 from harness.numerics.formats import BF16, FP16, torch_dtype
 
 pytestmark = pytest.mark.amp_capability("distributed")
@@ -171,6 +171,16 @@ def test_fsdp2_does_what_its_mixed_precision_policy_declares(fsdp2_shard, amp_re
     assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
 
 
+def _against_exact_mean(
+    name: str, averaged: torch.Tensor, locals_: torch.Tensor, budget: budgets.Budget
+) -> ElementwiseComparison:
+    """FSDP2's reduced gradient against the single-process computation: the ranks' local
+    gradients averaged exactly."""
+    return compare_within(
+        name, averaged, locals_.mean(0), budget.bound, budget.origin, what="|FSDP2 reduce - exact mean|"
+    )
+
+
 def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_shard, amp_record):
     """Each reduce is held to the single-process computation (the ranks' local bf16 gradients,
     averaged exactly) within its declared dtype's budget; the fp32 reduce must also be measurably
@@ -180,27 +190,14 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
         ratios = []
         for tensor_i in range(len(results[0]["averaged"])):
             locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
-            reference = locals_.mean(0)  # the single-process bf16 computation, averaged exactly
-            budget = budgets.fp32_reduce(locals_, WORLD)
-            result = compare_within(
-                f"FSDP2 reduce {rd}, tensor {tensor_i}",
-                torch.tensor(results[0]["averaged"][tensor_i]),
-                reference,
-                budget.bound,
-                budget.origin,
-                what="|FSDP2 reduce - exact mean|",
-            )
+            averaged = torch.tensor(results[0]["averaged"][tensor_i])
+            fp32 = budgets.fp32_reduce(locals_, WORLD)
+            result = _against_exact_mean(f"FSDP2 reduce {rd}, tensor {tensor_i}", averaged, locals_, fp32)
             ratios.append(result.max_abs_diff or 0.0)
             if rd != "float32":  # held to its own dtype's budget; the fp32 budget is the comparison below
                 own = budgets.low_precision_reduce(locals_, BF16, WORLD)
-                result = compare_within(
-                    f"FSDP2 reduce {rd} within its own budget, tensor {tensor_i}",
-                    torch.tensor(results[0]["averaged"][tensor_i]),
-                    reference,
-                    own.bound,
-                    own.origin,
-                    what="|FSDP2 reduce - exact mean|",
-                )
+                name = f"FSDP2 reduce {rd} within its own budget, tensor {tensor_i}"
+                result = _against_exact_mean(name, averaged, locals_, own)
             if not amp_record.result(result, dtype="bfloat16", tags={"reduce_dtype": rd}):
                 missed.append(result)
         worst[rd] = max(ratios)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.scaling.optimizers import differences, same_bits
+from harness.domains.scaling.optimizers import differences, same_bits, small_model, state_of
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 
@@ -99,11 +99,6 @@ class ClipObservation:
     kept_gradients: bool = True
 
 
-def _model(device: torch.device) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device)
-
-
 def observe(
     foreach: bool, device: torch.device, non_finite: bool = False, error_if_nonfinite: bool = False
 ) -> list[ClipObservation]:
@@ -112,7 +107,7 @@ def observe(
     ``non_finite``: each step has one of :data:`NON_FINITE` planted in a scaled gradient element;
     ``error_if_nonfinite``: clip_grad_norm_ is asked to raise on a non-finite norm (a raised step
     is not taken)."""
-    model = _model(device)
+    model = small_model(device)
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.05, momentum=0.9)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10)
@@ -132,7 +127,7 @@ def observe(
         scale = float(scaler.get_scale())
         unscaled = [p.grad.detach().to(torch.float64) / scale for p in params if p.grad is not None]
         before = [p.detach().clone() for p in params]
-        state_before = {i: {k: v.clone() for k, v in opt.state.get(p, {}).items()} for i, p in enumerate(params)}
+        state_before = state_of(opt, params)
         scaler.unscale_(opt)
         kept = [p.grad.detach().clone() for p in params if p.grad is not None]
         max_norm = MAX_NORMS[t % len(MAX_NORMS)]
@@ -149,7 +144,7 @@ def observe(
         if raised is None:
             scaler.step(opt)
         scaler.update()
-        state_after = {i: {k: v.clone() for k, v in opt.state.get(p, {}).items()} for i, p in enumerate(params)}
+        state_after = state_of(opt, params)
         changed = differences(before, [p.detach() for p in params], state_before, state_after)
         out.append(
             ClipObservation(

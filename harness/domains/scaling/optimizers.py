@@ -98,12 +98,19 @@ class Run:
     steps: list[Step] = field(default_factory=list)
 
 
-def _state(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[int, dict[str, torch.Tensor]]:
+def state_of(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[int, dict[str, torch.Tensor]]:
+    """Copies of the optimizer's state tensors, keyed by parameter index."""
     out: dict[int, dict[str, torch.Tensor]] = {}
     for i, p in enumerate(params):
         entries = opt.state.get(p, {})
         out[i] = {k: v.detach().clone() for k, v in entries.items() if isinstance(v, torch.Tensor)}
     return out
+
+
+def small_model(device: torch.device) -> torch.nn.Module:
+    """The two-layer regression model (seed 0) the scaler-and-optimizer checks step."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device)
 
 
 Factory = Callable[[str, str, list[torch.nn.Parameter]], torch.optim.Optimizer]
@@ -119,8 +126,7 @@ def run(
 ) -> Run:
     """Train a two-layer regression model under fp16 autocast with GradScaler and the optimizer
     ``factory`` makes, planting the non-finite gradient elements of ``overflows``."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device)
+    model = small_model(device)
     params = list(model.parameters())
     opt = factory(name, implementation, params)
     scaler = scaler_cls(device.type, init_scale=2.0**10, growth_interval=GROWTH_INTERVAL)
@@ -141,7 +147,7 @@ def run(
         scale = float(scaler.get_scale())
         before = [p.detach().clone() for p in params]
         grads = [p.grad.detach().to(torch.float64) / scale for p in params if p.grad is not None]
-        state_before = _state(opt, params)
+        state_before = state_of(opt, params)
         scaler.step(opt)
         scaler.update()
         out.steps.append(
@@ -154,7 +160,7 @@ def run(
                 [p.detach().clone() for p in params],
                 grads,
                 state_before,
-                _state(opt, params),
+                state_of(opt, params),
             )
         )
     return out

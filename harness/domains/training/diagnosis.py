@@ -36,7 +36,7 @@ from torch import nn
 
 from harness.domains.training.batches import cast_floating, tensors, to_device, tree_map
 from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
-from harness.domains.training.ops import OP_BUDGET_U, OpPrint, first_over_budget, record_step
+from harness.domains.training.ops import OpPrint, first_over_budget, localised, record_step
 from harness.domains.training.parity import Band, RecipeResult, parity
 from harness.domains.training.recipes import Recipe, Setup
 from harness.numerics.formats import format_of
@@ -107,12 +107,8 @@ class Diagnosis:
             "  largest own errors: "
             + "; ".join(f"{m.name} ({m.kind}) {(m.local or 0.0) / u:.3g} u" for m in self.ranked())
         )
-        if self.first_op is not None:
-            lines.append(f"  first op over its budget (of {self.ops_seen}): {self.first_op.describe()}")
-        elif self.ops_seen:
-            lines.append(
-                f"  every one of the step's {self.ops_seen} aten ops stays within {OP_BUDGET_U:g} u of float64"
-            )
+        if self.ops_seen:
+            lines.append(f"  {localised(self.first_op, self.ops_seen)}")
         output = max(self.modules, key=lambda m: m.order, default=None)
         if output is not None:
             lines.append(f"  error at the output: {output.forward:.3g} ({output.forward / u:.3g} u)")

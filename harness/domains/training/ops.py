@@ -213,6 +213,13 @@ def first_over_budget(ops: Sequence[OpPrint]) -> OpPrint | None:
     return next((o for o in ops if o.over_budget), None)
 
 
+def localised(first: OpPrint | None, ops: int) -> str:
+    """What a failure message says of a step's ops: the first over its budget, or that none is."""
+    if first is None:
+        return f"every one of the step's {ops} aten ops stays within {OP_BUDGET_U:g} u of float64"
+    return f"first op over its budget (of {ops}): {first.describe()}"
+
+
 def first_difference(a: Sequence[OpPrint], b: Sequence[OpPrint]) -> tuple[OpPrint | None, OpPrint | None] | None:
     """The first op where two runs of the same step part: a different op, module, dtype, shape or
     output bits (None: the same op sequence, bitwise)."""
