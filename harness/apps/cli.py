@@ -269,6 +269,12 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     from harness.domains import reproductions as R
     from harness.storage import atomic
 
+    if args.report is not None:
+        if args.known or args.list:
+            raise _UsageError("--report writes the failed checks of a run; --known and --list are about known issues")
+        return _repro_failed_checks(Path(args.report), args.check, Path(args.output))
+    if args.check:
+        raise _UsageError("--check selects failed checks of a run report: give the report with --report")
     if args.list:
         for issue_id, (where, issue) in sorted(R.REGISTRIES.items()):
             print(f"{issue_id}  ({issue.package} {', '.join(issue.affected)}; {where})")
@@ -294,6 +300,99 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         atomic.write_text(path, R.script(issue_id, provenance))
         print(path)
     return 0
+
+
+def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
+    """A script per failed check of the run at ``report`` (a run directory, or a report directory:
+    its newest run) whose node id or row name contains one of ``selected`` (none: every failed
+    check). Exit 0 when each has its script, 3 when some recorded none (each named, with the
+    command that reruns it), 4 when nothing failed there or nothing matched."""
+    import json
+
+    from harness.domains import failure_repro as FR
+    from harness.storage import atomic
+    from harness.storage import report as rp
+
+    if not report.exists():
+        raise _UsageError(f"--report {report}: no such run report directory")
+    runs = [report] if (report / rp.ROWS_PARQUET).is_file() else rp.find_runs(report)
+    if not runs:
+        raise _UsageError(f"--report {report}: neither a run report nor a directory of them (no {rp.ROWS_PARQUET})")
+    run_dir = runs[-1]
+    try:
+        loaded = rp.load(run_dir)
+    except rp.ReportError as exc:
+        raise _UsageError(str(exc)) from None
+    every = rp.records(loaded.rows)
+    failed_tests = {str(r["nodeid"]) for r in every if r["outcome"] == "fail"}
+    failed_tests |= {str(t["nodeid"]) for t in rp.records(loaded.tests) if t.get("result") in ("failed", "error")}
+
+    def reproducible(r: dict[str, object]) -> bool:
+        return '"repro"' in str(r.get("tags") or "")
+
+    # a failed row, and a diagnosis row of a failed test that kept a reproduction (the first op of a
+    # training step over its budget); a failed row whose test has such a row is reproduced by it
+    with_repro = {str(r["nodeid"]) for r in every if reproducible(r) and str(r["nodeid"]) in failed_tests}
+    rows = [
+        r
+        for r in every
+        if (r["outcome"] == "fail" and (reproducible(r) or str(r["nodeid"]) not in with_repro))
+        or (reproducible(r) and str(r["nodeid"]) in failed_tests)
+    ]
+    if selected:
+        rows = [r for r in rows if any(s in str(r["nodeid"]) or s in str(r["metric"]) for s in selected)]
+    if not rows:
+        what = f" matching {', '.join(selected)}" if selected else ""
+        print(f"no failed check{what} in the run {run_dir}: nothing to reproduce", file=sys.stderr)
+        return 4
+    meta = loaded.meta
+    fp = meta.get("fingerprint") or {}
+    provenance = ", ".join(
+        str(x)
+        for x in (
+            f"torch {fp.get('torch_version', '?')}",
+            f"CUDA {fp['cuda_version']}" if fp.get("cuda_version") else "no CUDA",
+            rp.hardware_class(meta) or "unknown hardware class",
+            f"amp-harness {meta.get('harness_version', '?')}",
+            str(meta.get("finished", "?"))[:10],
+        )
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    missing = 0
+    for r in rows:
+        tags = json.loads(str(r.get("tags") or "{}"))
+        rerun = f"pytest '{r['nodeid']}'" + (
+            f" --hypothesis-seed={meta['options']['hypothesis_seed']}"
+            if (meta.get("options") or {}).get("hypothesis_seed")
+            else ""
+        )
+        spec = tags.get("repro")
+        if not isinstance(spec, dict):
+            missing += 1
+            print(
+                f"{r['nodeid']} :: {r['metric']}: no standalone reproduction recorded (checks of this kind do not "
+                f"record one yet); rerun it with the harness: {rerun}"
+            )
+            continue
+        stem = "".join(c if c.isalnum() else "_" for c in str(r["metric"]))[:60].strip("_") or "check"
+        tensors: dict[str, object] = {}
+        inputs_file = None
+        if spec.get("attachment"):
+            attached = run_dir / str(spec["attachment"])
+            if not attached.is_file():
+                missing += 1
+                print(f"{r['nodeid']} :: {r['metric']}: its saved inputs {attached} are missing; rerun: {rerun}")
+                continue
+            data = attached.read_bytes()
+            tensors = dict(FR.load_tensors(data))
+            if FR.needs_file(tensors):  # type: ignore[arg-type]
+                inputs_file = f"{stem}.pt"
+                atomic.write_bytes(out / inputs_file, data)
+        header = FR.header(spec, str(r["nodeid"]), str(r["metric"]), run_dir.name, provenance, rerun, f"{stem}.py")
+        script = FR.render(spec, tensors, header, inputs_file)  # type: ignore[arg-type]
+        atomic.write_text(out / f"{stem}.py", script)
+        print(out / f"{stem}.py")
+    return 3 if missing else 0
 
 
 def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
@@ -396,11 +495,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     kn.add_argument("name", nargs="?", help="the kernel set (zen4, avx2, intel-noamx)")
     rp_ = sub.add_parser(
         "repro",
-        help="write standalone scripts (torch and torchao only) reproducing the registered known issues",
+        help="write standalone scripts (torch and torchao only) reproducing the registered known issues, or the "
+        "failed checks of a run report (--report)",
+        description="amp-harness repro [--known ID | --report RUN [--check TEXT]] [-o DIR]: each script needs only "
+        "torch (and the library concerned), prints measured vs allowed and exits 1 while the defect is present, 0 "
+        "once fixed, 2 if it could not run. With --report: exit 0 each failed check has its script, 3 some recorded "
+        "none (each named with the command that reruns it), 4 nothing failed or matched.",
     )
     rp_.add_argument("--known", action="append", default=[], metavar="ISSUE", help="one issue (default: all)")
     rp_.add_argument("-o", "--output", default="repro", help="directory for the scripts (default: repro)")
     rp_.add_argument("--list", action="store_true", help="list the registered known issues")
+    rp_.add_argument(
+        "--report", metavar="RUN", help="a run report (or a report directory: its newest run): its failed checks"
+    )
+    rp_.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="only failed checks whose node id or row contains TEXT",
+    )
     rp_.set_defaults(func=_cmd_repro)
     q = sub.add_parser(
         "qualify",

@@ -341,8 +341,9 @@ class TrainingChecks:
 
     def _record_first_op(self, metric: str, o: OpPrint) -> None:
         """The row of the first aten op of an AMP step whose own error leaves its budget."""
-        from harness.domains.training.ops import OP_BUDGET_U
+        from harness.domains.training.ops import OP_BUDGET_U, repro_of
 
+        repro = repro_of(o, self._device)
         self._record(
             metric,
             o.error_u,
@@ -350,7 +351,13 @@ class TrainingChecks:
             allowance=OP_BUDGET_U,
             device=self._device,
             dtype=o.dtype,
-            tags={"op": f"aten.{o.op}", "module": o.module, "index": o.index, "shape": list(o.shape)},
+            tags={
+                "op": f"aten.{o.op}",
+                "module": o.module,
+                "index": o.index,
+                "shape": list(o.shape),
+                **self._record.repro_tags(repro),
+            },
             note="the first aten op of one AMP step whose own error against float64 (same inputs) leaves its budget",
         )
 

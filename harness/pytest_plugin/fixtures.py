@@ -133,7 +133,7 @@ def amp_record(request: pytest.FixtureRequest) -> Recorder:
             item.user_properties.append((NOTE_PROPERTY, note))
 
     who = TestIdentity(item.nodeid, suite_of(item), getattr(item, "originalname", item.name))
-    return Recorder(who, st.run_id, st.add_row, st.profile_for, label)
+    return Recorder(who, st.run_id, st.add_row, st.profile_for, label, st.attach)
 
 
 @pytest.fixture

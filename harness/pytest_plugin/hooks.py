@@ -234,7 +234,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if st.report_path is None and st.options.report_dir is not None and (st.activated or st.rows):
         try:
-            st.report_path = rp.write(st.options.report_dir, st.run_id, st.rows, run_metadata(session, st))
+            st.report_path = rp.write(
+                st.options.report_dir, st.run_id, st.rows, run_metadata(session, st), st.attachments
+            )
         except OSError as exc:
             st.write_errors.append((str(st.options.report_dir / st.run_id), f"run report: {bl.describe_os_error(exc)}"))
     if st.write_errors and session.exitstatus == pytest.ExitCode.OK:

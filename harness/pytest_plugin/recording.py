@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.numerics.comparison import (
     AnyComparison,
@@ -21,6 +21,9 @@ from harness.numerics.comparison import (
 )
 from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import report as rp
+
+if TYPE_CHECKING:  # the plugin imports no torch until a test uses it
+    from harness.domains.failure_repro import FailureRepro
 
 #: The JUnit XML properties the qualification verdict reads (``amp-harness qualify``).
 CAPABILITY_PROPERTY = "amp_capability"
@@ -59,8 +62,10 @@ class Recorder:
         sink: Callable[[rp.Row], None],
         profile_for: Callable[[str], str],
         label: Callable[[str, str], None],
+        attach: Callable[[str, bytes], str] | None = None,
     ) -> None:
         self._who, self._run_id, self._sink, self._profile_for, self._label = who, run_id, sink, profile_for, label
+        self._attach = attach
         self._labelled: set[Outcome] = set()
 
     @property
@@ -121,11 +126,26 @@ class Recorder:
             self._labelled.add(outcome)
             self._label(outcome.value, note)
 
-    def result(self, result: AnyComparison, **kw: Any) -> bool:
+    def repro_tags(self, repro: FailureRepro | None) -> dict[str, Any]:
+        """The tags that keep a failed check's reproduction: its spec, and its tensors saved
+        beside the run report (``amp-harness repro`` writes the script from them)."""
+        if repro is None:
+            return {}
+        name = None
+        if repro.tensors:
+            if self._attach is None:
+                return {}
+            name = self._attach(f"{self._who.check}.pt", repro.tensor_bytes())
+        return {"repro": repro.spec(name)}
+
+    def result(self, result: AnyComparison, *, repro: FailureRepro | None = None, **kw: Any) -> bool:
         """Record a comparison result as a row with its own outcome; returns whether it passed.
         The row's fields are the comparison's own :meth:`measurement`; ``note`` and ``tags``
-        given here override and extend it."""
+        given here override and extend it. ``repro``: what reproduces the check without the
+        harness, kept only when it failed (``amp-harness repro``)."""
         m = result.measurement()
+        if not result.passed:
+            kw["tags"] = {**(kw.get("tags") or {}), **self.repro_tags(repro)}
         self(
             m.metric,
             m.value,
@@ -140,10 +160,11 @@ class Recorder:
         )
         return result.passed
 
-    def require(self, result: AnyComparison, **kw: Any) -> None:
-        """Record ``result`` and fail the test with its explanation if it did not pass."""
+    def require(self, result: AnyComparison, *, repro: FailureRepro | None = None, **kw: Any) -> None:
+        """Record ``result`` and fail the test with its explanation if it did not pass; ``repro``
+        (kept on failure) lets ``amp-harness repro`` write a script that shows it without the harness."""
         __tracebackhide__ = True
-        if not self.result(result, **kw):
+        if not self.result(result, repro=repro, **kw):
             raise AssertionError(explain(result))
 
     def require_all(self, results: Iterable[AnyComparison], **kw: Any) -> None:
@@ -200,6 +221,8 @@ class Tally:
     unit: str = ""
     #: how the bound of the worst example was derived (recorded in the row's tags)
     detail: str = ""
+    #: the failing example, reproducible without the harness (kept when the run fails)
+    repro: FailureRepro | None = None
 
     def add(self, elements: int, worst: float | None = None, detail: str = "") -> None:
         self.examples += 1
@@ -233,6 +256,7 @@ def _tallied(recorder: Recorder, metric: str, criterion: str, kw: dict[str, Any]
         tags = {"examples": tally.examples, "elements": tally.elements, **kw.pop("tags", {})}
         if failure is not None:
             tags["failure"] = failure  # what the failing example showed, beside the worst value
+            tags.update(recorder.repro_tags(tally.repro))
         if tally.detail:
             tags["derivation"] = tally.detail
         name, value, allowance, unit, comparable = metric, tally.worst, tally.bound, tally.unit, _derandomized()

@@ -67,6 +67,8 @@ class State:
     #: (path, reason) of baseline or report writes the session's end could not make
     write_errors: list[tuple[str, str]] = field(default_factory=list)
     report_path: Path | None = None
+    #: files written into the run report beside its rows (a failed check's saved inputs), by name
+    attachments: dict[str, bytes] = field(default_factory=dict)
 
     #: xdist workers in the run (0: not under xdist)
     worker_count: int = 0
@@ -127,6 +129,14 @@ class State:
         self.activated = True
         self.rows.append(row.as_dict())
 
+    def attach(self, name: str, data: bytes) -> str:
+        """Queue a file for the run report (written with it, atomically); returns its name there,
+        made unique and safe (``attachments/<n>-<name>``)."""
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:80]
+        key = f"{rp.ATTACHMENTS}/{self.worker_id or 'gw'}-{len(self.attachments)}-{safe}"
+        self.attachments[key] = data
+        return key
+
     def count_test(self, outcome: str) -> None:
         self.test_outcomes[outcome] = self.test_outcomes.get(outcome, 0) + 1
 
@@ -164,6 +174,7 @@ class State:
             "used": sorted(str(p) for p in self.store.used),
             "outcomes": self.test_outcomes,
             "test_results": self.test_results,
+            "attachments": self.attachments,
             "worker": {
                 "id": self.worker_id,
                 "threads": self.threads_note,
@@ -181,6 +192,7 @@ class State:
         for k, v in out["outcomes"].items():
             self.test_outcomes[k] = self.test_outcomes.get(k, 0) + v
         self.test_results.update(out.get("test_results", {}))
+        self.attachments.update(out.get("attachments", {}))
         if out.get("worker"):
             self.workers.append(dict(out["worker"]))
 

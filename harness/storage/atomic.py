@@ -72,6 +72,21 @@ def write_text(path: Path, text: str) -> None:
     commit(stage(path, text), path)
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, chmod, rename)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, default_mode())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    commit(Path(tmp), path)
+
+
 @contextmanager
 def directory(final: Path) -> Iterator[Path]:
     """Fill a temporary sibling of ``final`` inside the block; on success it is renamed to ``final``.

@@ -45,6 +45,8 @@ TEST_COLUMNS = ("nodeid", "suite", "result", "duration_s", "message", "verdict")
 ROWS_PARQUET = "rows.parquet"
 ROWS_CSV = "rows.csv"
 RUN_JSON = "run.json"
+#: Files beside the rows (a failed check's saved inputs, for ``amp-harness repro``); rows name them.
+ATTACHMENTS = "attachments"
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,15 @@ def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 NUMERIC_COLUMNS = ("value", "expected", "allowance", "drift")
 
 
-def write(report_dir: Path, run_id: str, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """Write one run atomically: into a temporary directory, renamed into place at the end."""
+def write(
+    report_dir: Path,
+    run_id: str,
+    rows: Sequence[dict[str, Any]],
+    meta: dict[str, Any],
+    attachments: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write one run atomically: into a temporary directory, renamed into place at the end;
+    ``attachments`` (name relative to the run directory: bytes) go in with it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -185,6 +194,12 @@ def write(report_dir: Path, run_id: str, rows: Sequence[dict[str, Any]], meta: d
         (tmp / RUN_JSON).write_text(
             json.dumps(full_meta, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
         )
+        for name, data in (attachments or {}).items():
+            path = tmp / name
+            if path.resolve().parent != (tmp / ATTACHMENTS).resolve():
+                raise ValueError(f"attachment {name!r} must lie in {ATTACHMENTS}/")
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(data)
     return final
 
 

@@ -21,11 +21,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.domains import versions
+from harness.domains.failure_repro import fp8_scales
 from harness.domains.fp8 import known_issues, recipes
-from harness.domains.fp8.adapters import import_torchao, torchao_version
+from harness.domains.fp8.adapters import TorchaoScaling, import_torchao, torchao_version
 from harness.domains.fp8.conformance import check_fp8_scaling
 from harness.numerics.comparison import compare_claim
-from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32
+from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, torch_dtype
 from harness.numerics.scaled import (
     CastSpec,
     Granularity,
@@ -131,6 +132,15 @@ def test_scales_and_casts_equal_the_exact_reference(spec_id, fp8_scaling_under_t
             result = check_fp8_scaling(fp8_scaling_under_test, rows, spec, amp_device)
             explained += result.explained
             tally.add(result.elements)
+            if result.scale_problems and isinstance(fp8_scaling_under_test, TorchaoScaling):
+                tally.repro = fp8_scales(
+                    f"torchao's {spec.describe()} scales of the failing tensor: scales unlike their definition",
+                    torch.tensor(rows, dtype=torch.float32),
+                    torch_dtype(spec.fmt),
+                    spec.fmt.max,
+                    None if spec.granularity is Granularity.TENSOR else spec.axis,
+                    spec.power_of_2,
+                )
             assert result.passed, f"{spec_id}: {result.explain()}; tensor {rows!r}"
 
         for edge in EDGE_TENSORS.values():

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from harness.domains import versions
+from harness.domains.failure_repro import scaler_trace
 from harness.domains.scaling import optimizers
 from harness.domains.scaling import reference as scaling
 from harness.domains.versions import minor
@@ -121,6 +122,15 @@ def test_an_injected_overflow_is_skipped_backs_off_and_training_recovers(
             allowance=0,
         ),
         device=amp_device,
+        repro=scaler_trace(
+            f"{scaler_factory.__qualname__} trace with an overflow in the {where} at step {INJECT_AT}: steps whose "
+            "scale or skip differ from the scaler's rule",
+            f"{scaler_factory.__module__}.{scaler_factory.__qualname__}",
+            GROWTH_INTERVAL,
+            INJECT_AT,
+            STEPS,
+            where,
+        ),
     )
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from harness.domains import training as T
 from harness.domains.training.diagnosis import localise
-from harness.domains.training.ops import OP_BUDGET_U, first_over_budget
+from harness.domains.training.ops import OP_BUDGET_U, first_over_budget, repro_of
 from harness.numerics.comparison import compare_claim
 from harness.numerics.verdict import RowKind
 
@@ -66,4 +66,5 @@ def test_every_op_of_an_amp_step_stays_within_its_budget_of_float64(case, amp_de
             "worst_op": None if worst is None else worst.describe(),
             "first_over_budget": None if first is None else first.describe(),
         },
+        repro=repro_of(first, amp_device),
     )

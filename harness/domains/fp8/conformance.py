@@ -37,6 +37,8 @@ class ScalingCheck:
     problems: tuple[str, ...] = ()
     explained: int = 0
     elements: int = field(default=0)
+    #: how many of the problems are scales (the rest: shapes, cast bits)
+    scale_problems: int = 0
 
     @property
     def passed(self) -> bool:
@@ -86,6 +88,7 @@ def check_fp8_scaling(
             explained += 1
             continue
         problems.append(f"scale of element {i}: expected {r!r}, got {g!r}")
+    scale_problems = len(problems)
     bits = tensor_bits(adapter.cast(x, s, spec))
     for v, sc, b in zip(x.flatten().cpu().tolist(), got, bits, strict=True):
         want = quantize(v, sc, spec.fmt)
@@ -94,4 +97,4 @@ def check_fp8_scaling(
                 f"cast of {v!r} x scale {sc!r}: expected {spec.fmt.name} {want:#04x} ({spec.fmt.decode(want)!r}), "
                 f"got {b:#04x} ({spec.fmt.decode(b)!r})"
             )
-    return ScalingCheck(spec, n, m, tuple(problems), explained, n * m)
+    return ScalingCheck(spec, n, m, tuple(problems), explained, n * m, scale_problems)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -30,6 +30,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from harness.numerics.formats import format_of
+
+if TYPE_CHECKING:
+    from harness.domains.failure_repro import FailureRepro
 
 #: The local error (in units of u of the op's output dtype) an op may show: 1 u for rounding its
 #: output once, plus what kernels that keep low-precision intermediates add (a convolution's
@@ -84,6 +87,53 @@ NOT_COMPUTED = frozenset(
 
 
 @dataclass(frozen=True)
+class OpCall:
+    """An aten call written out: ``source`` names its tensors ``t0, t1, ...`` (``tensors``)."""
+
+    source: str
+    tensors: dict[str, torch.Tensor]
+
+
+def _literal(a: Any) -> str | None:
+    """A non-tensor argument as Python source, or None where it has none."""
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return repr(a) if not (isinstance(a, float) and not math.isfinite(a)) else f"float({str(a)!r})"
+    if isinstance(a, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(a)
+    if isinstance(a, torch.device):
+        return f"torch.device({str(a)!r})"
+    if isinstance(a, (list, tuple)):
+        parts = [_literal(x) for x in a]
+        if any(p is None for p in parts):
+            return None
+        inner = ", ".join(p for p in parts if p is not None)
+        return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+    return None
+
+
+def op_call(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> OpCall | None:
+    """``func(*args, **kwargs)`` as source with its tensors copied (None: an argument that has no
+    source form). Tensors inside lists are named too."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def src(a: Any) -> str | None:
+        if isinstance(a, torch.Tensor):
+            name = f"t{len(tensors)}"
+            tensors[name] = a.detach().clone()
+            return name
+        if isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a):
+            parts = [src(x) for x in a]
+            return None if any(p is None for p in parts) else f"[{', '.join(p for p in parts if p is not None)}]"
+        return _literal(a)
+
+    parts = [src(a) for a in args] + [None if (v := src(x)) is None else f"{k}={v}" for k, x in kwargs.items()]
+    if any(p is None for p in parts):
+        return None
+    target = f"torch.ops.{func.namespace}.{func.overloadpacket.__name__}.{func._overloadname}"
+    return OpCall(f"{target}({', '.join(p for p in parts if p is not None)})", tensors)
+
+
+@dataclass(frozen=True)
 class OpPrint:
     """One aten op of a step: where it ran, what it produced, and its own error."""
 
@@ -95,6 +145,9 @@ class OpPrint:
     digest: str
     #: local error in units of u of ``dtype``; None where the op is not judged
     error_u: float | None
+    #: the first op over its budget only: the call, as source, and its tensor inputs (by the names
+    #: the source uses), kept so that ``amp-harness repro`` can run it alone
+    call: OpCall | None = field(default=None, compare=False, repr=False)
 
     @property
     def over_budget(self) -> bool:
@@ -128,6 +181,7 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[OpPrint] = []
         self._module_of = module_of
+        self._captured = False  # the first op over its budget keeps its call (OpPrint.call)
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
@@ -166,6 +220,10 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 error = 0.0
             else:
                 error = math.inf
+        over = error is not None and error > OP_BUDGET_U and not self._captured
+        # its inputs as they were: an op that wrote into them (in place, out=) is not kept
+        call = op_call(func, args, kwargs) if over and not name.endswith("_") and "out" not in kwargs else None
+        self._captured |= over
         self.ops.append(
             OpPrint(
                 len(self.ops),
@@ -175,6 +233,7 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 tuple(first.shape),
                 _digest(first),
                 error,
+                call if over else None,
             )
         )
         return out
@@ -206,6 +265,26 @@ def record_step(model: nn.Module, step: Callable[[], torch.Tensor]) -> list[OpPr
         for h in handles:
             h.remove()
     return recorder.ops
+
+
+def repro_of(o: OpPrint | None, device: torch.device | str = "cpu") -> FailureRepro | None:
+    """The standalone reproduction of an op over its budget (None: no op, or its call was not kept):
+    the op alone on the inputs it saw, against itself in float64."""
+    if o is None or o.call is None:
+        return None
+    from harness.domains.failure_repro import op_local_error
+
+    dtype = getattr(torch, o.dtype)
+    return op_local_error(
+        f"{o.describe()}: its own error against float64 on the inputs it saw, in u of {o.dtype}",
+        o.call.source,
+        o.call.tensors,
+        dtype,
+        OP_BUDGET_U,
+        "OP_BUDGET_U: 1 u for rounding the output once, plus what kernels keeping low-precision intermediates "
+        "add (measured clean at most 3.8 u on the harness's models: about twice that)",
+        device=str(device),
+    )
 
 
 def first_over_budget(ops: Sequence[OpPrint]) -> OpPrint | None:

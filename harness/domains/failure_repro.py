@@ -1,0 +1,312 @@
+"""Standalone reproductions of failed checks: what a check saw when it failed, written so that
+``amp-harness repro`` can turn it into a script that needs only torch (and the library concerned).
+
+A check that fails attaches a :class:`FailureRepro` to its row: the failing example's tensors
+(saved exactly, beside the run report), the computation under test and its independent reference
+as source text, and the allowance with its origin. The script :func:`render` writes seeds nothing
+and draws nothing: it loads the very inputs the check failed on, so it shows the same numbers on
+the same stack. Its last line prints measured against allowed and exits 1 while the defect is
+present (``measured > allowed``, or not a number), 0 once fixed, 2 if it could not run.
+
+Families (one builder each): an op against float64 (autocast numerics, one op of a training step),
+a loss-scaler trace against the scaler's rule, fp8 scales against their exact definition. A check
+of another kind records no reproduction; ``amp-harness repro`` says so and prints the rerun command.
+"""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.numerics.formats import format_of
+
+#: A tensor this small is written into the script itself; a larger one is saved beside it.
+INLINE_ELEMENTS = 64
+
+
+@dataclass(frozen=True)
+class FailureRepro:
+    """One failed check, reproducible without the harness. ``code`` runs after the inputs are
+    defined (each tensor by its name) and must set ``measured`` and ``allowed``; ``what`` says what
+    is measured, ``allowance`` where the allowance comes from."""
+
+    family: str
+    what: str
+    code: str
+    allowance: str
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    needs: tuple[str, ...] = ("torch",)
+    device: str = "cpu"
+
+    def spec(self, attachment: str | None) -> dict[str, Any]:
+        """What the row keeps (JSON): everything but the tensors, which ``attachment`` names."""
+        return {
+            "family": self.family,
+            "what": self.what,
+            "code": self.code,
+            "allowance": self.allowance,
+            "needs": list(self.needs),
+            "device": self.device,
+            "tensors": {k: [str(v.dtype).removeprefix("torch."), list(v.shape)] for k, v in self.tensors.items()},
+            "attachment": attachment,
+        }
+
+    def tensor_bytes(self) -> bytes:
+        """The tensors, saved exactly (``torch.save`` of a dict, CPU)."""
+        buf = io.BytesIO()
+        torch.save({k: v.detach().cpu().clone() for k, v in self.tensors.items()}, buf)
+        return buf.getvalue()
+
+
+def load_tensors(data: bytes) -> dict[str, torch.Tensor]:
+    loaded = torch.load(io.BytesIO(data), weights_only=True)
+    return {str(k): v for k, v in loaded.items()}
+
+
+def _literal(name: str, t: torch.Tensor, device: str) -> str:
+    """``name = torch.tensor([...])``, exact: float64 reprs round-trip, and every narrower float is
+    a float64 exactly."""
+    dtype = str(t.dtype)
+    values = t.detach().cpu().double().flatten().tolist() if t.is_floating_point() else t.flatten().tolist()
+    body = ", ".join("float('nan')" if v != v else repr(v).replace("inf", "float('inf')") for v in values)
+    src = f"torch.tensor([{body}], dtype=torch.float64)" if t.is_floating_point() else f"torch.tensor([{body}])"
+    to = f".to({dtype})" if t.dtype != torch.float64 else ""
+    dev = f'.to("{device}")' if device != "cpu" else ""
+    return f"{name} = {src}.reshape({tuple(t.shape)!r}){to}{dev}"
+
+
+def render(
+    spec: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], header: list[str], inputs_file: str | None
+) -> str:
+    """The script: ``header`` (comment lines), the could-not-run hook, imports, the inputs (inline
+    when small, else loaded from ``inputs_file`` beside the script), the check's code, the verdict."""
+    from harness.domains.reproductions import COULD_NOT_RUN
+
+    device = str(spec.get("device", "cpu"))
+    lines = ["# " + h if h else "#" for h in header]
+    code = str(spec["code"]).rstrip("\n")
+    imports = ["import math", "", "import torch"] + (["import torch.nn.functional as F"] if "F." in code else [])
+    out = ["\n".join(lines), "", COULD_NOT_RUN.rstrip("\n"), "", *imports, ""]
+    small = sum(t.numel() for t in tensors.values()) <= INLINE_ELEMENTS
+    if tensors:
+        out.append("# the inputs the check failed on, exactly")
+    if tensors and small:
+        out += [_literal(k, v, device) for k, v in tensors.items()]
+    elif tensors:
+        if inputs_file is None:
+            raise ValueError("tensors too large to inline need an inputs file beside the script")
+        dev = f'.to("{device}")' if device != "cpu" else ""
+        out += [
+            "from pathlib import Path",
+            "",
+            f"_inputs = torch.load(Path(__file__).with_name({inputs_file!r}), weights_only=True)",
+            *(f"{k} = _inputs[{k!r}]{dev}" for k in tensors),
+        ]
+    out += ["", code, ""]
+    what, allowance = str(spec["what"]), str(spec["allowance"])
+    out += [
+        f"print(f{(what + ': measured {measured!r}, allowed {allowed!r}').__repr__()})",
+        f"print({('allowance: ' + allowance).__repr__()})",
+        "_sys.exit(0 if measured <= allowed else 1)  # NaN is not <=: a defect",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def needs_file(tensors: Mapping[str, torch.Tensor]) -> bool:
+    return sum(t.numel() for t in tensors.values()) > INLINE_ELEMENTS
+
+
+# -- the families -------------------------------------------------------------------------------
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype)
+
+
+def op_against_float64(
+    what: str,
+    call: str,
+    tensors: Mapping[str, torch.Tensor],
+    bound: torch.Tensor,
+    origin: str,
+    *,
+    autocast: tuple[str, torch.dtype] | None,
+    device: str = "cpu",
+) -> FailureRepro:
+    """``call`` (an expression of the tensors' names) under autocast (or as is), against the same
+    expression on the inputs upcast exactly to float64; the worst element's error over its
+    ``bound`` (saved with the inputs, derived by the check from the format) must be at most 1."""
+    names = ", ".join(tensors)
+    run = f"got = {call}"
+    if autocast is not None:
+        run = f'with torch.autocast("{autocast[0]}", dtype={_dtype(autocast[1])}):\n    got = {call}'
+    code = f"""{run}
+# reference: the same computation on the same inputs upcast exactly to float64
+{names}{"," if len(tensors) == 1 else ""} = ({", ".join(f"{k}.double() if {k}.is_floating_point() else {k}" for k in tensors)}{"," if len(tensors) == 1 else ""})
+ref = {call}
+err = (got.double() - ref).abs()
+ratio = torch.where(err == 0, torch.zeros_like(err), err / bound.double())
+measured = float(ratio.max())  # the worst element's error, in units of its budget
+allowed = 1.0"""
+    return FailureRepro(
+        "op",
+        what,
+        code,
+        origin,
+        {**tensors, "bound": bound.detach()},
+        device=device,
+    )
+
+
+def op_local_error(
+    what: str,
+    call: str,
+    tensors: Mapping[str, torch.Tensor],
+    out_dtype: torch.dtype,
+    budget_u: float,
+    origin: str,
+    *,
+    device: str = "cpu",
+) -> FailureRepro:
+    """One aten op of a training step, on the inputs it saw, against itself in float64: its local
+    error ``max |out - ref| / max |ref|`` in units of its output format's unit roundoff."""
+    u = format_of(out_dtype).unit_roundoff
+    names = ", ".join(tensors)
+    code = f"""got = {call}
+got = got[0] if isinstance(got, (tuple, list)) else got  # an op with several outputs: the first
+# reference: the same op on the same inputs upcast exactly to float64
+{names}{"," if len(tensors) == 1 else ""} = ({", ".join(f"{k}.double() if {k}.is_floating_point() else {k}" for k in tensors)}{"," if len(tensors) == 1 else ""})
+ref = {call}
+ref = ref[0] if isinstance(ref, (tuple, list)) else ref
+U = {u!r}  # unit roundoff of {str(out_dtype).removeprefix("torch.")}
+measured = float((got.double() - ref).abs().max() / ref.abs().max()) / U  # the op's own error, in u
+allowed = {budget_u!r}"""
+    return FailureRepro("op", what, code, origin, dict(tensors), device=device)
+
+
+def scaler_trace(
+    what: str,
+    scaler_cls: str,
+    growth_interval: int,
+    inject_at: int,
+    steps: int,
+    where: str,
+) -> FailureRepro | None:
+    """The fp16 loss-scaler trace with one overflow injected (the scaler suite's trainer), against
+    the scaler's rule written out: backoff x0.5 and skip on overflow, x2 after ``growth_interval``
+    clean steps. None when ``scaler_cls`` (module.qualname) cannot be imported standalone."""
+    module, _, qualname = scaler_cls.rpartition(".")
+    if not module or "<" in qualname or not (module == "torch" or module.startswith("torch.")):
+        return None
+    inject = {
+        "forward": (
+            "        if s == INJECT_AT:\n            h = h * (65504.0 * 4)  # fp16 activations beyond 65504\n",
+            "",
+            "",
+        ),
+        "loss": ("", "    if s == INJECT_AT:\n        loss = loss * math.inf\n", ""),
+        "backward": (
+            "",
+            "",
+            "    if s == INJECT_AT:\n        l2.weight.grad.view(-1)[0] = math.inf  # one scaled gradient\n",
+        ),
+    }
+    if where not in inject:
+        return None
+    fwd, lss, bwd = inject[where]
+    group = (
+        "import torch.distributed as dist\n\n"
+        'dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # the scaler needs one\n'
+        if "Sharded" in qualname
+        else ""
+    )
+    code = f"""import {module}
+{group}
+GROWTH_INTERVAL, INJECT_AT, STEPS = {growth_interval}, {inject_at}, {steps}
+torch.manual_seed(0)
+l1, l2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 1)
+params = [*l1.parameters(), *l2.parameters()]
+opt = torch.optim.AdamW(params, lr=1e-2)
+scaler = {scaler_cls}("cpu", growth_interval=GROWTH_INTERVAL)
+g = torch.Generator().manual_seed(1)
+x, y = torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
+got = []
+for s in range(STEPS):
+    opt.zero_grad()
+    before = [p.detach().clone() for p in params]
+    scale = scaler.get_scale()
+    with torch.autocast("cpu", dtype=torch.float16):
+        h = torch.relu(l1(x))
+{fwd}        loss = torch.nn.functional.mse_loss(l2(h).float(), y)
+{lss}    scaler.scale(loss).backward()
+{bwd}    scaler.step(opt)
+    scaler.update()
+    got.append((s, scale, all(torch.equal(b, p) for b, p in zip(before, params))))
+# reference: the rule written out (init 2^16; overflow: skip, x0.5, restart the count; else x2 after
+# GROWTH_INTERVAL clean steps in a row)
+expected, scale, clean = [], 2.0**16, 0
+for s in range(STEPS):
+    overflow = s == INJECT_AT
+    expected.append((s, scale, overflow))
+    scale, clean = (scale * 0.5, 0) if overflow else ((scale * 2.0, 0) if clean + 1 == GROWTH_INTERVAL else (scale, clean + 1))
+for g_, e_ in zip(got, expected):
+    if g_ != e_:
+        print(f"step {{g_[0]}}: scale {{g_[1]}} skipped={{g_[2]}}; expected scale {{e_[1]}} skipped={{e_[2]}}")
+measured = sum(g_ != e_ for g_, e_ in zip(got, expected))  # steps whose scale or skip differ
+allowed = 0"""
+    return FailureRepro("scaler", what, code, "exact: the trace is deterministic, the rule integral")
+
+
+def fp8_scales(
+    what: str, x: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float, axis: int | None, power_of_2: bool
+) -> FailureRepro:
+    """torchao's fp8 scales of ``x`` against their definition, fp8_max / max(amax, 1e-12) in float64
+    rounded once to float32 (power of two: the largest not above it, from the bits)."""
+    gran = "TENSORWISE" if axis is None else "AXISWISE"
+    amax = "x.double().abs().max()" if axis is None else f"x.double().abs().amax(dim={axis}, keepdim=True)"
+    pow2 = (
+        "\nref = torch.tensor([math.ldexp(1.0, math.frexp(v)[1] - 1) if 0 < v < math.inf else v for v in "
+        "ref.flatten().tolist()]).reshape(ref.shape)  # the power of two at or below it"
+        if power_of_2
+        else ""
+    )
+    code = f"""from torchao.float8 import config, float8_utils
+
+got = float8_utils.tensor_to_scale(
+    x, {_dtype(fp8_dtype)}, scaling_granularity=config.ScalingGranularity.{gran},
+    axiswise_dim={axis!r}, round_scales_to_power_of_2={power_of_2!r},
+)
+# reference: the definition, in float64 (amax of a float32 tensor is exact)
+FP8_MAX = {fp8_max!r}  # the format's largest finite value
+exact = FP8_MAX / torch.clamp({amax}, min=1e-12)  # inf amax: 0; NaN: NaN
+ref = exact.float()  # rounded once more to float32: as rounding the exact quotient once (53 >= 2 x 24 + 2){pow2}
+pairs = list(zip(got.float().flatten().tolist(), ref.flatten().tolist()))
+differ = [(i, g_, r_) for i, (g_, r_) in enumerate(pairs) if g_ != r_ and not (g_ != g_ and r_ != r_)]
+for i, g_, r_ in differ:
+    print(f"scale {{i}}: torchao {{g_!r}}, by definition {{r_!r}}")
+measured = len(differ) if got.numel() == ref.numel() else math.inf  # scales unlike their definition
+allowed = 0"""
+    return FailureRepro(
+        "fp8", what, code, "exact: the scale is defined to one float32 rounding", {"x": x}, ("torch", "torchao")
+    )
+
+
+def header(
+    spec: Mapping[str, Any], nodeid: str, metric: str, run: str, provenance: str, rerun: str, script: str
+) -> list[str]:
+    """The script's header: what failed, where it was produced, how to rerun the check itself."""
+    wrap = textwrap.TextWrapper(width=96, break_on_hyphens=False, break_long_words=False)
+    return [
+        f"Reproduces a failed amp-harness check: {metric} (run {run}), of",
+        f"  {nodeid}",
+        *wrap.wrap(f"Produced on: {provenance}."),
+        *wrap.wrap(f"What is measured: {spec['what']}."),
+        f"Needs only {' and '.join(spec.get('needs', ['torch']))}. Run: python {script}",
+        "Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.",
+        "The check itself, with the harness:",
+        f"  {rerun}",
+    ]

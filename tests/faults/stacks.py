@@ -1,0 +1,93 @@
+"""Faulty stacks that need no harness: patches of torch and torchao that both an injected conftest
+and a fresh interpreter running a standalone reproduction can install (``install``), so that a
+failed check's script is shown to exit 1 on the faulty stack and 0 on the clean one.
+
+Each is a factory ``fault(original) -> replacement``, like :mod:`faults.autocast` (whose patches
+are harness-free too and are installed the same way).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def update_never_backing_off(real: Callable[..., None]) -> Callable[..., None]:
+    """``GradScaler.update`` that keeps the scale where an overflow should halve it."""
+
+    def update(self: Any, new_scale: Any = None) -> None:
+        before = None if new_scale is not None or self._scale is None else self._scale.clone()
+        real(self, new_scale)
+        if before is not None:
+            self._scale.copy_(torch.maximum(self._scale, before))
+
+    return update
+
+
+def tensor_to_scale_doubled(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torchao's ``tensor_to_scale`` returning twice its scale (a binade off: saturating casts)."""
+
+    def tensor_to_scale(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return real(*args, **kwargs) * 2
+
+    return tensor_to_scale
+
+
+#: kept alive while installed: a dispatcher registration lasts as long as its Library
+_LIBRARIES: list[Any] = []
+
+
+def install_lossy_gelu(bits: int = 3) -> None:
+    """aten::gelu's CPU kernel keeping only ``bits`` significand bits of a bf16/fp16 output (float64
+    calls stay exact), for the rest of this interpreter: the training controls' faulty op
+    (``faults.training.lossy_gelu_kernel`` is the same kernel, undone on exit)."""
+    import math
+    import warnings
+
+    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
+
+    def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        y = 0.5 * x.double() * (1 + torch.erf(x.double() / math.sqrt(2)))
+        if x.dtype in (torch.bfloat16, torch.float16):
+            m, e = torch.frexp(y)
+            y = torch.ldexp(torch.round(m * 2.0**bits) / 2.0**bits, e)
+        return y.to(x.dtype)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the point
+        lib.impl("gelu", gelu, "CPU")  # type: ignore[no-untyped-call]
+    _LIBRARIES.append(lib)
+
+
+#: name -> (patched attribute, factory): what ``install`` and the injected conftests apply
+STACKS: dict[str, tuple[str, str]] = {
+    "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
+    "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
+    "fp8_scale_doubled": ("torchao.float8.float8_utils.tensor_to_scale", "faults.stacks.tensor_to_scale_doubled"),
+}
+
+
+def _resolve(dotted: str) -> Any:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+def install(name: str) -> None:
+    """Make this interpreter's stack the faulty one ``name`` (a patch of STACKS, or ``lossy_gelu``)."""
+    if name == "lossy_gelu":
+        install_lossy_gelu()
+        return
+    target, factory = STACKS[name]
+    owner, _, attr = target.rpartition(".")
+    setattr(_resolve(owner), attr, _resolve(factory)(_resolve(target)))

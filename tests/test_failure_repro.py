@@ -1,0 +1,183 @@
+"""A failed check becomes a bug report: ``amp-harness repro --report`` writes, for each failed check
+that recorded its failing example, a script that needs only torch (and torchao); it exits 1 on the
+faulty stack and 0 on the clean one, run in a fresh interpreter that cannot import this harness.
+
+The faults are harness-free patches of torch and torchao (``faults.stacks``), installed both in the
+suite's run (an injected conftest) and in the script's interpreter: an autocast op (layer_norm run
+in low precision), a loss scaler (GradScaler.update that never backs off) and an fp8 scale
+(torchao's tensor_to_scale doubled).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from faults import stacks
+from helpers import TESTS, assert_caught, inject, run_inner
+
+from harness.apps.cli import main
+
+#: Runs scripts in one fresh interpreter: ``harness`` blocked, the faulty stacks named (comma
+#: separated, or none) installed first; prints each script's exit status.
+DRIVER = """
+import json, runpy, sys
+sys.modules["harness"] = None  # the scripts must stand alone
+faults, paths = [f for f in sys.argv[1].split(",") if f], sys.argv[2:]
+if faults:
+    sys.path.insert(0, {tests!r})
+    from faults import stacks
+    for fault in faults:
+        stacks.install(fault)
+codes = {{}}
+for path in paths:
+    try:
+        runpy.run_path(path, run_name="__main__")
+        codes[path] = 0
+    except SystemExit as exit:
+        codes[path] = int(exit.code or 0)
+print("CODES " + json.dumps(codes))
+"""
+
+#: fault -> (suite file, -k selection, the failed tests it must show)
+CONTROLS = {
+    "layer_norm_in_low_precision": (
+        "autocast/test_op_numerics.py",
+        "derived_budget and bf16-layer_norm]",
+        ("*derived_budget*bf16-layer_norm]",),
+    ),
+    "scaler_never_backs_off": (
+        "scaler/test_overflow_in_training.py",
+        "injected_overflow and backward and GradScaler and not Sharded",
+        ("*injected_overflow*[[]GradScaler-cpu-backward-inf]",),
+    ),
+    "fp8_scale_doubled": (
+        "fp8/test_fp8_scaling.py",
+        "exact_reference and tensorwise-e4m3]",
+        ("*exact_reference*tensorwise-e4m3]",),
+    ),
+    # a kernel regression in one op of the tiny LM: the script runs that op alone on its inputs
+    "lossy_gelu": (
+        "training/test_op_fingerprints.py",
+        "within_its_budget and tiny_lm-bf16",
+        ("*within_its_budget*[[]cpu-tiny_lm-bf16]",),
+    ),
+}
+#: how the suite's run gets each fault: a patched attribute -> its factory
+PATCHES = {
+    **{name: {target: factory} for name, (target, factory) in stacks.STACKS.items()},
+    "lossy_gelu": {"harness.domains.training.diagnosis.record_step": "faults.training.recording_under_lossy_gelu"},
+}
+
+
+def _exit_statuses(scripts: list[Path], stacks_: list[list[str]]) -> list[tuple[dict[str, int], str]]:
+    """Each script's exit status on each stack (a list of faults; [] the clean one), the stacks'
+    interpreters run side by side."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-I", "-c", DRIVER.format(tests=str(TESTS)), ",".join(faults), *map(str, scripts)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for faults in stacks_
+    ]
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        line = next((x for x in stdout.splitlines() if x.startswith("CODES ")), None)
+        assert line is not None, stdout[-3000:] + stderr[-3000:]
+        results.append((json.loads(line.removeprefix("CODES ")), stdout + stderr))
+    return results
+
+
+@pytest.fixture(scope="module")
+def scripts_of_failed_checks() -> dict[str, list[Path]]:
+    """Each control's scripts, written by the test that ran its suite (module scope: the fresh
+    interpreters that run them, a few seconds each, are shared)."""
+    return {}
+
+
+@pytest.mark.parametrize("fault", list(CONTROLS))
+def test_a_failed_check_writes_a_standalone_script(
+    fault, pytester, suite_copy, tmp_path_factory, capsys, scripts_of_failed_checks
+):
+    if fault.startswith("fp8"):
+        pytest.importorskip("torchao", reason="the fp8 control needs torchao (pip install amp-harness[fp8])")
+    suite, selection, caught = CONTROLS[fault]
+    suite_copy(suite)
+    imports = ("faults.stacks", "harness.domains.training.diagnosis", "torch")
+    if fault.startswith("fp8"):
+        imports += ("torchao.float8.float8_utils",)
+    inject(pytester, "", patches=PATCHES[fault], imports=imports)
+    run = run_inner(pytester, "-k", selection, f"--amp-report-dir={pytester.path / 'out'}")
+    assert_caught(run, *caught)
+
+    out = tmp_path_factory.mktemp(f"repro-{fault}")
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(out)]) == 0
+    written = sorted(out.glob("*.py"))
+    assert len(written) == 1, capsys.readouterr()
+    text = written[0].read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"sys", "math", "torch", "torchao", "pathlib"}, imported
+    assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command
+    scripts_of_failed_checks[fault] = written
+
+
+def test_each_script_exits_1_on_its_faulty_stack_and_0_on_the_clean_one(scripts_of_failed_checks):
+    """Run after the tests that write the scripts (file order); all faulty stacks at once in one
+    interpreter (each script exercises its own fault only), the clean stack in another."""
+    if len(scripts_of_failed_checks) < len(CONTROLS) - ("fp8_scale_doubled" not in scripts_of_failed_checks):
+        pytest.skip("the scripts are written by test_a_failed_check_writes_a_standalone_script: run it first")
+    scripts = [p for paths in scripts_of_failed_checks.values() for p in paths]
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(scripts, [list(scripts_of_failed_checks), []])
+    assert all(faulty[str(p)] == 1 for p in scripts), (faulty, said_faulty)
+    assert said_faulty.count("measured") >= len(scripts) and "allowed" in said_faulty
+    assert all(clean[str(p)] == 0 for p in scripts), (clean, said_clean)
+
+
+def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):
+    from harness.storage import report as rp
+
+    row = rp.make_row(
+        run_id="r1",
+        nodeid="suites/x/test_y.py::test_z",
+        suite="x",
+        check="test_z",
+        metric="m",
+        value=1.0,
+        outcome="fail",
+    )
+    rp.write(tmp_path, "r1", [row.as_dict()], {"fingerprint": {"torch_version": "2.13.0"}})
+    assert main(["repro", "--report", str(tmp_path), "-o", str(tmp_path / "s")]) == 3
+    out = capsys.readouterr().out
+    assert "suites/x/test_y.py::test_z :: m: no standalone reproduction recorded" in out
+    assert "pytest 'suites/x/test_y.py::test_z'" in out
+
+
+def test_a_report_without_failures_or_a_missing_report_says_so(tmp_path, capsys):
+    from harness.storage import report as rp
+
+    row = rp.make_row(run_id="r1", nodeid="n", suite="x", check="c", metric="m", value=1.0, outcome="pass")
+    rp.write(tmp_path, "r1", [row.as_dict()], {})
+    assert main(["repro", "--report", str(tmp_path)]) == 4
+    assert "no failed check in the run" in capsys.readouterr().err
+    assert main(["repro", "--report", str(tmp_path / "nope")]) == 2  # a usage error
+    assert "no such run report directory" in capsys.readouterr().err
+    assert main(["repro", "--check", "x"]) == 2
+    assert "give the report with --report" in capsys.readouterr().err
+
+
+def test_an_attachment_outside_its_folder_is_refused(tmp_path):
+    from harness.storage import report as rp
+
+    with pytest.raises(ValueError, match="must lie in attachments/"):
+        rp.write(tmp_path, "r1", [], {}, {"../escape.pt": b"x"})
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "escape.pt").exists()
