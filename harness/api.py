@@ -29,6 +29,7 @@
 Anything else under ``harness`` is internal and may change between releases.
 """
 
+from harness.domains.failure_repro import FailureRepro, op_against_float64
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
@@ -104,6 +105,7 @@ __all__ = [
     "ConfigurationDeclined",
     "DelayedConfig",
     "DelayedScalingAdapter",
+    "FailureRepro",
     "Fp8Scaling",
     "Granularity",
     "Inputs",
@@ -145,6 +147,7 @@ __all__ = [
     "judge_overflow",
     "lane_steps",
     "load_report",
+    "op_against_float64",
     "plant_overflows",
     "scaler_semantics_of",
     "train",
