@@ -22,6 +22,16 @@ from helpers import TESTS, assert_caught, inject, run_inner
 
 from harness.apps.cli import main
 
+# torchao is imported here, before any test: imported inside a test, pytester's module snapshot
+# would unload it at teardown while torch keeps the operator library it registered, and a later
+# torch.compile in this process would register that library again and fail
+try:
+    import torchao.float8  # noqa: F401
+
+    HAS_TORCHAO = True
+except ImportError:
+    HAS_TORCHAO = False
+
 #: Runs scripts in one fresh interpreter: ``harness`` blocked, the faulty stacks named (comma
 #: separated, or none) installed first; prints each script's exit status.
 DRIVER = """
@@ -59,6 +69,11 @@ CONTROLS = {
         "fp8/test_fp8_scaling.py",
         "exact_reference and tensorwise-e4m3]",
         ("*exact_reference*tensorwise-e4m3]",),
+    ),
+    "fp16_cast_toward_zero": (
+        "formats/test_cast_rounding.py",
+        "rounds_to_nearest_even_everywhere and fp16",
+        ("*rounds_to_nearest_even_everywhere[[]cpu-fp16]",),
     ),
     # a kernel regression in one op of the tiny LM: the script runs that op alone on its inputs
     "lossy_gelu": (
@@ -106,8 +121,8 @@ def scripts_of_failed_checks() -> dict[str, list[Path]]:
 def test_a_failed_check_writes_a_standalone_script(
     fault, pytester, suite_copy, tmp_path_factory, capsys, scripts_of_failed_checks
 ):
-    if fault.startswith("fp8"):
-        pytest.importorskip("torchao", reason="the fp8 control needs torchao (pip install amp-harness[fp8])")
+    if fault.startswith("fp8") and not HAS_TORCHAO:
+        pytest.skip("the fp8 control needs torchao (pip install amp-harness[fp8])")
     suite, selection, caught = CONTROLS[fault]
     suite_copy(suite)
     imports = ("faults.stacks", "harness.domains.training.diagnosis", "torch")
@@ -126,7 +141,9 @@ def test_a_failed_check_writes_a_standalone_script(
     tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"sys", "math", "torch", "torchao", "pathlib"}, imported
+    assert imported <= {"sys", "math", "fractions", "torch", "torchao", "pathlib"}, (
+        imported
+    )  # the standard library, torch, torchao
     assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command
     scripts_of_failed_checks[fault] = written
 
@@ -141,6 +158,23 @@ def test_each_script_exits_1_on_its_faulty_stack_and_0_on_the_clean_one(scripts_
     assert all(faulty[str(p)] == 1 for p in scripts), (faulty, said_faulty)
     assert said_faulty.count("measured") >= len(scripts) and "allowed" in said_faulty
     assert all(clean[str(p)] == 0 for p in scripts), (clean, said_clean)
+
+
+@pytest.mark.amp_thorough  # compiles the probe block three times: in the suite, then in each interpreter
+def test_a_failed_compiled_checks_script_exits_1_on_the_faulty_compiler_and_0_on_inductor(
+    pytester, suite_copy, tmp_path, capsys
+):
+    suite_copy("compiled/test_compiled_numerics.py")
+    inject(pytester, "", patches=PATCHES["compile_rounding_softmax"], imports=("faults.stacks", "torch"))
+    run = run_inner(pytester, "-k", "eager_error_plus and bf16", f"--amp-report-dir={pytester.path / 'out'}")
+    assert_caught(run, "*eager_error_plus_the_rounding_budget[[]cpu-bf16]")
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
+    scripts = sorted(tmp_path.glob("*.py"))
+    assert len(scripts) == 1 and (tmp_path / f"{scripts[0].stem}.pt").is_file()  # the weights beside it
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(scripts, [["compile_rounding_softmax"], []])
+    assert faulty[str(scripts[0])] == 1 and "forward.softmax" in said_faulty, said_faulty
+    assert clean[str(scripts[0])] == 0, said_clean
 
 
 def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):

@@ -295,6 +295,48 @@ allowed = 0"""
     )
 
 
+def cast_rounding(what: str, values: torch.Tensor, dtype: torch.dtype) -> FailureRepro:
+    """torch's cast of float32 ``values`` to ``dtype`` against round-to-nearest-even written out in
+    exact rationals from the format's precision, minimum exponent and largest finite value (values
+    the format leaves to the implementation, overflow without inf, are not among them)."""
+    fmt = format_of(dtype)
+    ieee = fmt.encoding.value == "ieee"
+    code = f"""from fractions import Fraction
+
+got = x.to({_dtype(dtype)}).float().tolist()
+# reference: IEEE round-to-nearest-even, exactly (Python integers and fractions), from the format
+P, EMIN, MAX = {fmt.precision}, {fmt.emin}, {fmt.max!r}  # {fmt.name}: significand bits, min exponent, max finite
+
+
+def rne(v):
+    if v != v or v in (0.0, math.inf, -math.inf):
+        return v
+    a = Fraction(abs(v))
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # floor(log2 a), or one more
+    if Fraction(2) ** e > a:
+        e -= 1
+    q = Fraction(2) ** (max(e, EMIN) - (P - 1))  # the spacing of the format's values near a
+    k, r = divmod(a, q)
+    k = int(k) + (1 if r > q / 2 or (r == q / 2 and int(k) % 2 == 1) else 0)
+    out = float(k * q)
+    if out > MAX:
+        out = {"math.inf" if ieee else "math.nan"}  # {"beyond the largest finite value: inf" if ieee else "no inf in this format"}
+    return math.copysign(out, v)
+
+
+ref = [rne(v) for v in x.tolist()]
+differ = [
+    (v, g_, r_)
+    for v, g_, r_ in zip(x.tolist(), got, ref)
+    if not (g_ == r_ and math.copysign(1, g_) == math.copysign(1, r_)) and not (g_ != g_ and r_ != r_)
+]
+for v, g_, r_ in differ[:8]:
+    print(f"cast of {{v!r}}: torch {{g_!r}}, round-to-nearest-even {{r_!r}}")
+measured = len(differ)  # values cast otherwise than round-to-nearest-even
+allowed = 0"""
+    return FailureRepro("formats", what, code, "exact: IEEE 754 round-to-nearest-even", {"x": values})
+
+
 def header(
     spec: Mapping[str, Any], nodeid: str, metric: str, run: str, provenance: str, rerun: str, script: str
 ) -> list[str]:

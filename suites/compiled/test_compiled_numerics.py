@@ -57,7 +57,13 @@ def test_compiled_amp_error_stays_within_eager_error_plus_the_rounding_budget(
 ):
     result = _judge(block_runs, amp_dtype, runs.DEFAULT)
     _record_errors(amp_record, result, amp_device, amp_dtype)
-    amp_record.require(result.claim(), dtype=amp_dtype, device=amp_device, tags={"worst": result.worst()})
+    amp_record.require(
+        result.claim(),
+        dtype=amp_dtype,
+        device=amp_device,
+        tags={"worst": result.worst()},
+        repro=runs.repro_of(block_runs, amp_dtype, result),
+    )
 
 
 @pytest.mark.amp_thorough_dtypes("fp16")  # one more compile; bf16 shows the effect in the default tier

@@ -12,11 +12,23 @@ import itertools
 import math
 
 import pytest
+import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from harness.domains.failure_repro import cast_rounding
 from harness.numerics.comparison import compare_bits, compare_bound, compare_predicate, explain
-from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP16, FP32, Encoding, FloatFormat
+from harness.numerics.formats import (
+    BF16,
+    FP8_E4M3FN,
+    FP8_E5M2,
+    FP16,
+    FP32,
+    Encoding,
+    FloatFormat,
+    cast_bits,
+    torch_dtype,
+)
 from harness.numerics.strategies import fp32_lists, hard_cases
 
 pytestmark = pytest.mark.amp_capability("formats")
@@ -48,6 +60,12 @@ def test_fp32_cast_rounds_to_nearest_even_everywhere(fmt, amp_device, cast_under
             bits = cast_under_test(values, fmt, amp_device)
             result = compare_bits(f"fp32->{fmt.name} cast", bits, [fmt.round_bits(v).bits for v in values], fmt, values)
             tally.add(len(values))
+            if not result.passed and cast_under_test is cast_bits:  # torch's own cast: a script can run it
+                tally.repro = cast_rounding(
+                    f"torch's float32 -> {fmt.name} cast of the failing values: values not rounded to nearest even",
+                    torch.tensor(values, dtype=torch.float32),
+                    torch_dtype(fmt),
+                )
             assert result.passed, explain(result)
 
         prop()

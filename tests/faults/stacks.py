@@ -36,6 +36,40 @@ def tensor_to_scale_doubled(real: Callable[..., torch.Tensor]) -> Callable[..., 
     return tensor_to_scale
 
 
+def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float16 cast rounds toward zero where it should round up in
+    magnitude (a truncating conversion kernel); every other conversion is untouched."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype is torch.float16:
+            up = (out.float().abs() > self.abs()) & (out != 0)
+            out = out.clone()
+            out.view(torch.int16)[up] -= 1  # one code toward zero (sign and magnitude)
+        return out
+
+    return to
+
+
+def compile_rounding_softmax(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile`` whose compiled functions return a ``softmax`` stage kept to 4 significand
+    bits (a compiler losing precision in one stage; eager is untouched)."""
+
+    def compile(fn: Any = None, **kwargs: Any) -> Any:
+        compiled = real(fn, **kwargs)
+
+        def run(*args: Any, **kw: Any) -> Any:
+            out = compiled(*args, **kw)
+            if isinstance(out, dict) and "softmax" in out:
+                m, e = torch.frexp(out["softmax"].detach().float())
+                out = {**out, "softmax": torch.ldexp(torch.round(m * 16) / 16, e).to(out["softmax"].dtype)}
+            return out
+
+        return run
+
+    return compile
+
+
 #: kept alive while installed: a dispatcher registration lasts as long as its Library
 _LIBRARIES: list[Any] = []
 
@@ -67,6 +101,8 @@ STACKS: dict[str, tuple[str, str]] = {
     "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
     "fp8_scale_doubled": ("torchao.float8.float8_utils.tensor_to_scale", "faults.stacks.tensor_to_scale_doubled"),
+    "fp16_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp16_cast_toward_zero"),
+    "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),
 }
 
 
