@@ -81,9 +81,18 @@ def training_checks():
     from harness.pytest_plugin.recording import Recorder, TestIdentity
 
     rows: list = []
-    recorder = Recorder(TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None)
+    attachments: dict[str, bytes] = {}
+
+    def attach(name: str, data: bytes) -> str:
+        attachments[f"attachments/{name}"] = data
+        return f"attachments/{name}"
+
+    recorder = Recorder(
+        TestIdentity("t", "training", "t"), "run", rows.append, lambda d: "p", lambda o, n: None, attach
+    )
     checks = TrainingChecks(recorder, torch.device("cpu"))
     checks.rows = rows  # the rows recorded, for the assertions
+    checks.attachments = attachments  # what failed checks saved for their reproductions
     return checks
 
 

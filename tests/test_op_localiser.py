@@ -5,6 +5,8 @@ between a clean and a faulty run; two clean runs part nowhere."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from faults.training import lossy_gelu_kernel
 from helpers import assert_caught, inject, run_inner
@@ -52,6 +54,10 @@ def test_a_failing_training_check_names_the_faulty_op(training_checks):
     assert "first op over its budget (of 56): op #5 aten.gelu in 1 -> bfloat16[64, 64]" in message, message
     rows = [r for r in training_checks.rows if r.metric == "mlp.bf16.lane.first_op_over_budget"]
     assert len(rows) == 1 and '"op": "aten.gelu"' in rows[0].tags
+    # and it keeps the op's call for `amp-harness repro`: aten.gelu alone, on the inputs it saw
+    repro = json.loads(rows[0].tags)["repro"]
+    assert repro["code"].startswith("got = torch.ops.aten.gelu.default(t0)") and repro["tensors"]["t0"][0] == "bfloat16"
+    assert repro["attachment"] in training_checks.attachments
 
 
 def test_first_difference_names_the_first_op_that_parts():
