@@ -163,3 +163,23 @@ def assert_clean(run: InnerRun, at_least: int) -> None:
         f"a clean run passed {len(run.passed)} checks, fewer than the {at_least} it must show passing; "
         f"skipped: {sorted(run.skipped)}\n{run.text()}"
     )
+
+
+# -- standalone scripts ------------------------------------------------------------------------------
+def fresh_driver(prelude: str = "") -> str:
+    """Source for ``python -I -c``: one fresh interpreter that cannot import ``harness`` runs
+    ``prelude`` (e.g. installing a faulty stack), then each script named in ``sys.argv[1:]``, and
+    prints ``CODES {path: exit status}``."""
+    return f"""
+import json, runpy, sys
+sys.modules["harness"] = None  # the scripts must stand alone
+{prelude}
+codes = {{}}
+for path in sys.argv[1:]:
+    try:
+        runpy.run_path(path, run_name="__main__")
+        codes[path] = 0
+    except SystemExit as exit:
+        codes[path] = int(exit.code or 0)
+print("CODES " + json.dumps(codes))
+"""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from faults import stacks
-from helpers import TESTS, assert_caught, inject, run_inner
+from helpers import TESTS, assert_caught, fresh_driver, inject, run_inner
 
 from harness.apps.cli import main
 
@@ -32,26 +32,12 @@ try:
 except ImportError:
     HAS_TORCHAO = False
 
-#: Runs scripts in one fresh interpreter: ``harness`` blocked, the faulty stacks named (comma
-#: separated, or none) installed first; prints each script's exit status.
-DRIVER = """
-import json, runpy, sys
-sys.modules["harness"] = None  # the scripts must stand alone
-faults, paths = [f for f in sys.argv[1].split(",") if f], sys.argv[2:]
-if faults:
-    sys.path.insert(0, {tests!r})
-    from faults import stacks
-    for fault in faults:
-        stacks.install(fault)
-codes = {{}}
-for path in paths:
-    try:
-        runpy.run_path(path, run_name="__main__")
-        codes[path] = 0
-    except SystemExit as exit:
-        codes[path] = int(exit.code or 0)
-print("CODES " + json.dumps(codes))
-"""
+
+def _driver(faults: list[str]) -> str:
+    """One fresh interpreter, ``harness`` blocked, the faulty stacks named installed first."""
+    install = [f"sys.path.insert(0, {str(TESTS)!r})", "from faults import stacks"] if faults else []
+    return fresh_driver("\n".join(install + [f"stacks.install({f!r})" for f in faults]))
+
 
 #: fault -> (suite file, -k selection, the failed tests it must show)
 CONTROLS = {
@@ -94,7 +80,7 @@ def _exit_statuses(scripts: list[Path], stacks_: list[list[str]]) -> list[tuple[
     interpreters run side by side."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-I", "-c", DRIVER.format(tests=str(TESTS)), ",".join(faults), *map(str, scripts)],
+            [sys.executable, "-I", "-c", _driver(faults), *map(str, scripts)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -15,24 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import fresh_driver
 
 from harness.apps.cli import main
 from harness.domains import reproductions as R
 from harness.domains.versions import KnownIssue
 
 #: Runs scripts in one fresh interpreter with ``harness`` blocked: each script's exit status, by path.
-DRIVER = """
-import json, runpy, sys
-sys.modules["harness"] = None  # the scripts must stand alone
-codes = {}
-for path in sys.argv[1:]:
-    try:
-        runpy.run_path(path, run_name="__main__")
-        codes[path] = 0
-    except SystemExit as exit:
-        codes[path] = int(exit.code or 0)
-print("CODES " + json.dumps(codes))
-"""
+DRIVER = fresh_driver()
 
 
 def _version(issue: KnownIssue) -> str:

@@ -315,14 +315,11 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
 
     if not report.exists():
         raise _UsageError(f"--report {report}: no such run report directory")
-    runs = [report] if (report / rp.ROWS_PARQUET).is_file() else rp.find_runs(report)
-    if not runs:
-        raise _UsageError(f"--report {report}: neither a run report nor a directory of them (no {rp.ROWS_PARQUET})")
-    run_dir = runs[-1]
     try:
+        run_dir = rp.newest_run(report)
         loaded = rp.load(run_dir)
     except rp.ReportError as exc:
-        raise _UsageError(str(exc)) from None
+        raise _UsageError(f"--report {exc}") from None
     every = rp.records(loaded.rows)
     failed_tests = {str(r["nodeid"]) for r in every if r["outcome"] == "fail"}
     failed_tests |= {str(t["nodeid"]) for t in rp.records(loaded.tests) if t.get("result") in ("failed", "error")}

@@ -128,13 +128,8 @@ def load_side(label: str, path: str | Path) -> Side:
     p = Path(path)
     if not p.exists():
         raise DiffInputError(f"{label}: {p} does not exist")
-    target = p
-    if p.is_dir() and not (p / rp.ROWS_PARQUET).is_file():
-        runs = rp.find_runs(p)
-        if not runs:
-            raise DiffInputError(f"{label}: {p} holds no run report (no */{rp.ROWS_PARQUET})")
-        target = runs[-1]
     try:
+        target = rp.newest_run(p)
         loaded = rp.load(target)
     except rp.ReportError as e:
         raise DiffInputError(f"{label}: {e}") from None

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import IO, Any
 
 
 def _umask() -> int:
@@ -28,8 +28,8 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~_umask()
 
 
-def stage(path: Path, text: str) -> Path:
-    """First half of an atomic write: ``text`` in a temporary sibling of ``path``, fsynced and
+def stage(path: Path, text: str | bytes) -> Path:
+    """First half of an atomic write: ``text`` (or bytes) in a temporary sibling of ``path``, fsynced and
     given an ordinary file's permissions; returns the temporary path for :func:`commit`.
 
     Everything that can fail for want of permission or space fails here, while the caller can
@@ -38,7 +38,7 @@ def stage(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8") as fh:
             _write(fh, text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -49,7 +49,7 @@ def stage(path: Path, text: str) -> Path:
     return Path(tmp)
 
 
-def _write(fh: TextIO, text: str) -> None:
+def _write(fh: IO[Any], text: str | bytes) -> None:
     """The one place bytes reach a staged file (tests inject ENOSPC here)."""
     fh.write(text)
 
@@ -74,17 +74,7 @@ def write_text(path: Path, text: str) -> None:
 
 def write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, chmod, rename)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, default_mode())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    commit(Path(tmp), path)
+    commit(stage(path, data), path)
 
 
 @contextmanager

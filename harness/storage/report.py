@@ -296,6 +296,18 @@ def find_runs(report_dir: str | os.PathLike[str]) -> list[Path]:
     )
 
 
+def newest_run(path: str | os.PathLike[str]) -> Path:
+    """``path`` itself when it is a run report, else the newest run in it (a report directory);
+    ReportError when it holds none."""
+    p = Path(path)
+    if (p / ROWS_PARQUET).is_file() or p.is_file():
+        return p
+    runs = find_runs(p) if p.is_dir() else []
+    if not runs:
+        raise ReportError(f"{p} holds no run report (no */{ROWS_PARQUET})")
+    return runs[-1]
+
+
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """A report frame's rows (or test results) as dicts with string keys."""
     return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")]

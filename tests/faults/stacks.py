@@ -74,14 +74,10 @@ def compile_rounding_softmax(real: Callable[..., Any]) -> Callable[..., Any]:
 _LIBRARIES: list[Any] = []
 
 
-def install_lossy_gelu(bits: int = 3) -> None:
-    """aten::gelu's CPU kernel keeping only ``bits`` significand bits of a bf16/fp16 output (float64
-    calls stay exact), for the rest of this interpreter: the training controls' faulty op
-    (``faults.training.lossy_gelu_kernel`` is the same kernel, undone on exit)."""
+def lossy_gelu(bits: int = 3) -> Callable[..., torch.Tensor]:
+    """An aten::gelu kernel keeping only ``bits`` significand bits of a bf16/fp16 output; float64
+    calls stay exact, so the op localiser's reference is unaffected (a kernel regression in one op)."""
     import math
-    import warnings
-
-    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
 
     def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         y = 0.5 * x.double() * (1 + torch.erf(x.double() / math.sqrt(2)))
@@ -90,10 +86,24 @@ def install_lossy_gelu(bits: int = 3) -> None:
             y = torch.ldexp(torch.round(m * 2.0**bits) / 2.0**bits, e)
         return y.to(x.dtype)
 
+    return gelu
+
+
+def register_lossy_gelu(bits: int = 3) -> Any:
+    """:func:`lossy_gelu` as aten::gelu's CPU kernel while the returned Library lives."""
+    import warnings
+
+    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the point
-        lib.impl("gelu", gelu, "CPU")  # type: ignore[no-untyped-call]
-    _LIBRARIES.append(lib)
+        lib.impl("gelu", lossy_gelu(bits), "CPU")  # type: ignore[no-untyped-call]
+    return lib
+
+
+def install_lossy_gelu(bits: int = 3) -> None:
+    """:func:`register_lossy_gelu` for the rest of this interpreter (the training controls' faulty
+    op; ``faults.training.lossy_gelu_kernel`` registers the same kernel and undoes it on exit)."""
+    _LIBRARIES.append(register_lossy_gelu(bits))
 
 
 #: name -> (patched attribute, factory): what ``install`` and the injected conftests apply

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -160,25 +158,15 @@ def optimizer_step_drifting_between_runs(original: Any) -> Any:
 
 @contextlib.contextmanager
 def lossy_gelu_kernel(bits: int = 3) -> Iterator[None]:
-    """aten::gelu's CPU kernel replaced by one that keeps only ``bits`` significand bits of a
-    bf16/fp16 output (a kernel regression in one op); float64 calls stay exact, so the op localiser's
-    reference is unaffected. Undone on exit."""
-    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
+    """aten::gelu's CPU kernel replaced by :func:`faults.stacks.lossy_gelu` (``bits`` significand
+    bits of a bf16/fp16 output, float64 exact). Undone on exit."""
+    from faults.stacks import register_lossy_gelu
 
-    def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-        y = 0.5 * x.double() * (1 + torch.erf(x.double() / math.sqrt(2)))
-        if x.dtype in (torch.bfloat16, torch.float16):
-            m, e = torch.frexp(y)
-            y = torch.ldexp(torch.round(m * 2.0**bits) / 2.0**bits, e)
-        return y.to(x.dtype)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the point
-        lib.impl("gelu", gelu, "CPU")  # type: ignore[no-untyped-call]
+    lib = register_lossy_gelu(bits)
     try:
         yield
     finally:
-        lib._destroy()  # type: ignore[no-untyped-call]
+        lib._destroy()
 
 
 def recording_under_lossy_gelu(original: Any) -> Any:
