@@ -7,10 +7,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from harness import __version__
 from harness.storage import report as rp
+
+if TYPE_CHECKING:  # the CLI imports torch only in the commands that use it
+    import torch
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -307,11 +310,8 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     its newest run) whose node id or row name contains one of ``selected`` (none: every failed
     check). Exit 0 when each has its script, 3 when some recorded none (each named, with the
     command that reruns it), 4 when nothing failed there or nothing matched."""
-    import json
-
     from harness.domains import failure_repro as FR
     from harness.storage import atomic
-    from harness.storage import report as rp
 
     if not report.exists():
         raise _UsageError(f"--report {report}: no such run report directory")
@@ -320,24 +320,21 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
         loaded = rp.load(run_dir)
     except rp.ReportError as exc:
         raise _UsageError(f"--report {exc}") from None
-    every = rp.records(loaded.rows)
-    failed_tests = {str(r["nodeid"]) for r in every if r["outcome"] == "fail"}
+    # each row with its tags, parsed once
+    every = [(r, json.loads(str(r.get("tags") or "{}"))) for r in rp.records(loaded.rows)]
+    failed_tests = {str(r["nodeid"]) for r, _ in every if r["outcome"] == "fail"}
     failed_tests |= {str(t["nodeid"]) for t in rp.records(loaded.tests) if t.get("result") in ("failed", "error")}
-
-    def reproducible(r: dict[str, object]) -> bool:
-        return '"repro"' in str(r.get("tags") or "")
-
     # a failed row, and a diagnosis row of a failed test that kept a reproduction (the first op of a
     # training step over its budget); a failed row whose test has such a row is reproduced by it
-    with_repro = {str(r["nodeid"]) for r in every if reproducible(r) and str(r["nodeid"]) in failed_tests}
+    kept = {str(r["nodeid"]) for r, tags in every if "repro" in tags and str(r["nodeid"]) in failed_tests}
     rows = [
-        r
-        for r in every
-        if (r["outcome"] == "fail" and (reproducible(r) or str(r["nodeid"]) not in with_repro))
-        or (reproducible(r) and str(r["nodeid"]) in failed_tests)
+        (r, tags)
+        for r, tags in every
+        if (r["outcome"] == "fail" and ("repro" in tags or str(r["nodeid"]) not in kept))
+        or ("repro" in tags and str(r["nodeid"]) in failed_tests)
     ]
     if selected:
-        rows = [r for r in rows if any(s in str(r["nodeid"]) or s in str(r["metric"]) for s in selected)]
+        rows = [(r, t) for r, t in rows if any(s in str(r["nodeid"]) or s in str(r["metric"]) for s in selected)]
     if not rows:
         what = f" matching {', '.join(selected)}" if selected else ""
         print(f"no failed check{what} in the run {run_dir}: nothing to reproduce", file=sys.stderr)
@@ -356,8 +353,7 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     )
     out.mkdir(parents=True, exist_ok=True)
     missing = 0
-    for r in rows:
-        tags = json.loads(str(r.get("tags") or "{}"))
+    for r, tags in rows:
         rerun = f"pytest '{r['nodeid']}'" + (
             f" --hypothesis-seed={meta['options']['hypothesis_seed']}"
             if (meta.get("options") or {}).get("hypothesis_seed")
@@ -372,7 +368,7 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
             )
             continue
         stem = "".join(c if c.isalnum() else "_" for c in str(r["metric"]))[:60].strip("_") or "check"
-        tensors: dict[str, object] = {}
+        tensors: dict[str, torch.Tensor] = {}
         inputs_file = None
         if spec.get("attachment"):
             attached = run_dir / str(spec["attachment"])
@@ -381,12 +377,12 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
                 print(f"{r['nodeid']} :: {r['metric']}: its saved inputs {attached} are missing; rerun: {rerun}")
                 continue
             data = attached.read_bytes()
-            tensors = dict(FR.load_tensors(data))
-            if FR.needs_file(tensors):  # type: ignore[arg-type]
+            tensors = FR.load_tensors(data)
+            if FR.needs_file(tensors):
                 inputs_file = f"{stem}.pt"
                 atomic.write_bytes(out / inputs_file, data)
         header = FR.header(spec, str(r["nodeid"]), str(r["metric"]), run_dir.name, provenance, rerun, f"{stem}.py")
-        script = FR.render(spec, tensors, header, inputs_file)  # type: ignore[arg-type]
+        script = FR.render(spec, tensors, header, inputs_file)
         atomic.write_text(out / f"{stem}.py", script)
         print(out / f"{stem}.py")
     return 3 if missing else 0

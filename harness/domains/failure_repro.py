@@ -8,9 +8,11 @@ and draws nothing: it loads the very inputs the check failed on, so it shows the
 the same stack. Its last line prints measured against allowed and exits 1 while the defect is
 present (``measured > allowed``, or not a number), 0 once fixed, 2 if it could not run.
 
-Families (one builder each): an op against float64 (autocast numerics, one op of a training step),
-a loss-scaler trace against the scaler's rule, fp8 scales against their exact definition. A check
-of another kind records no reproduction; ``amp-harness repro`` says so and prints the rerun command.
+Families, one builder each: an op against float64 (autocast numerics), one aten op of a training
+step against itself in float64, a loss-scaler trace against the scaler's rule, fp8 scales and
+casts to a format against their exact definitions, and (``harness.domains.compiled.runs.repro_of``)
+the compiled probe block. A check of another kind records no reproduction; ``amp-harness repro``
+says so and prints the rerun command.
 """
 
 from __future__ import annotations
@@ -92,10 +94,9 @@ def render(
     code = str(spec["code"]).rstrip("\n")
     imports = ["import math", "", "import torch"] + (["import torch.nn.functional as F"] if "F." in code else [])
     out = ["\n".join(lines), "", COULD_NOT_RUN.rstrip("\n"), "", *imports, ""]
-    small = sum(t.numel() for t in tensors.values()) <= INLINE_ELEMENTS
     if tensors:
         out.append("# the inputs the check failed on, exactly")
-    if tensors and small:
+    if tensors and not needs_file(tensors):
         out += [_literal(k, v, device) for k, v in tensors.items()]
     elif tensors:
         if inputs_file is None:
@@ -110,7 +111,7 @@ def render(
     out += ["", code, ""]
     what, allowance = str(spec["what"]), str(spec["allowance"])
     out += [
-        f"print(f{(what + ': measured {measured!r}, allowed {allowed!r}').__repr__()})",
+        f'print({what!r} + f": measured {{measured!r}}, allowed {{allowed!r}}")',  # what: text, not a format
         f"print({('allowance: ' + allowance).__repr__()})",
         "_sys.exit(0 if measured <= allowed else 1)  # NaN is not <=: a defect",
         "",
@@ -127,6 +128,13 @@ def _dtype(dtype: torch.dtype) -> str:
     return str(dtype)
 
 
+def _upcast(tensors: Mapping[str, torch.Tensor]) -> str:
+    """Source rebinding each floating input to itself upcast exactly to float64."""
+    names = ", ".join(tensors) + ("," if len(tensors) == 1 else "")
+    values = ", ".join(f"{k}.double() if {k}.is_floating_point() else {k}" for k in tensors)
+    return f"{names} = ({values}{',' if len(tensors) == 1 else ''})"
+
+
 def op_against_float64(
     what: str,
     call: str,
@@ -140,13 +148,12 @@ def op_against_float64(
     """``call`` (an expression of the tensors' names) under autocast (or as is), against the same
     expression on the inputs upcast exactly to float64; the worst element's error over its
     ``bound`` (saved with the inputs, derived by the check from the format) must be at most 1."""
-    names = ", ".join(tensors)
     run = f"got = {call}"
     if autocast is not None:
         run = f'with torch.autocast("{autocast[0]}", dtype={_dtype(autocast[1])}):\n    got = {call}'
     code = f"""{run}
 # reference: the same computation on the same inputs upcast exactly to float64
-{names}{"," if len(tensors) == 1 else ""} = ({", ".join(f"{k}.double() if {k}.is_floating_point() else {k}" for k in tensors)}{"," if len(tensors) == 1 else ""})
+{_upcast(tensors)}
 ref = {call}
 err = (got.double() - ref).abs()
 ratio = torch.where(err == 0, torch.zeros_like(err), err / bound.double())
@@ -175,11 +182,10 @@ def op_local_error(
     """One aten op of a training step, on the inputs it saw, against itself in float64: its local
     error ``max |out - ref| / max |ref|`` in units of its output format's unit roundoff."""
     u = format_of(out_dtype).unit_roundoff
-    names = ", ".join(tensors)
     code = f"""got = {call}
 got = got[0] if isinstance(got, (tuple, list)) else got  # an op with several outputs: the first
 # reference: the same op on the same inputs upcast exactly to float64
-{names}{"," if len(tensors) == 1 else ""} = ({", ".join(f"{k}.double() if {k}.is_floating_point() else {k}" for k in tensors)}{"," if len(tensors) == 1 else ""})
+{_upcast(tensors)}
 ref = {call}
 ref = ref[0] if isinstance(ref, (tuple, list)) else ref
 U = {u!r}  # unit roundoff of {str(out_dtype).removeprefix("torch.")}

@@ -233,7 +233,7 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 tuple(first.shape),
                 _digest(first),
                 error,
-                call if over else None,
+                call,
             )
         )
         return out
