@@ -14,6 +14,7 @@ from harness.numerics.verdict import Outcome
 
 REPO = Path(__file__).resolve().parent.parent
 SUITES = REPO / "suites"
+BASELINES = REPO / "baselines"
 TESTS = Path(__file__).resolve().parent
 
 #: Options of every in-process run of a copied suite: no cache, no report, CPU, the
@@ -38,6 +39,7 @@ def conftest_source(
     fixtures: Mapping[str, str] | None = None,
     patches: Mapping[str, str] | None = None,
     imports: tuple[str, ...] = (),
+    kernels: tuple[str, ...] = (),
 ) -> str:
     """The text of an injected conftest, built in this one place.
 
@@ -45,6 +47,7 @@ def conftest_source(
     ``{"scaler_factory": "faults.scalers.BROKEN_SCALERS['NeverBacksOff']"}``.
     ``patches``: dotted attribute -> dotted name of a fault factory; around every test the attribute
     is replaced by ``factory(original)``, e.g. ``{"torch.mm": "faults.autocast.float64_cast"}``.
+    ``kernels``: names of ``faults.stacks.KERNELS`` registered around every test (dispatcher faults).
     """
     lines = [
         "import pathlib",
@@ -66,6 +69,17 @@ def conftest_source(
             owner, _, attr = target.rpartition(".")
             lines.append(f"    monkeypatch.setattr({owner}, {attr!r}, {factory}({target}))")
         lines.append("")
+    if kernels:
+        lines += [
+            "import faults.stacks",
+            "@pytest.fixture(autouse=True)",
+            "def injected_kernels():",
+            f"    libs = [faults.stacks.KERNELS[k][1]() for k in {kernels!r}]",
+            "    yield",
+            "    for lib in libs:",
+            "        lib._destroy()",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -76,13 +90,14 @@ def inject(
     fixtures: Mapping[str, str] | None = None,
     patches: Mapping[str, str] | None = None,
     imports: tuple[str, ...] = (),
+    kernels: tuple[str, ...] = (),
 ) -> None:
     """Write ``suites/<family>/conftest.py`` in the scratch directory with faults injected
     (``family=""`` writes ``suites/conftest.py``, above a suite's own conftest, which then stays)."""
     d = pytester.path / "suites" / family
     d.mkdir(parents=True, exist_ok=True)
     (d / "conftest.py").write_text(
-        conftest_source(fixtures=fixtures, patches=patches, imports=imports), encoding="utf-8"
+        conftest_source(fixtures=fixtures, patches=patches, imports=imports, kernels=kernels), encoding="utf-8"
     )
 
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from faults import stacks
-from helpers import TESTS, assert_caught, fresh_driver, inject, run_inner
+from helpers import BASELINES, TESTS, assert_caught, fresh_driver, inject, run_inner
 
 from harness.apps.cli import main
 
@@ -61,6 +63,37 @@ CONTROLS = {
         "rounds_to_nearest_even_everywhere and fp16",
         ("*rounds_to_nearest_even_everywhere[[]cpu-fp16]",),
     ),
+    # autocast's dispatcher kernels: the golden policy table and the hand-cast equality
+    "layer_norm_autocast_lowp": (
+        "autocast/test_op_policy.py",
+        "golden_table and bf16",
+        ("*golden_table[[]cpu-bf16]",),
+    ),
+    "mm_autocast_one_ulp_off": (
+        "autocast/test_op_policy.py",
+        "run_by_hand and bf16",
+        ("*run_by_hand*[[]cpu-bf16]",),
+    ),
+    "mm_autocast_in_fp32": (
+        "autocast/test_upstream_lists.py",
+        "agrees_with_pytorchs_own_lists and bf16",
+        ("*agrees_with_pytorchs_own_lists[[]cpu-bf16]",),
+    ),
+    "mm_autocast_casting_float64": (
+        "autocast/test_op_policy.py",
+        "never_cast and bf16",
+        ("*never_cast[[]cpu-bf16]",),
+    ),
+    "linear_autocast_uncached": (
+        "autocast/test_op_policy.py",
+        "cast_once and bf16",
+        ("*cast_once*[[]cpu-bf16]",),
+    ),
+    "gelu_autocast_registered": (
+        "autocast/test_op_policy.py",
+        "registered_autocast_ops_match",
+        ("*registered_autocast_ops_match*[[]cpu]",),
+    ),
     # a kernel regression in one op of the tiny LM: the script runs that op alone on its inputs
     "lossy_gelu": (
         "training/test_op_fingerprints.py",
@@ -72,12 +105,19 @@ CONTROLS = {
 PATCHES = {
     **{name: {target: factory} for name, (target, factory) in stacks.STACKS.items()},
     "lossy_gelu": {"harness.domains.training.diagnosis.record_step": "faults.training.recording_under_lossy_gelu"},
+    # the kernel in force while the policy table is probed (the captured calls replay into it)
+    **{
+        k: {"harness.domains.autocast.probe.probe": f"faults.stacks.with_kernel({k!r})"}
+        for k in ("layer_norm_autocast_lowp", "mm_autocast_one_ulp_off", "mm_autocast_in_fp32")
+    },
 }
+#: faulty kernels in force for the whole test (the check's own calls)
+KERNEL_FAULTS = ("mm_autocast_casting_float64", "linear_autocast_uncached", "gelu_autocast_registered")
 
 
-def _exit_statuses(scripts: list[Path], stacks_: list[list[str]]) -> list[tuple[dict[str, int], str]]:
-    """Each script's exit status on each stack (a list of faults; [] the clean one), the stacks'
-    interpreters run side by side."""
+def _exit_statuses(runs: list[tuple[list[str], list[Path]]]) -> list[tuple[dict[str, int], str]]:
+    """Each run's scripts' exit statuses on its stack (a list of faults; [] the clean one), the
+    stacks' interpreters run side by side."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-I", "-c", _driver(faults), *map(str, scripts)],
@@ -85,7 +125,7 @@ def _exit_statuses(scripts: list[Path], stacks_: list[list[str]]) -> list[tuple[
             stderr=subprocess.PIPE,
             text=True,
         )
-        for faults in stacks_
+        for faults, scripts in runs
     ]
     results = []
     for proc in procs:
@@ -111,10 +151,21 @@ def test_a_failed_check_writes_a_standalone_script(
         pytest.skip("the fp8 control needs torchao (pip install amp-harness[fp8])")
     suite, selection, caught = CONTROLS[fault]
     suite_copy(suite)
-    imports = ("faults.stacks", "harness.domains.training.diagnosis", "torch")
+    if suite == "autocast/test_op_policy.py":  # the project's golden tables, stored from a run of this release
+        golden = BASELINES / "autocast" / f"torch-{'.'.join(torch.__version__.split('.')[:2])}"
+        if not golden.is_dir():
+            pytest.skip(f"no golden policy table for torch {torch.__version__} in {BASELINES}")
+        shutil.copytree(golden, pytester.path / "baselines" / "autocast" / golden.name)
+    imports = ("faults.stacks", "harness.domains.training.diagnosis", "harness.domains.autocast.probe", "torch")
     if fault.startswith("fp8"):
         imports += ("torchao.float8.float8_utils",)
-    inject(pytester, "", patches=PATCHES[fault], imports=imports)
+    inject(
+        pytester,
+        "",
+        patches=PATCHES.get(fault, {}),
+        imports=imports,
+        kernels=(fault,) if fault in KERNEL_FAULTS else (),
+    )
     run = run_inner(pytester, "-k", selection, f"--amp-report-dir={pytester.path / 'out'}")
     assert_caught(run, *caught)
 
@@ -134,13 +185,29 @@ def test_a_failed_check_writes_a_standalone_script(
     scripts_of_failed_checks[fault] = written
 
 
+def _compatible(faults: list[str]) -> list[list[str]]:
+    """The faults in as few groups as possible, no two in a group replacing the same thing."""
+    groups: list[list[str]] = []
+    for fault in faults:
+        group = next((g for g in groups if stacks.target(fault) not in {stacks.target(f) for f in g}), None)
+        if group is None:
+            groups.append(group := [])
+        group.append(fault)
+    return groups
+
+
 def test_each_script_exits_1_on_its_faulty_stack_and_0_on_the_clean_one(scripts_of_failed_checks):
-    """Run after the tests that write the scripts (file order); all faulty stacks at once in one
-    interpreter (each script exercises its own fault only), the clean stack in another."""
+    """Run after the tests that write the scripts (file order); the faulty stacks in as few
+    interpreters as their targets allow (each script exercises its own fault only), the clean
+    stack in another."""
     if len(scripts_of_failed_checks) < len(CONTROLS) - ("fp8_scale_doubled" not in scripts_of_failed_checks):
         pytest.skip("the scripts are written by test_a_failed_check_writes_a_standalone_script: run it first")
     scripts = [p for paths in scripts_of_failed_checks.values() for p in paths]
-    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(scripts, [list(scripts_of_failed_checks), []])
+    groups = _compatible(list(scripts_of_failed_checks))
+    runs = [(g, [p for f in g for p in scripts_of_failed_checks[f]]) for g in groups]
+    *faulty_runs, (clean, said_clean) = _exit_statuses([*runs, ([], scripts)])
+    faulty = {k: v for codes, _ in faulty_runs for k, v in codes.items()}
+    said_faulty = "".join(said for _, said in faulty_runs)
     assert all(faulty[str(p)] == 1 for p in scripts), (faulty, said_faulty)
     assert said_faulty.count("measured") >= len(scripts) and "allowed" in said_faulty
     assert all(clean[str(p)] == 0 for p in scripts), (clean, said_clean)
@@ -158,7 +225,9 @@ def test_a_failed_compiled_checks_script_exits_1_on_the_faulty_compiler_and_0_on
     assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
     scripts = sorted(tmp_path.glob("*.py"))
     assert len(scripts) == 1 and (tmp_path / f"{scripts[0].stem}.pt").is_file()  # the weights beside it
-    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(scripts, [["compile_rounding_softmax"], []])
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(
+        [(["compile_rounding_softmax"], scripts), ([], scripts)]
+    )
     assert faulty[str(scripts[0])] == 1 and "forward.softmax" in said_faulty, said_faulty
     assert clean[str(scripts[0])] == 0, said_clean
 

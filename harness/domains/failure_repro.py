@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import io
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from harness.domains.call_capture import Captured
 from harness.numerics.formats import format_of
 
 #: A tensor this small is written into the script itself; a larger one is saved beside it.
@@ -108,7 +109,7 @@ def render(
             f"_inputs = torch.load(Path(__file__).with_name({inputs_file!r}), weights_only=True)",
             *(f"{k} = _inputs[{k!r}]{dev}" for k in tensors),
         ]
-    out += ["", code, ""]
+    out += ["", "", code, ""] if code.startswith(("def ", "class ")) else ["", code, ""]
     what, allowance = str(spec["what"]), str(spec["allowance"])
     out += [
         f'print({what!r} + f": measured {{measured!r}}, allowed {{allowed!r}}")',  # what: text, not a format
@@ -358,3 +359,141 @@ def header(
         "The check itself, with the harness:",
         f"  {rerun}",
     ]
+
+
+# -- calls kept as source (harness.domains.call_capture) ----------------------------------------
+def _cases(captures: Sequence[tuple[str, Captured]]) -> tuple[list[str], list[str], dict[str, torch.Tensor]]:
+    """Each capture as a function ``case_i`` and the call of it on its saved inputs ``ci_x0, ...``."""
+    defs, calls, tensors = [], [], {}
+    for i, (_label, cap) in enumerate(captures):
+        defs.append(cap.function(f"case_{i}"))
+        tensors.update({f"c{i}_{k}": v for k, v in cap.tensors.items()})
+        calls.append(f"case_{i}, [{', '.join(f'c{i}_{k}' for k in cap.tensors)}]")
+    return defs, calls, tensors
+
+
+def _observe(device: str, dtype: torch.dtype) -> str:
+    """Source of ``observe(run, inputs)``: the output dtype's name under autocast, or the error."""
+    return f"""def observe(run, inputs):
+    torch.manual_seed(0)  # random ops draw what they drew when the check ran
+    try:
+        with torch.autocast({device.split(":")[0]!r}, dtype={_dtype(dtype)}):
+            out = run(*inputs)
+    except RuntimeError as exc:
+        return "raises: " + (str(exc).strip().splitlines() or [""])[0]
+    return "no error" if out is None else str(out.dtype).removeprefix("torch.")"""
+
+
+def autocast_dtypes(
+    what: str, cases: Sequence[tuple[str, Captured, str]], device: str, dtype: torch.dtype, origin: str
+) -> FailureRepro:
+    """Each case's calls under autocast: the output dtype (or the error's first line) against the
+    ``expected`` one (the golden table's, or the rule's)."""
+    defs, calls, tensors = _cases([(label, cap) for label, cap, _ in cases])
+    rows = "\n".join(f"    ({label!r}, {call}, {exp!r})," for (label, _, exp), call in zip(cases, calls, strict=True))
+    nl = "\n\n\n"
+    code = f"""{nl.join(defs)}
+
+
+{_observe(device, dtype)}
+
+
+# reference: what the check expected (output dtype, or the start of the error's first line)
+CASES = [
+{rows}
+]
+measured = 0
+for label, run, inputs, expected in CASES:
+    seen = observe(run, inputs)
+    same = seen == expected or (expected.startswith("raises: ") and seen.startswith(expected))
+    print(f"{{label}}: autocast gives {{seen}}; expected {{expected}}" + ("" if same else "   <- differs"))
+    measured += not same  # observations unlike the expected ones
+allowed = 0"""
+    return FailureRepro("autocast", what, code, origin, tensors, device=device)
+
+
+def autocast_hand_cast(
+    what: str, cases: Sequence[tuple[str, Captured]], device: str, dtype: torch.dtype
+) -> FailureRepro:
+    """Each case under autocast against the same calls with autocast disabled on its inputs cast
+    by hand to the dtype autocast chose: bitwise equal, as PyTorch's own autocast tests require."""
+    defs, calls, tensors = _cases(cases)
+    rows = "\n".join(f"    ({label!r}, {call})," for (label, _), call in zip(cases, calls, strict=True))
+    dev = device.split(":")[0]
+    nl = "\n\n\n"
+    code = f"""{nl.join(defs)}
+
+
+CASES = [
+{rows}
+]
+measured = 0
+for label, run, inputs in CASES:
+    torch.manual_seed(0)
+    with torch.autocast({dev!r}, dtype={_dtype(dtype)}):
+        got = run(*inputs)
+    # reference: autocast's own rule, cast the inputs by hand and run the op without autocast
+    by_hand = [t.to(got.dtype) if t.is_floating_point() else t for t in inputs]
+    torch.manual_seed(0)
+    with torch.autocast({dev!r}, enabled=False):
+        ref = run(*by_hand)
+    same = got.dtype == ref.dtype and got.shape == ref.shape and bool(((got == ref) | (got.isnan() & ref.isnan())).all())
+    worst = (got.double() - ref.double()).abs().nan_to_num(0.0).max().item() if got.shape == ref.shape else None
+    print(f"{{label}}: autocast {{got.dtype}}, by hand {{ref.dtype}}, " + ("bitwise equal" if same else f"differ (max |diff| {{worst}})"))
+    measured += not same  # ops unlike their hand-cast run
+allowed = 0"""
+    return FailureRepro(
+        "autocast", what, code, "exact: bitwise equality (autocast casts, then runs the op)", tensors, device=device
+    )
+
+
+def autocast_categories(
+    what: str,
+    cases: Sequence[tuple[str, Mapping[str, Captured], str, Sequence[str]]],
+    device: str,
+    dtype: torch.dtype,
+    origin: str,
+) -> FailureRepro:
+    """Each case observed with fp32, low-precision and (where it has two tensor inputs) mixed
+    inputs, the autocast list it behaves as decided from them, against the ``accepted`` lists of
+    its ``expected`` filing (PyTorch's own autocast test lists)."""
+    flat = [(f"{label} {kind}", cap) for label, caps, _, _ in cases for kind, cap in caps.items()]
+    defs, calls, tensors = _cases(flat)
+    it = iter(calls)
+    rows = "\n".join(
+        f"    ({label!r}, {{{', '.join(f'{k!r}: ({next(it)})' for k in caps)}}}, {exp!r}, {list(ok)!r}),"
+        for label, caps, exp, ok in cases
+    )
+    nl = "\n\n\n"
+    low = _dtype(dtype).removeprefix("torch.")
+    code = f"""{nl.join(defs)}
+
+
+{_observe(device, dtype)}
+
+
+def behaves_as(seen):
+    \"\"\"The autocast list the observations show (the harness's rule, written out).\"\"\"
+    if seen["fp32_in"].startswith("raises"):
+        return "raises"
+    if seen["fp32_in"] == {low!r}:
+        return "lower_precision"
+    if seen.get("lowp_in") == "float32":
+        return "fp32"
+    if seen.get("mixed_in") == "float32":
+        return "widest_input"
+    return "follows_input"
+
+
+# reference: how PyTorch's own autocast test lists file each op, and the behaviour each filing accepts
+CASES = [
+{rows}
+]
+measured = 0
+for label, runs, filed_as, accepted in CASES:
+    seen = {{kind: observe(run, inputs) for kind, (run, inputs) in runs.items()}}
+    got = behaves_as(seen)
+    print(f"{{label}}: behaves as {{got}} {{seen}}; PyTorch's lists say {{filed_as}}" + ("" if got in accepted else "   <- differs"))
+    measured += got not in accepted  # ops unlike their filing
+allowed = 0"""
+    return FailureRepro("autocast", what, code, origin, tensors, device=device)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from harness.storage import baselines as bl
 if TYPE_CHECKING:
     import torch
 
+    from harness.domains.failure_repro import FailureRepro
     from harness.domains.training import Band, ParityReport, Recipe, RecipeResult, Setup
     from harness.domains.training.diagnosis import Diagnosis
     from harness.domains.training.ops import OpPrint
@@ -109,9 +110,12 @@ class Baselines:
         device: str | None = None,
         comparator: Callable[[Any, Any], DataComparison] | None = None,
         tags: dict[str, Any] | None = None,
+        repro: Callable[[DataComparison, Any], FailureRepro | None] | None = None,
     ) -> None:
         """``tags`` are added to the baseline row; the mapping is read after the comparison, so a
-        comparator may fill it (the golden curves record which lane judged them)."""
+        comparator may fill it (the golden curves record which lane judged them). ``repro``, called
+        only on a mismatch with the differences and the stored data, returns what shows them
+        without the harness (``amp-harness repro``); the baseline file is added to its allowance."""
         __tracebackhide__ = True
         dev = device or self._ctx.primary_device
         result = bl.check(
@@ -129,6 +133,11 @@ class Baselines:
             comparator=comparator,
         )
         diffs = 0 if result.comparison is None else len(result.comparison.differences)
+        kept = None
+        if repro is not None and result.comparison is not None and not result.passed:
+            kept = repro(result.comparison, result.stored)
+            if kept is not None:
+                kept = replace(kept, allowance=f"{kept.allowance} (baseline {display(result.path)})")
         self._record(
             f"baseline.{name}",
             diffs,
@@ -142,6 +151,7 @@ class Baselines:
                 "mode": self._ctx.mode.value,
                 "status": result.status.value,
                 **(tags or {}),
+                **self._record.repro_tags(kept),
             },
             note=result.summary,
         )

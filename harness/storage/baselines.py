@@ -304,6 +304,8 @@ class BaselineResult:
     message: str
     path: Path
     comparison: DataComparison | None = None
+    #: the stored data a mismatch was judged against
+    stored: Any = None
 
     @property
     def summary(self) -> str:
@@ -331,10 +333,11 @@ class _Finding:
     comparison: DataComparison | None = None
     #: (path to write, what it is) or None
     write: tuple[Path, str] | None = None
+    stored: Any = None
 
     def result(self, written: bool) -> BaselineResult:
         text = "".join((self.before, self.claim if written else "", self.after))
-        return BaselineResult(self.passed, self.status, text, self.path, self.comparison)
+        return BaselineResult(self.passed, self.status, text, self.path, self.comparison, self.stored)
 
 
 def check(
@@ -470,4 +473,5 @@ def _lifecycle(
         f"If the change is expected, regenerate the baseline: {regen_command}",
         result,
         (obtained, "the obtained file"),
+        stored.data,
     )

@@ -10,6 +10,8 @@ type and autocast dtype. A change fails with a per-op diff ("nn.LayerNorm.fp32_i
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPENDENT_ON_CPU
 from harness.domains.autocast.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
+from harness.domains.autocast.repro import dtypes_repro, hand_cast_repro, policy_repro, registered_ops_repro
+from harness.domains.failure_repro import FailureRepro
 from harness.numerics.comparison import compare_claim, compare_predicate
 from harness.numerics.verdict import RowKind
 from harness.storage.baselines import KeyKind
@@ -35,7 +39,13 @@ def _short(dtype: torch.dtype) -> str:
 def test_registered_autocast_ops_match_this_releases_baseline(amp_device, amp_record, amp_baseline):
     ops = registered_autocast_ops(amp_device.type)
     amp_record(f"registered_ops.{amp_device.type}", len(ops), unit="ops", device=amp_device)
-    amp_baseline.check(f"registered_ops_{amp_device.type}", ops, key=KeyKind.STACK, device=str(amp_device))
+    amp_baseline.check(
+        f"registered_ops_{amp_device.type}",
+        ops,
+        key=KeyKind.STACK,
+        device=str(amp_device),
+        repro=lambda _diff, golden: registered_ops_repro(amp_device.type, golden, missing_only=False),
+    )
 
 
 @pytest.mark.amp_quick
@@ -57,6 +67,7 @@ def test_every_registered_autocast_op_is_exercised_through_a_public_api(amp_devi
             unit="ops",
         ),
         device=amp_device,
+        repro=registered_ops_repro(amp_device.type, sorted(covered), missing_only=True),
     )
 
 
@@ -84,7 +95,11 @@ def test_op_policy_matches_the_golden_table(amp_device, amp_dtype, amp_record, a
             )
     golden = {op: probe.as_baseline() for op, probe in table.items() if op not in isa}
     amp_baseline.check(
-        f"policy_{amp_device.type}_{_short(amp_dtype)}", golden, key=KeyKind.STACK, device=str(amp_device)
+        f"policy_{amp_device.type}_{_short(amp_dtype)}",
+        golden,
+        key=KeyKind.STACK,
+        device=str(amp_device),
+        repro=lambda differences, _golden: policy_repro(differences, amp_device, amp_dtype),
     )
 
 
@@ -99,23 +114,28 @@ def test_autocast_equals_the_op_run_by_hand_on_inputs_cast_to_its_choice(amp_dev
         lambda _op, seen: seen in (HandCast.EQUAL.value, HandCast.NONDETERMINISTIC.value),
         "bitwise equal to the op with autocast disabled on inputs cast to autocast's output dtype",
     )
-    amp_record.require(result, dtype=amp_dtype, device=amp_device)
+    failing = [op for op, p in casting.items() if p.hand_cast is HandCast.DIFFERENT]
+    amp_record.require(
+        result, dtype=amp_dtype, device=amp_device, repro=hand_cast_repro(failing, amp_device, amp_dtype)
+    )
 
 
 def test_float64_and_integer_inputs_are_never_cast(amp_device, amp_dtype, amp_record):
     dev = amp_device
     a64, w64 = torch.randn(4, 8, dtype=torch.float64, device=dev), torch.randn(5, 8, dtype=torch.float64, device=dev)
-    ints = torch.arange(12, device=dev).reshape(3, 4)
+    ints, table = torch.arange(12, device=dev).reshape(3, 4), torch.randn(12, 3, device=dev)
+    calls = {
+        "F.linear(float64)": (lambda: F.linear(a64, w64), torch.float64),
+        "torch.mm(float64)": (lambda: torch.mm(a64, w64.T), torch.float64),
+        "F.softmax(float64)": (lambda: F.softmax(a64, -1), torch.float64),
+        "torch.cumsum(int64)": (lambda: torch.cumsum(ints, 1), torch.int64),
+        "torch.sum(int64)": (lambda: torch.sum(ints), torch.int64),
+        "F.embedding(int64 indices)": (lambda: F.embedding(ints, table), torch.float32),
+    }
     with torch.autocast(dev.type, dtype=amp_dtype):
-        outputs = {
-            "F.linear(float64)": F.linear(a64, w64).dtype,
-            "torch.mm(float64)": torch.mm(a64, w64.T).dtype,
-            "F.softmax(float64)": F.softmax(a64, -1).dtype,
-            "torch.cumsum(int64)": torch.cumsum(ints, 1).dtype,
-            "torch.sum(int64)": torch.sum(ints).dtype,
-            "F.embedding(int64 indices)": F.embedding(ints, torch.randn(12, 3, device=dev)).dtype,
-        }
-    expected = [torch.float64] * 3 + [torch.int64, torch.int64, torch.float32]
+        outputs = {label: call().dtype for label, (call, _) in calls.items()}
+    expected = [e for _, e in calls.values()]
+    wrong = [(label, call, e) for label, (call, e) in calls.items() if outputs[label] != e]
     amp_record.require(
         compare_predicate(
             "inputs autocast must not cast",
@@ -127,6 +147,13 @@ def test_float64_and_integer_inputs_are_never_cast(amp_device, amp_dtype, amp_re
         ),
         dtype=amp_dtype,
         device=amp_device,
+        repro=dtypes_repro(
+            "float64 and integer inputs under autocast keep their dtype",
+            wrong,
+            amp_device,
+            amp_dtype,
+            "exact: autocast casts only float32 (and low-precision) floating inputs",
+        ),
     )
 
 
@@ -140,14 +167,27 @@ def test_binary_cross_entropy_is_banned_under_cuda_autocast(amp_record):
     )
 
 
+#: The nested region as the check runs it and its script prints it (``a``, ``b``: fp32 inputs).
+NESTED = """with torch.autocast(DEVICE, dtype=DTYPE):
+    outer = torch.mm(a, b).dtype
+    with torch.autocast(DEVICE, enabled=False):
+        inner = torch.mm(a, b).dtype
+    after = torch.mm(a, b).dtype"""
+#: What it must give: low precision outside, fp32 inside the disabled region, low precision after.
+NESTED_EXPECTED = "[DTYPE, torch.float32, DTYPE]"
+
+
 def test_nested_autocast_disabled_region_runs_in_fp32(amp_device, amp_dtype, amp_record):
     a, b = torch.randn(4, 8, device=amp_device), torch.randn(8, 5, device=amp_device)
-    with torch.autocast(amp_device.type, dtype=amp_dtype):
-        outer = torch.mm(a, b).dtype
-        with torch.autocast(amp_device.type, enabled=False):
-            inner = torch.mm(a, b).dtype
-        after = torch.mm(a, b).dtype
-    got = [outer, inner, after]
+    ns = {"torch": torch, "a": a, "b": b, "DEVICE": amp_device.type, "DTYPE": amp_dtype}
+    exec(NESTED, ns)
+    got = [ns["outer"], ns["inner"], ns["after"]]
+    script = f"""DEVICE, DTYPE = {amp_device.type!r}, {amp_dtype}
+{NESTED}
+got, expected = [outer, inner, after], {NESTED_EXPECTED}
+print("outer, inner (autocast disabled), after:", got, "expected:", expected)
+measured = sum(g != e for g, e in zip(got, expected))  # regions in another dtype
+allowed = 0"""
     amp_record.require(
         compare_predicate(
             "nested autocast(enabled=False)",
@@ -159,6 +199,14 @@ def test_nested_autocast_disabled_region_runs_in_fp32(amp_device, amp_dtype, amp
         ),
         dtype=amp_dtype,
         device=amp_device,
+        repro=FailureRepro(
+            "autocast",
+            "torch.mm's output dtype outside, inside and after an autocast(enabled=False) region",
+            script,
+            "exact: torch.autocast's documented nesting",
+            {"a": a, "b": b},
+            device=str(amp_device),
+        ),
     )
 
 
@@ -178,25 +226,49 @@ class _CastCounter(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+#: The regions as the check runs them and its script prints them (``layer``: an fp32 nn.Linear).
+CAST_ONCE = """counter = _CastCounter(layer.weight.shape)
+with counter:
+    for _region in range(2):
+        with torch.autocast(DEVICE.type, dtype=DTYPE):
+            for _call in range(3):
+                layer(torch.randn(4, 16, device=DEVICE))"""
+
+
 def test_an_fp32_weight_is_cast_once_per_autocast_region(amp_device, amp_dtype, amp_record):
     """The cast cache: a leaf fp32 weight used by several ops in one region is cast once."""
     layer = torch.nn.Linear(16, 24).to(amp_device)
-    counter = _CastCounter(layer.weight.shape)
-    with counter:
-        for _region in range(2):
-            with torch.autocast(amp_device.type, dtype=amp_dtype):
-                for _call in range(3):
-                    layer(torch.randn(4, 16, device=amp_device))
+    ns = {"torch": torch, "layer": layer, "_CastCounter": _CastCounter, "DEVICE": amp_device, "DTYPE": amp_dtype}
+    exec(CAST_ONCE, ns)
+    casts = ns["counter"].casts
+    script = f"""from torch.utils._python_dispatch import TorchDispatchMode
+
+
+{inspect.getsource(_CastCounter)}
+
+DEVICE, DTYPE = torch.device({str(amp_device)!r}), {amp_dtype}
+layer = torch.nn.Linear(16, 24).to(DEVICE)
+{CAST_ONCE}
+print(f"the fp32 weight was cast {{counter.casts}} times in 2 autocast regions of 3 calls each")
+measured = abs(counter.casts - 2)  # casts beyond (or short of) one per region
+allowed = 0"""
     amp_record.require(
         compare_claim(
             "weight_casts.two_regions_three_calls_each",
-            counter.casts,
-            counter.casts == 2,
+            casts,
+            casts == 2,
             "one cast per region: autocast's cast cache holds fp32 leaf weights until the region exits",
-            detail=f"the fp32 weight was cast {counter.casts} times in 2 autocast regions of 3 calls each (expected 2)",
+            detail=f"the fp32 weight was cast {casts} times in 2 autocast regions of 3 calls each (expected 2)",
             expected=2,
             allowance=0,
         ),
         dtype=amp_dtype,
         device=amp_device,
+        repro=FailureRepro(
+            "autocast",
+            "casts of one fp32 nn.Linear weight in two autocast regions of three calls",
+            script,
+            "exact: autocast's cast cache keeps a leaf weight's cast until its region exits",
+            device=str(amp_device),
+        ),
     )

@@ -17,6 +17,7 @@ import torch
 
 from harness.domains.autocast import oracle
 from harness.domains.autocast.probe import policy_table
+from harness.domains.autocast.repro import lists_repro
 from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
 
@@ -87,4 +88,5 @@ def test_observed_policy_agrees_with_pytorchs_own_lists(amp_device, amp_dtype, a
         dtype=amp_dtype,
         device=amp_device,
         tags={"checked": result.checked, "agreements": result.agreements, "known": len(known)},
+        repro=lists_repro(unexplained, amp_device, amp_dtype),
     )

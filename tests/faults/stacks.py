@@ -100,10 +100,121 @@ def register_lossy_gelu(bits: int = 3) -> Any:
     return lib
 
 
-def install_lossy_gelu(bits: int = 3) -> None:
-    """:func:`register_lossy_gelu` for the rest of this interpreter (the training controls' faulty
-    op; ``faults.training.lossy_gelu_kernel`` registers the same kernel and undoes it on exit)."""
-    _LIBRARIES.append(register_lossy_gelu(bits))
+def _autocast_kernel(op: str, kernel: Callable[..., Any]) -> Any:
+    """``kernel`` as ``op``'s AutocastCPU kernel while the returned Library lives: a fault below
+    every Python API, where autocast itself decides (a captured call replays into it)."""
+    import warnings
+
+    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the point
+        lib.impl(op, kernel, "AutocastCPU")  # type: ignore[no-untyped-call]
+    return lib
+
+
+def register_layer_norm_autocast_lowp() -> Any:
+    """aten::layer_norm's autocast kernel casting to the low-precision dtype (autocast's fp32 list
+    losing an op: a policy regression in the dispatcher, not in a Python wrapper)."""
+
+    def layer_norm(
+        x: Any, shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, cudnn: bool = True
+    ) -> Any:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            w, b = (None if t is None else t.to(lp) for t in (weight, bias))
+            return torch.ops.aten.layer_norm(x.to(lp), shape, w, b, eps, cudnn)
+
+    return _autocast_kernel("layer_norm", layer_norm)
+
+
+def register_mm_autocast_one_ulp_off() -> Any:
+    """aten::mm's autocast kernel returning its first element one unit in the last place off:
+    autocast's result is no longer the op run by hand on inputs cast to its choice."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            out = torch.ops.aten.mm(a.to(lp), b.to(lp)).clone()
+        out.view(torch.int16).view(-1)[0] += 1
+        return out
+
+    return _autocast_kernel("mm", mm)
+
+
+def register_mm_autocast_casting_float64() -> Any:
+    """aten::mm's autocast kernel casting every floating input, float64 too, to low precision."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.mm(a.to(lp), b.to(lp))
+
+    return _autocast_kernel("mm", mm)
+
+
+def register_mm_autocast_in_fp32() -> Any:
+    """aten::mm's autocast kernel running in float32 (a lower-precision-list op left in fp32)."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.mm(a.float(), b.float())
+
+    return _autocast_kernel("mm", mm)
+
+
+def register_linear_autocast_uncached() -> Any:
+    """aten::linear's autocast kernel casting its weight on every call (the cast cache lost)."""
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.linear(x.to(lp), w.to(lp), None if b is None else b.to(lp))
+
+    return _autocast_kernel("linear", linear)
+
+
+def register_gelu_autocast_kernel() -> Any:
+    """An autocast kernel for aten::gelu, which has none (a release registering a new op)."""
+
+    def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.gelu(x, approximate=approximate)
+
+    return _autocast_kernel("gelu", gelu)
+
+
+#: name -> (the aten op whose kernel it replaces, what registers it: the Library it returns keeps it)
+KERNELS: dict[str, tuple[str, Callable[[], Any]]] = {
+    "lossy_gelu": ("gelu", register_lossy_gelu),
+    "layer_norm_autocast_lowp": ("layer_norm", register_layer_norm_autocast_lowp),
+    "mm_autocast_one_ulp_off": ("mm", register_mm_autocast_one_ulp_off),
+    "mm_autocast_casting_float64": ("mm", register_mm_autocast_casting_float64),
+    "mm_autocast_in_fp32": ("mm", register_mm_autocast_in_fp32),
+    "linear_autocast_uncached": ("linear", register_linear_autocast_uncached),
+    "gelu_autocast_registered": ("gelu", register_gelu_autocast_kernel),
+}
+
+
+def target(name: str) -> str:
+    """What fault ``name`` replaces: two faults with one target cannot be installed together."""
+    return f"aten::{KERNELS[name][0]}" if name in KERNELS else STACKS[name][0]
+
+
+def with_kernel(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A patch factory: the patched function runs with the faulty kernel ``name`` in force, which
+    is undone when it returns (an injected conftest scopes a kernel fault to the calls it patches)."""
+
+    def factory(real: Callable[..., Any]) -> Callable[..., Any]:
+        def faulty(*args: Any, **kwargs: Any) -> Any:
+            lib = KERNELS[name][1]()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                lib._destroy()
+
+        return faulty
+
+    return factory
 
 
 #: name -> (patched attribute, factory): what ``install`` and the injected conftests apply
@@ -130,9 +241,9 @@ def _resolve(dotted: str) -> Any:
 
 
 def install(name: str) -> None:
-    """Make this interpreter's stack the faulty one ``name`` (a patch of STACKS, or ``lossy_gelu``)."""
-    if name == "lossy_gelu":
-        install_lossy_gelu()
+    """Make this interpreter's stack the faulty one ``name`` (a patch of STACKS, or a kernel of KERNELS)."""
+    if name in KERNELS:
+        _LIBRARIES.append(KERNELS[name][1]())
         return
     target, factory = STACKS[name]
     owner, _, attr = target.rpartition(".")

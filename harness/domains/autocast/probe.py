@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from harness.domains.autocast.catalogue import CATALOGUE, NOT_BITWISE_REPRODUCIBLE, OpCase
+from harness.domains.call_capture import Captured, capture
 from harness.platform.kernels import first_line
 
 
@@ -200,3 +201,21 @@ def registered_autocast_ops(device_type: str) -> list[str]:
 def aten_base(op: str) -> str:
     """``aten::conv2d.padding`` -> ``conv2d``."""
     return op.removeprefix("aten::").split(".")[0]
+
+
+#: The inputs of each golden-table observation, as :func:`probe` makes them.
+INPUT_KINDS = ("fp32_in", "lowp_in", "mixed_in")
+
+
+def replay(case: OpCase, device: torch.device, dtype: torch.dtype, inputs: str = "fp32_in") -> Captured:
+    """The torch calls ``case`` makes under autocast for one of :data:`INPUT_KINDS`, as
+    :func:`probe` calls it (same seed, same casts), kept as source for a standalone script.
+    Raises :class:`~harness.domains.call_capture.NotReplayable` where a call cannot be written."""
+    args = case.make(torch.Generator().manual_seed(0), device)
+    if inputs == "lowp_in":
+        args = tuple(_cast(a, dtype) for a in args)
+    elif inputs == "mixed_in":
+        args = _mixed(args, dtype)
+    elif inputs != "fp32_in":
+        raise ValueError(f"inputs must be one of {INPUT_KINDS}, not {inputs!r}")
+    return capture(case.fn, args, lambda call: run_op(call, (), device.type, dtype))

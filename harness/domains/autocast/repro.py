@@ -1,0 +1,155 @@
+"""Standalone scripts for the autocast policy checks: the ops whose observations left the golden
+table, or whose autocast result is not the hand-cast op's, replayed from their captured calls."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from harness.domains.autocast.catalogue import CATALOGUE, OpCase
+from harness.domains.autocast.oracle import ACCEPTED, Disagreement
+from harness.domains.autocast.probe import INPUT_KINDS, dtype_name, replay
+from harness.domains.call_capture import Captured, NotReplayable, capture
+from harness.domains.failure_repro import (
+    FailureRepro,
+    autocast_categories,
+    autocast_dtypes,
+    autocast_hand_cast,
+)
+from harness.numerics.comparison import DataComparison
+
+#: At most this many ops in one script: a reader sees the defect in a screenful, the check's
+#: message lists them all.
+MAX_CASES = 8
+
+_BY_NAME: dict[str, OpCase] = {c.name: c for c in CATALOGUE}
+_WORDS = {"fp32_in": "fp32 inputs", "lowp_in": "low-precision inputs", "mixed_in": "mixed inputs"}
+
+
+def _split(path: str) -> tuple[str, str] | None:
+    """``"nn.LayerNorm.fp32_in"`` -> (op, inputs); None for a path of another shape."""
+    op, _, inputs = path.rpartition(".")
+    return (op, inputs) if op in _BY_NAME and inputs in INPUT_KINDS else None
+
+
+def policy_repro(differences: DataComparison, device: torch.device, dtype: torch.dtype) -> FailureRepro | None:
+    """The golden-table observations that changed, each replayed under autocast against the
+    table's value (ops new to or gone from the table have nothing to replay)."""
+    cases: list[tuple[str, Captured, str]] = []
+    for d in differences.differences:
+        split = _split(d.path)
+        if split is None or not isinstance(d.expected, str) or d.actual is None:
+            continue
+        op, inputs = split
+        try:
+            cases.append((f"{op} with {_WORDS[inputs]}", replay(_BY_NAME[op], device, dtype, inputs), d.expected))
+        except NotReplayable:
+            continue
+        if len(cases) == MAX_CASES:
+            break
+    if not cases:
+        return None
+    return autocast_dtypes(
+        f"ops whose output dtype under {device.type} autocast ({dtype}) left the golden table",
+        cases,
+        str(device),
+        dtype,
+        "exact: the golden table the harness stored from a run of this torch release",
+    )
+
+
+def hand_cast_repro(ops: Sequence[str], device: torch.device, dtype: torch.dtype) -> FailureRepro | None:
+    """The ops whose autocast result differs from the hand-cast run, replayed."""
+    cases: list[tuple[str, Captured]] = []
+    for op in ops[:MAX_CASES]:
+        try:
+            cases.append((op, replay(_BY_NAME[op], device, dtype)))
+        except (NotReplayable, KeyError):
+            continue
+    if not cases:
+        return None
+    return autocast_hand_cast(
+        f"ops whose {device.type} autocast result ({dtype}) is not the op run by hand on inputs cast to its choice",
+        cases,
+        str(device),
+        dtype,
+    )
+
+
+def lists_repro(disagreements: Sequence[Disagreement], device: torch.device, dtype: torch.dtype) -> FailureRepro | None:
+    """The ops that behave otherwise than PyTorch's own autocast test lists file them, each
+    observed as the probe observes it."""
+    cases: list[tuple[str, dict[str, Captured], str, list[str]]] = []
+    for d in disagreements[:MAX_CASES]:
+        case = _BY_NAME.get(d.case)
+        if case is None:
+            continue
+        kinds = [k for k in INPUT_KINDS if k == "fp32_in" or d.probe.as_baseline().get(k) is not None]
+        try:
+            caps = {k: replay(case, device, dtype, k) for k in kinds}
+        except NotReplayable:
+            continue
+        cases.append((f"{d.case} ({d.upstream_op})", caps, d.expected.value, [c.value for c in ACCEPTED[d.expected]]))
+    if not cases:
+        return None
+    return autocast_categories(
+        f"ops whose {device.type} autocast behaviour ({dtype}) is not how PyTorch's own autocast test lists file them",
+        cases,
+        str(device),
+        dtype,
+        "exact: the lists torch ships (torch/testing/_internal/autocast_test_lists.py)",
+    )
+
+
+def dtypes_repro(
+    what: str,
+    cases: Sequence[tuple[str, Callable[[], Any], torch.dtype]],
+    device: torch.device,
+    dtype: torch.dtype,
+    origin: str,
+) -> FailureRepro | None:
+    """Calls a check made itself (``label, call, expected output dtype``), captured under autocast."""
+    kept: list[tuple[str, Captured, str]] = []
+    for label, call, expected in cases[:MAX_CASES]:
+
+        def run(thunk: Callable[[], Any]) -> Any:
+            torch.manual_seed(0)
+            with torch.autocast(device.type, dtype=dtype):
+                return thunk()
+
+        try:
+            kept.append((label, capture(call, (), run), dtype_name(expected)))
+        except NotReplayable:
+            continue
+    return autocast_dtypes(what, kept, str(device), dtype, origin) if kept else None
+
+
+def registered_ops_repro(device_type: str, expected: Sequence[str], *, missing_only: bool) -> FailureRepro:
+    """The aten ops with an autocast kernel for ``device_type`` against a list: the golden one
+    (every op added or gone), or the catalogue's reach (``missing_only``: registered, not reached)."""
+    key = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}[device_type]
+    listed = textwrap.fill(", ".join(repr(o) for o in expected), 96, initial_indent="    ", subsequent_indent="    ")
+    gone = "" if missing_only else "\ngone = sorted(set(EXPECTED) - set(ops))\nprint('no longer registered:', gone)"
+    code = f"""ops = sorted(
+    n for n in torch._C._dispatch_get_all_op_names() if torch._C._dispatch_has_kernel_for_dispatch_key(n, {key!r})
+)
+# reference: {"the ops the catalogue reaches" if missing_only else "the golden list of this torch release"}
+EXPECTED = [
+{listed}
+]
+new = sorted(set(ops) - set(EXPECTED))
+print({"'registered but not reached:'" if missing_only else "'newly registered:'"}, new){gone}
+measured = len(new){"" if missing_only else " + len(gone)"}  # ops unlike the list
+allowed = 0"""
+    what = (
+        f"aten ops registered for {key} that the harness's op catalogue does not reach"
+        if missing_only
+        else f"aten ops registered for {key} against the golden list"
+    )
+    origin = "exact: " + (
+        "the catalogue's coverage" if missing_only else "the golden list stored by the harness from a run"
+    )
+    return FailureRepro("autocast", what, code, origin)
