@@ -131,7 +131,7 @@ def register_mm_autocast_one_ulp_off() -> Any:
     """aten::mm's autocast kernel returning its first element one unit in the last place off:
     autocast's result is no longer the op run by hand on inputs cast to its choice."""
 
-    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
         lp = torch.get_autocast_dtype("cpu")
         with torch.autocast("cpu", enabled=False):
             out = torch.ops.aten.mm(a.to(lp), b.to(lp)).clone()
@@ -144,7 +144,7 @@ def register_mm_autocast_one_ulp_off() -> Any:
 def register_mm_autocast_casting_float64() -> Any:
     """aten::mm's autocast kernel casting every floating input, float64 too, to low precision."""
 
-    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
         lp = torch.get_autocast_dtype("cpu")
         with torch.autocast("cpu", enabled=False):
             return torch.ops.aten.mm(a.to(lp), b.to(lp))
@@ -155,7 +155,7 @@ def register_mm_autocast_casting_float64() -> Any:
 def register_mm_autocast_in_fp32() -> Any:
     """aten::mm's autocast kernel running in float32 (a lower-precision-list op left in fp32)."""
 
-    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
         with torch.autocast("cpu", enabled=False):
             return torch.ops.aten.mm(a.float(), b.float())
 
@@ -165,7 +165,7 @@ def register_mm_autocast_in_fp32() -> Any:
 def register_linear_autocast_uncached() -> Any:
     """aten::linear's autocast kernel casting its weight on every call (the cast cache lost)."""
 
-    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> Any:
         lp = torch.get_autocast_dtype("cpu")
         with torch.autocast("cpu", enabled=False):
             return torch.ops.aten.linear(x.to(lp), w.to(lp), None if b is None else b.to(lp))
@@ -176,7 +176,7 @@ def register_linear_autocast_uncached() -> Any:
 def register_gelu_autocast_kernel() -> Any:
     """An autocast kernel for aten::gelu, which has none (a release registering a new op)."""
 
-    def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    def gelu(x: torch.Tensor, approximate: str = "none") -> Any:
         with torch.autocast("cpu", enabled=False):
             return torch.ops.aten.gelu(x, approximate=approximate)
 
