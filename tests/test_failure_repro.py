@@ -94,6 +94,21 @@ CONTROLS = {
         "registered_autocast_ops_match",
         ("*registered_autocast_ops_match*[[]cpu]",),
     ),
+    "fp8_overflow_to_nan": (
+        "formats/test_fp8_casts.py",
+        "matches_this_releases_baseline",
+        ("*fp8_overflow_inf_and_nan_behaviour_matches_this_releases_baseline[[]cpu]",),
+    ),
+    "fp8_nan_to_zero": (
+        "formats/test_fp8_casts.py",
+        "nan_input_gives_nan and e5m2",
+        ("*nan_input_gives_nan[[]cpu-e5m2]",),
+    ),
+    "finfo_fp16_max_halved": (
+        "formats/test_format_limits.py",
+        "match_torch_finfo and fp16",
+        ("*match_torch_finfo[[]fp16]",),
+    ),
     # a kernel regression in one op of the tiny LM: the script runs that op alone on its inputs
     "lossy_gelu": (
         "training/test_op_fingerprints.py",
@@ -111,6 +126,8 @@ PATCHES = {
         for k in ("layer_norm_autocast_lowp", "mm_autocast_one_ulp_off", "mm_autocast_in_fp32")
     },
 }
+#: suite file -> the folder of its golden tables (copied into the control's run)
+GOLDEN = {"autocast/test_op_policy.py": "autocast", "formats/test_fp8_casts.py": "formats"}
 #: faulty kernels in force for the whole test (the check's own calls)
 KERNEL_FAULTS = ("mm_autocast_casting_float64", "linear_autocast_uncached", "gelu_autocast_registered")
 
@@ -151,11 +168,11 @@ def test_a_failed_check_writes_a_standalone_script(
         pytest.skip("the fp8 control needs torchao (pip install amp-harness[fp8])")
     suite, selection, caught = CONTROLS[fault]
     suite_copy(suite)
-    if suite == "autocast/test_op_policy.py":  # the project's golden tables, stored from a run of this release
-        golden = BASELINES / "autocast" / f"torch-{'.'.join(torch.__version__.split('.')[:2])}"
+    if suite in GOLDEN:  # the project's golden tables, stored from a run of this release
+        golden = BASELINES / GOLDEN[suite] / f"torch-{'.'.join(torch.__version__.split('.')[:2])}"
         if not golden.is_dir():
             pytest.skip(f"no golden policy table for torch {torch.__version__} in {BASELINES}")
-        shutil.copytree(golden, pytester.path / "baselines" / "autocast" / golden.name)
+        shutil.copytree(golden, pytester.path / "baselines" / GOLDEN[suite] / golden.name)
     imports = ("faults.stacks", "harness.domains.training.diagnosis", "harness.domains.autocast.probe", "torch")
     if fault.startswith("fp8"):
         imports += ("torchao.float8.float8_utils",)

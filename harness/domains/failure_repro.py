@@ -18,6 +18,7 @@ says so and prints the rerun command.
 from __future__ import annotations
 
 import io
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -109,7 +110,8 @@ def render(
             f"_inputs = torch.load(Path(__file__).with_name({inputs_file!r}), weights_only=True)",
             *(f"{k} = _inputs[{k!r}]{dev}" for k in tensors),
         ]
-    out += ["", "", code, ""] if code.startswith(("def ", "class ")) else ["", code, ""]
+    two_blank_lines = tensors and code.startswith(("def ", "class "))  # a definition after the inputs
+    out += ["", "", code, ""] if two_blank_lines else ["", code, ""]
     what, allowance = str(spec["what"]), str(spec["allowance"])
     out += [
         f'print({what!r} + f": measured {{measured!r}}, allowed {{allowed!r}}")',  # what: text, not a format
@@ -497,3 +499,74 @@ for label, runs, filed_as, accepted in CASES:
     measured += got not in accepted  # ops unlike their filing
 allowed = 0"""
     return FailureRepro("autocast", what, code, origin, tensors, device=device)
+
+
+def format_limits(what: str, fmt_name: str, names: Sequence[str]) -> FailureRepro:
+    """``torch.finfo``'s limits of a format against the same limits computed from its bit layout
+    (exponent and mantissa widths, bias, and which all-ones patterns are not finite)."""
+    fmt = format_of(fmt_name)
+    ieee = fmt.encoding.value == "ieee"
+    code = f"""fi = torch.finfo(torch.{fmt.name})
+E = round(math.log2(math.log2(float(fi.max)))) + 1  # exponent width, from finfo alone as the check does
+got = {{
+    "max": float(fi.max),
+    "smallest_normal": float(fi.smallest_normal),
+    "smallest_subnormal": float(fi.smallest_normal) * 2.0 ** -(fi.bits - 1 - E),
+    "eps": float(fi.eps),
+    "unit_roundoff": float(fi.eps) / 2,
+}}
+# reference: the bit layout ({fmt.exponent_bits} exponent bits, {fmt.mantissa_bits} mantissa bits, bias 2^(E-1) - 1); {
+        "the all-ones exponent is inf and NaN (IEEE 754)" if ieee else "only the all-ones pattern is NaN (OCP)"
+    }
+EB, MB = {fmt.exponent_bits}, {fmt.mantissa_bits}
+BIAS = 2 ** (EB - 1) - 1
+EMAX = 2**EB - {2 if ieee else 1} - BIAS  # the largest exponent of a finite value
+TOP = 2 - 2.0 ** -{"MB" if ieee else "(MB - 1)"}  # its largest significand{
+        "" if ieee else " (all-ones mantissa there is NaN)"
+    }
+ref = {{
+    "max": TOP * 2.0**EMAX,
+    "smallest_normal": 2.0 ** (1 - BIAS),
+    "smallest_subnormal": 2.0 ** (1 - BIAS - MB),
+    "eps": 2.0**-MB,
+    "unit_roundoff": 2.0 ** -(MB + 1),
+}}
+differ = [k for k in {list(names)!r} if got[k] != ref[k]]
+for k in differ:
+    print(f"{fmt.name} {{k}}: torch.finfo gives {{got[k]!r}}, the bit layout {{ref[k]!r}}")
+measured = len(differ)  # limits unlike the bit layout
+allowed = 0"""
+    return FailureRepro("formats", what, code, "exact: a format's limits follow from its bit layout")
+
+
+def cast_outcomes(what: str, cases: Sequence[tuple[str, float, str]], device: str = "cpu") -> FailureRepro:
+    """torch's cast of float32 values to fp8 formats, each result described as the check describes
+    it (``max``, ``-max``, ``inf``, ``nan`` or the value), against the expected description."""
+    rows = "\n".join(f"    ({name!r}, {_float_src(x)}, {exp!r})," for name, x, exp in cases)
+    code = f"""def describe(v, fmax):
+    if v != v:
+        return "nan"
+    if v in (math.inf, -math.inf):
+        return "inf" if v > 0 else "-inf"
+    if abs(v) == fmax:
+        return "max" if v > 0 else "-max"
+    return repr(v)
+
+
+# reference: what the check expected of each cast (the golden table of this release, or the rule)
+CASES = [
+{rows}
+]
+measured = 0
+for name, x, expected in CASES:
+    dtype = getattr(torch, name)
+    got = torch.tensor([x], dtype=torch.float32, device={device!r}).to(dtype).float().item()
+    seen = describe(got, float(torch.finfo(dtype).max))
+    print(f"{{name}} cast of {{x!r}}: {{seen}}; expected {{expected}}" + ("" if seen == expected else "   <- differs"))
+    measured += seen != expected  # casts unlike the expected ones
+allowed = 0"""
+    return FailureRepro("formats", what, code, "exact", device=device)
+
+
+def _float_src(x: float) -> str:
+    return repr(x) if math.isfinite(x) else f"float({str(x)!r})"

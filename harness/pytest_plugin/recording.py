@@ -167,11 +167,20 @@ class Recorder:
         if not self.result(result, repro=repro, **kw):
             raise AssertionError(explain(result))
 
-    def require_all(self, results: Iterable[AnyComparison], **kw: Any) -> None:
+    def require_all(
+        self,
+        results: Iterable[AnyComparison],
+        *,
+        repro_of: Callable[[AnyComparison], FailureRepro | None] | None = None,
+        **kw: Any,
+    ) -> None:
         """Record every result, then fail the test with the explanation of each that did not pass
-        (all rows are written first: one failing element does not hide the others)."""
+        (all rows are written first: one failing element does not hide the others). ``repro_of``
+        gives each failed result its own reproduction (called only for those)."""
         __tracebackhide__ = True
-        missed = [r for r in results if not self.result(r, **kw)]
+        missed = [
+            r for r in results if not self.result(r, repro=None if repro_of is None or r.passed else repro_of(r), **kw)
+        ]
         if missed:
             raise AssertionError("\n".join(explain(r) for r in missed))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.failure_repro import format_limits
 from harness.numerics.comparison import compare_scalar
 from harness.numerics.formats import FORMATS, FloatFormat, torch_dtype
 from harness.numerics.tolerance import EXACT
@@ -45,6 +46,9 @@ def test_limits_from_the_bit_layout_match_torch_finfo(fmt: FloatFormat, amp_reco
         ],
         dtype=fmt.name,
         tags={"reference": "bit layout"},
+        repro_of=lambda r: format_limits(
+            f"torch.finfo({fmt.name}) against its bit layout", fmt.name, [r.name.rpartition(".")[2]]
+        ),
     )
 
 

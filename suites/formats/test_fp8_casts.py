@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-from harness.numerics.comparison import compare_claim
-from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat
+from harness.domains.failure_repro import FailureRepro, cast_outcomes
+from harness.numerics.comparison import DataComparison, compare_claim
+from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits
 from harness.storage.baselines import KeyKind
 
 pytestmark = pytest.mark.amp_capability("formats")
@@ -80,7 +82,28 @@ def test_fp8_overflow_inf_and_nan_behaviour_matches_this_releases_baseline(
             note="implementation-defined by the OCP FP8 spec",
         )
     # per device type: CPU and CUDA cast kernels are separate implementations
-    amp_baseline.check(f"fp8_casts_{amp_device.type}", observed, key=KeyKind.STACK, device=str(amp_device))
+    amp_baseline.check(
+        f"fp8_casts_{amp_device.type}",
+        observed,
+        key=KeyKind.STACK,
+        device=str(amp_device),
+        repro=lambda diff, _golden: _casts_repro(diff, cast_under_test, amp_device),
+    )
+
+
+def _casts_repro(diff: DataComparison, cast: object, device: torch.device) -> FailureRepro | None:
+    """The casts whose outcome left the golden table, each against the table (torch's cast only:
+    a cast of the harness's own tests cannot run in a script)."""
+    names = {f.name: f for f in FP8}
+    cases = []
+    for d in diff.differences:
+        fmt_name, _, probe = d.path.partition(".")
+        fmt = names.get(fmt_name)
+        if fmt is not None and probe in _probe_inputs(fmt) and isinstance(d.expected, str):
+            cases.append((fmt_name, _probe_inputs(fmt)[probe], d.expected))
+    if cast is not cast_bits or not cases:
+        return None
+    return cast_outcomes("torch's fp8 casts of overflow, infinities and NaN", cases, str(device))
 
 
 @pytest.mark.parametrize("fmt", FP8, ids=lambda f: f.short)
@@ -100,4 +123,7 @@ def test_fp8_nan_input_gives_nan(fmt, amp_device, cast_under_test, amp_record):
         ),
         dtype=fmt.name,
         device=amp_device,
+        repro=cast_outcomes(f"NaN cast to {fmt.name}", [(fmt.name, math.nan, "nan"), (fmt.name, -math.nan, "nan")], str(amp_device))
+        if cast_under_test is cast_bits
+        else None,
     )

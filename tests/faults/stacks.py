@@ -51,6 +51,53 @@ def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., to
     return to
 
 
+def fp8_overflow_to_nan(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float8 casts give NaN beyond the format's largest finite
+    value, where torch saturates (e4m3fn) or gives inf (e5m2): a release changing its choice."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            beyond = self.abs() > float(torch.finfo(out.dtype).max)
+            out = torch.where(beyond, real(torch.full_like(self, float("nan")), out.dtype), out)
+        return out
+
+    return to
+
+
+def fp8_nan_to_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float8 casts turn NaN into zero."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            out = torch.where(self.isnan(), real(torch.zeros_like(self), out.dtype), out)
+        return out
+
+    return to
+
+
+class _Finfo:
+    """``torch.finfo`` of one dtype with its ``max`` halved (a wrong limit table)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._real, name)
+        return value / 2 if name == "max" else value
+
+
+def finfo_fp16_max_halved(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.finfo`` whose float16 ``max`` is half the format's largest finite value."""
+
+    def finfo(*args: Any) -> Any:
+        info = real(*args)
+        return _Finfo(info) if info.dtype == "float16" else info
+
+    return finfo
+
+
 def compile_rounding_softmax(real: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.compile`` whose compiled functions return a ``softmax`` stage kept to 4 significand
     bits (a compiler losing precision in one stage; eager is untouched)."""
@@ -223,6 +270,9 @@ STACKS: dict[str, tuple[str, str]] = {
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
     "fp8_scale_doubled": ("torchao.float8.float8_utils.tensor_to_scale", "faults.stacks.tensor_to_scale_doubled"),
     "fp16_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp16_cast_toward_zero"),
+    "fp8_overflow_to_nan": ("torch.Tensor.to", "faults.stacks.fp8_overflow_to_nan"),
+    "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
+    "finfo_fp16_max_halved": ("torch.finfo", "faults.stacks.finfo_fp16_max_halved"),
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),
 }
 
