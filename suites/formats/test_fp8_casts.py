@@ -123,7 +123,9 @@ def test_fp8_nan_input_gives_nan(fmt, amp_device, cast_under_test, amp_record):
         ),
         dtype=fmt.name,
         device=amp_device,
-        repro=cast_outcomes(f"NaN cast to {fmt.name}", [(fmt.name, math.nan, "nan"), (fmt.name, -math.nan, "nan")], str(amp_device))
+        repro=cast_outcomes(
+            f"NaN cast to {fmt.name}", [(fmt.name, math.nan, "nan"), (fmt.name, -math.nan, "nan")], str(amp_device)
+        )
         if cast_under_test is cast_bits
         else None,
     )
