@@ -74,6 +74,11 @@ CONTROLS = {
         "run_by_hand and bf16",
         ("*run_by_hand*[[]cpu-bf16]",),
     ),
+    "scaler_never_backs_off/state_machine": (
+        "scaler/test_gradscaler_state_machine.py",
+        "reference_state_machine and not Sharded",
+        ("*follows_the_reference_state_machine[[]GradScaler-cpu]",),
+    ),
     "mm_autocast_in_fp32": (
         "autocast/test_upstream_lists.py",
         "agrees_with_pytorchs_own_lists and bf16",
@@ -179,14 +184,14 @@ def test_a_failed_check_writes_a_standalone_script(
     inject(
         pytester,
         "",
-        patches=PATCHES.get(fault, {}),
+        patches=PATCHES.get(fault, PATCHES.get(fault.split("/")[0], {})),
         imports=imports,
         kernels=(fault,) if fault in KERNEL_FAULTS else (),
     )
     run = run_inner(pytester, "-k", selection, f"--amp-report-dir={pytester.path / 'out'}")
     assert_caught(run, *caught)
 
-    out = tmp_path_factory.mktemp(f"repro-{fault}")
+    out = tmp_path_factory.mktemp(f"repro-{fault.replace('/', '-')}")
     capsys.readouterr()
     assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(out)]) == 0
     written = sorted(out.glob("*.py"))
@@ -195,7 +200,7 @@ def test_a_failed_check_writes_a_standalone_script(
     tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"sys", "math", "fractions", "torch", "torchao", "pathlib"}, (
+    assert imported <= {"sys", "math", "fractions", "struct", "torch", "torchao", "pathlib"}, (
         imported
     )  # the standard library, torch, torchao
     assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command
@@ -220,8 +225,10 @@ def test_each_script_exits_1_on_its_faulty_stack_and_0_on_the_clean_one(scripts_
     if len(scripts_of_failed_checks) < len(CONTROLS) - ("fp8_scale_doubled" not in scripts_of_failed_checks):
         pytest.skip("the scripts are written by test_a_failed_check_writes_a_standalone_script: run it first")
     scripts = [p for paths in scripts_of_failed_checks.values() for p in paths]
-    groups = _compatible(list(scripts_of_failed_checks))
-    runs = [(g, [p for f in g for p in scripts_of_failed_checks[f]]) for g in groups]
+    by_fault: dict[str, list[Path]] = {}
+    for control, paths in scripts_of_failed_checks.items():
+        by_fault.setdefault(control.split("/")[0], []).extend(paths)
+    runs = [(g, [p for f in g for p in by_fault[f]]) for g in _compatible(list(by_fault))]
     *faulty_runs, (clean, said_clean) = _exit_statuses([*runs, ([], scripts)])
     faulty = {k: v for codes, _ in faulty_runs for k, v in codes.items()}
     said_faulty = "".join(said for _, said in faulty_runs)

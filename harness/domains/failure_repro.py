@@ -8,11 +8,13 @@ and draws nothing: it loads the very inputs the check failed on, so it shows the
 the same stack. Its last line prints measured against allowed and exits 1 while the defect is
 present (``measured > allowed``, or not a number), 0 once fixed, 2 if it could not run.
 
-Families, one builder each: an op against float64 (autocast numerics), one aten op of a training
-step against itself in float64, a loss-scaler trace against the scaler's rule, fp8 scales and
-casts to a format against their exact definitions, and (``harness.domains.compiled.runs.repro_of``)
-the compiled probe block. A check of another kind records no reproduction; ``amp-harness repro``
-says so and prints the rerun command.
+Families, one builder each: an op against float64 (autocast numerics), captured calls under
+autocast against their expected dtypes, the hand-cast run or PyTorch's lists (autocast policy,
+with :mod:`harness.domains.call_capture`), one aten op of a training step against itself in
+float64, a loss-scaler trace or the state machine's rules against the scaler's rule, fp8 scales,
+casts and format limits against their exact definitions, and
+(``harness.domains.compiled.runs.repro_of``) the compiled probe block. A check of another kind
+records no reproduction; ``amp-harness repro`` says so and prints the rerun command.
 """
 
 from __future__ import annotations
@@ -570,3 +572,137 @@ allowed = 0"""
 
 def _float_src(x: float) -> str:
     return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
+
+
+def _dict_src(d: Mapping[str, Any]) -> str:
+    """A dict of plain values as source (inf and NaN included)."""
+    items = (f"{k!r}: {_float_src(v) if isinstance(v, float) else repr(v)}" for k, v in d.items())
+    return "{" + ", ".join(items) + "}"
+
+
+def scaler_rules(
+    what: str, scaler_cls: str, transcript: Sequence[tuple[str, Mapping[str, Any]]], cap_growth: bool
+) -> FailureRepro | None:
+    """The GradScaler state machine's failing example, its rules replayed in order on the scaler
+    suite's model, against the scaler rule written out (torch semantics, float32-faithful): after
+    every rule the scale and growth tracker, and after every step with inf/NaN the parameters and
+    optimizer state left bit-identical. None when ``scaler_cls`` cannot be imported standalone or
+    the transcript does not start with the machine's setup."""
+    module, _, qualname = scaler_cls.rpartition(".")
+    if not module.startswith("torch") or "<" in qualname or not transcript or transcript[0][0] != "setup":
+        return None
+    rules = ",\n".join(f"    ({name!r}, {_dict_src(args)})" for name, args in transcript)
+    group = (
+        'import torch.distributed as dist\n\ndist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)\n'
+        if "Sharded" in qualname
+        else ""
+    )
+    code = f"""import struct
+
+import {module}
+{group}
+# the failing example hypothesis found: the machine's rules in the order they ran
+RULES = [
+{rules},
+]
+CAP_GROWTH = {cap_growth!r}  # a growth overflowing float32 is not applied (torch semantics)
+
+
+def f32(x):  # a Python float rounded to float32, to nearest; beyond its range: inf
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def rule_update(scale, tracker, found_inf, cfg):  # reference: torch's loss-scaling rule, written out
+    if found_inf:
+        return f32(scale * cfg["backoff"]), 0
+    if tracker + 1 == cfg["growth_interval"]:
+        grown = f32(scale * cfg["growth"])
+        return (grown if math.isfinite(grown) or not CAP_GROWTH else scale), 0
+    return scale, tracker + 1
+
+
+def optimizer(kind, params):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+
+
+def state(opt):
+    return [v.clone() if torch.is_tensor(v) else torch.tensor(float(v)) for s in opt.state_dict()["state"].values() for _, v in sorted(s.items())]
+
+
+def same(a, b):
+    return len(a) == len(b) and all(x.shape == y.shape and bool(((x == y) | (x.isnan() & y.isnan())).all()) for x, y in zip(a, b))
+
+
+measured = 0
+for n, (name, a) in enumerate(RULES):
+    if name == "setup":
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4), torch.nn.Linear(4, 1))
+        params = list(model.parameters())
+        opts = [optimizer(a["opt_kind"], p) for p in ([params[:2], params[2:]] if a["two_optimizers"] else [params])]
+        x = torch.randn(16, 6, generator=torch.Generator().manual_seed(1))
+        y = torch.randn(16, 1, generator=torch.Generator().manual_seed(2))
+        cfg = dict(growth=a["growth"], backoff=a["backoff"], growth_interval=a["growth_interval"])
+        init = 2.0 ** a["init_exp"]
+        scaler = {scaler_cls}("cpu", init_scale=init, growth_factor=a["growth"], backoff_factor=a["backoff"], growth_interval=a["growth_interval"])
+        scale, tracker = f32(init), 0
+    elif name == "set_scale":
+        value = 2.0 ** a["exponent"]
+        scaler.update(torch.tensor(value) if a["as_tensor"] else value)
+        scale = f32(value)  # update(new_scale): the scale replaced, the tracker kept
+    elif name == "reload_into_a_fresh_scaler":
+        fresh = {scaler_cls}("cpu")
+        fresh.load_state_dict(scaler.state_dict())
+        scaler = fresh
+    elif name == "change_growth_interval":
+        scaler.set_growth_interval(a["interval"])
+        cfg["growth_interval"] = a["interval"]
+    else:  # a step: backward (micro-batches), maybe a gradient made inf/NaN, maybe clipping or a misuse
+        for o in opts:
+            o.zero_grad(set_to_none=False)
+        k = a.get("micro_batches", 1)
+        for i in range(k):
+            scaler.scale(torch.nn.functional.mse_loss(model(x[i::k]), y[i::k]) / k).backward()
+        if name == "overflow_step":
+            params[a["index"]].grad.view(-1)[0] = a["value"]
+        if name == "accumulated_step" and a["overflow"]:
+            params[0].grad.view(-1)[0] = math.inf
+        found = [any(not bool(p.grad.isfinite().all()) for p in o.param_groups[0]["params"]) for o in opts]
+        before = [([p.detach().clone() for p in o.param_groups[0]["params"]], state(o)) for o in opts]
+        if name == "clipped_step":
+            for o in opts:
+                scaler.unscale_(o)
+            torch.nn.utils.clip_grad_norm_(params, a["max_norm"])
+        if name == "documented_misuse_raises":
+            m = a["misuse"]
+            if m == "unscale_twice":
+                scaler.unscale_(opts[0])
+            if m in ("unscale_after_step", "step_twice"):
+                scaler.step(opts[0])
+            try:
+                scaler.unscale_(opts[0]) if m in ("unscale_twice", "unscale_after_step") else scaler.step(opts[0], **({{"closure": lambda: None}} if m == "closure" else {{}}))
+            except RuntimeError:
+                pass
+            for o in opts:
+                if m == "closure" or o is not opts[0] or m == "unscale_twice":
+                    scaler.step(o)
+        else:
+            for o in opts:
+                scaler.step(o)
+        scaler.update()
+        scale, tracker = rule_update(scale, tracker, any(found), cfg)
+        for o, inf, (p0, s0) in zip(opts, found, before):
+            if inf and name != "documented_misuse_raises" and not (same([p.detach() for p in o.param_groups[0]["params"]], p0) and same(state(o), s0)):
+                print(f"rule {{n}} {{name}} {{a}}: a step with inf/NaN gradients changed parameters or optimizer state")
+                measured += 1
+    got, want = (scaler.get_scale(), scaler._get_growth_tracker()), (scale, tracker)
+    if got != want:
+        print(f"rule {{n}} {{name}} {{a}}: scaler (scale, growth tracker) = {{got}}, the rule gives {{want}}")
+        measured += 1
+allowed = 0  # rules after which the scaler is unlike the rule"""
+    return FailureRepro("scaler", what, code, "exact: the rule is float32-faithful, the trace deterministic")

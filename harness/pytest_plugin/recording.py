@@ -184,10 +184,19 @@ class Recorder:
         if missed:
             raise AssertionError("\n".join(explain(r) for r in missed))
 
-    def require_run(self, metric: str, criterion: str, run: Callable[[], object], **kw: Any) -> None:
+    def require_run(
+        self,
+        metric: str,
+        criterion: str,
+        run: Callable[[], object],
+        *,
+        repro: Callable[[BaseException], FailureRepro | None] | None = None,
+        **kw: Any,
+    ) -> None:
         """Run ``run`` (a hypothesis state machine, a model-based test) as one claim: PASS when it
         returns, FAIL when it raises, the row carrying the error's first lines (what diverged,
-        where). The test fails with the same explanation, chained to the error.
+        where). The test fails with the same explanation, chained to the error. ``repro``, called
+        with the error, returns what reproduces it without the harness.
 
         Example::
 
@@ -203,7 +212,7 @@ class Recorder:
                 metric, 1, False, criterion, detail=lines[:12], expected=0, allowance=0, unit="errors"
             )
             tags = {**(kw.pop("tags", None) or {}), "failure": "\n".join(lines[:12])}
-            self.result(claim, tags=tags, **kw)
+            self.result(claim, tags=tags, repro=None if repro is None else repro(exc), **kw)
             raise AssertionError(explain(claim)) from exc
         self.result(compare_claim(metric, 0, True, criterion, expected=0, allowance=0, unit="errors"), **kw)
 

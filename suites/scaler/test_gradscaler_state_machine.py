@@ -30,6 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from harness.domains.failure_repro import scaler_rules
 from harness.domains.scaling import clipping
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.optimizers import same_bits
@@ -69,8 +70,20 @@ def _bitwise(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 def build_machine(
-    device: torch.device, scaler_cls: type[torch.amp.GradScaler], counts: Counter[str]
+    device: torch.device,
+    scaler_cls: type[torch.amp.GradScaler],
+    counts: Counter[str],
+    transcript: list[tuple[str, dict[str, object]]] | None = None,
 ) -> type[RuleBasedStateMachine]:
+    """The machine; ``transcript`` receives each example's rules as they run (the last example
+    run is the failing one hypothesis replays), for a standalone reproduction."""
+    log = transcript if transcript is not None else []
+
+    def ran(rule_name: str, **args: object) -> None:
+        if rule_name == "setup":
+            log.clear()
+        log.append((rule_name, args))
+
     class GradScalerMachine(RuleBasedStateMachine):
         @initialize(
             growth_interval=st.integers(1, 4),
@@ -81,6 +94,15 @@ def build_machine(
             two_optimizers=st.booleans(),
         )
         def setup(self, growth_interval, init_exp, growth, backoff, opt_kind, two_optimizers):
+            ran(
+                "setup",
+                growth_interval=growth_interval,
+                init_exp=init_exp,
+                growth=growth,
+                backoff=backoff,
+                opt_kind=opt_kind,
+                two_optimizers=two_optimizers,
+            )
             torch.manual_seed(0)
             self.model = torch.nn.Sequential(
                 torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4), torch.nn.Linear(4, 1)
@@ -196,12 +218,14 @@ def build_machine(
         @rule()
         def clean_step(self):
             counts["clean_step"] += 1
+            ran("clean_step")
             self._backward()
             self._step_and_check()
 
         @rule(index=st.integers(0, 5), value=st.sampled_from([math.inf, -math.inf, math.nan]))
         def overflow_step(self, index, value):
             counts["overflow_step"] += 1
+            ran("overflow_step", index=index, value=value)
             self._backward()
             self._corrupt(index, value)
             self._step_and_check()
@@ -209,12 +233,14 @@ def build_machine(
         @rule(max_norm=st.sampled_from([1e-3, 0.1, 10.0]))
         def clipped_step(self, max_norm):
             counts["clipped_step"] += 1
+            ran("clipped_step", max_norm=max_norm)
             self._backward()
             self._step_and_check(clip=max_norm)
 
         @rule(micro_batches=st.integers(2, 4), overflow=st.booleans())
         def accumulated_step(self, micro_batches, overflow):
             counts["accumulated_step"] += 1
+            ran("accumulated_step", micro_batches=micro_batches, overflow=overflow)
             self._backward(micro_batches)
             if overflow:
                 self._corrupt(0, math.inf)
@@ -224,6 +250,7 @@ def build_machine(
         @rule(exponent=st.integers(-4, 30), as_tensor=st.booleans())
         def set_scale(self, exponent, as_tensor):
             counts["set_scale"] += 1
+            ran("set_scale", exponent=exponent, as_tensor=as_tensor)
             value = 2.0**exponent
             self.scaler.update(torch.tensor(value, device=device) if as_tensor else value)
             self.ref = scaling.set_scale(self.ref, value)
@@ -232,6 +259,7 @@ def build_machine(
         @rule()
         def reload_into_a_fresh_scaler(self):
             counts["reload"] += 1
+            ran("reload_into_a_fresh_scaler")
             fresh = scaler_cls(device.type)
             fresh.load_state_dict(self.scaler.state_dict())
             self.scaler = fresh
@@ -242,12 +270,14 @@ def build_machine(
         @rule(interval=st.integers(1, 4))
         def change_growth_interval(self, interval):
             counts["growth_interval"] += 1
+            ran("change_growth_interval", interval=interval)
             self.scaler.set_growth_interval(interval)
             self.cfg = scaling.replace(self.cfg, growth_interval=interval)
 
         @rule(misuse=st.sampled_from(["unscale_twice", "unscale_after_step", "step_twice", "closure"]))
         def documented_misuse_raises(self, misuse):
             counts[f"misuse:{misuse}"] += 1
+            ran("documented_misuse_raises", misuse=misuse)
             self._backward()
             overflowed = any(self._found_inf())  # near the top of float32 a scaled loss overflows by itself
             opt = self.opts[0]
@@ -299,7 +329,8 @@ def build_machine(
 
 def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_factory, amp_record):
     counts: Counter[str] = Counter()
-    machine = build_machine(amp_device, scaler_factory, counts)
+    transcript: list[tuple[str, dict[str, object]]] = []
+    machine = build_machine(amp_device, scaler_factory, counts, transcript)
     amp_record.require_run(
         "rules_run",
         "model-based test of torch.amp.GradScaler against harness.domains.scaling.reference (torch): every rule's "
@@ -307,6 +338,7 @@ def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_facto
         lambda: run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS)),
         device=amp_device,
         tags=counts,
+        repro=lambda error: _rules_repro(error, scaler_factory, amp_device, transcript),
     )
     exercised = {
         "overflow_and_clean_steps": (
@@ -329,6 +361,22 @@ def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_facto
             for what, (held, criterion) in exercised.items()
         ],
         device=amp_device,
+    )
+
+
+#: The failures the standalone script judges (the machine's others: clipping, taken steps, misuse).
+SCRIPTED = ("scaler (scale, growth_tracker)", "a skipped step changed")
+
+
+def _rules_repro(error, scaler_cls, device, transcript):
+    """The failing example's rules as a script, when what failed is what the script judges."""
+    if device.type != "cpu" or not any(s in str(error) for s in SCRIPTED):
+        return None
+    return scaler_rules(
+        f"{scaler_cls.__name__}'s scale, growth tracker and skipped steps through the failing example's rules",
+        f"{scaler_cls.__module__}.{scaler_cls.__qualname__}",
+        transcript,
+        cap_growth=not UNCAPPED.applies(torch.__version__, scaler_cls, device.type),
     )
 
 
