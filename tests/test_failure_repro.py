@@ -237,22 +237,47 @@ def test_each_script_exits_1_on_its_faulty_stack_and_0_on_the_clean_one(scripts_
     assert all(clean[str(p)] == 0 for p in scripts), (clean, said_clean)
 
 
+#: compiled fault -> (suite file, -k selection, the failed test, what its script prints)
+COMPILED_CONTROLS = {
+    "compile_rounding_softmax": (
+        "compiled/test_compiled_numerics.py",
+        "eager_error_plus and bf16",
+        "*eager_error_plus_the_rounding_budget[[]cpu-bf16]",
+        "forward.softmax",
+    ),
+    "compile_softmax_in_float32": (
+        "compiled/test_compiled_policy.py",
+        "eager_dtypes and bf16",
+        "*has_eager_dtypes_at_every_stage_and_gradient[[]cpu-bf16]",
+        "forward.softmax: compiled torch.float32, eager torch.bfloat16",
+    ),
+    "compile_region_in_low_precision": (
+        "compiled/test_compiled_policy.py",
+        "stays_fp32_in_the_compiled_forward and bf16",
+        "*stays_fp32_in_the_compiled_forward[[]cpu-bf16]",
+        "forward.out: compiled torch.bfloat16, eager torch.float32",
+    ),
+}
+
+
 @pytest.mark.amp_thorough  # compiles the probe block three times: in the suite, then in each interpreter
+@pytest.mark.parametrize("fault", list(COMPILED_CONTROLS))
 def test_a_failed_compiled_checks_script_exits_1_on_the_faulty_compiler_and_0_on_inductor(
-    pytester, suite_copy, tmp_path, capsys
+    fault, pytester, suite_copy, tmp_path, capsys
 ):
-    suite_copy("compiled/test_compiled_numerics.py")
-    inject(pytester, "", patches=PATCHES["compile_rounding_softmax"], imports=("faults.stacks", "torch"))
-    run = run_inner(pytester, "-k", "eager_error_plus and bf16", f"--amp-report-dir={pytester.path / 'out'}")
-    assert_caught(run, "*eager_error_plus_the_rounding_budget[[]cpu-bf16]")
+    suite, selection, caught, said = COMPILED_CONTROLS[fault]
+    suite_copy(suite)
+    inject(pytester, "", patches=PATCHES[fault], imports=("faults.stacks", "torch"))
+    run = run_inner(pytester, "-k", selection, f"--amp-report-dir={pytester.path / 'out'}")
+    assert_caught(run, caught)
     capsys.readouterr()
     assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
     scripts = sorted(tmp_path.glob("*.py"))
-    assert len(scripts) == 1 and (tmp_path / f"{scripts[0].stem}.pt").is_file()  # the weights beside it
-    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(
-        [(["compile_rounding_softmax"], scripts), ([], scripts)]
-    )
-    assert faulty[str(scripts[0])] == 1 and "forward.softmax" in said_faulty, said_faulty
+    assert len(scripts) == 1 and (tmp_path / f"{scripts[0].stem}.pt").is_file(), (
+        capsys.readouterr()
+    )  # weights beside it
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses([([fault], scripts), ([], scripts)])
+    assert faulty[str(scripts[0])] == 1 and said in said_faulty, said_faulty
     assert clean[str(scripts[0])] == 0, said_clean
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.domains.compiled import catalogue, runs
+from harness.domains.compiled import catalogue, nested, runs
 from harness.numerics.comparison import compare_data
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
@@ -36,13 +36,17 @@ def test_compiled_amp_has_eager_dtypes_at_every_stage_and_gradient(block_runs, a
         compare_data("compiled block dtypes (stage outputs, gradients)", eager.dtypes(), compiled.observation.dtypes()),
         dtype=amp_dtype,
         device=amp_device,
+        repro=runs.dtypes_repro_of(block_runs, amp_dtype),
     )
 
 
 @pytest.mark.amp_thorough_dtypes("fp16", on="cpu")
 def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_forward(region_runs, amp_device, amp_dtype, amp_record):
     amp_record.require(
-        region_runs.comparison(amp_dtype, runs.DEFAULT).claim("forward"), dtype=amp_dtype, device=amp_device
+        region_runs.comparison(amp_dtype, runs.DEFAULT).claim("forward"),
+        dtype=amp_dtype,
+        device=amp_device,
+        repro=nested.repro_of(region_runs, amp_dtype, runs.DEFAULT, "forward"),
     )
 
 
@@ -59,6 +63,7 @@ def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_backward_traced_
         dtype=amp_dtype,
         device=amp_device,
         tags={"variant": variant.name, "functorch_config": dict(variant.functorch)},
+        repro=nested.repro_of(region_runs, amp_dtype, variant, "grad"),
     )
 
 

@@ -117,6 +117,42 @@ def compile_rounding_softmax(real: Callable[..., Any]) -> Callable[..., Any]:
     return compile
 
 
+def compile_softmax_in_float32(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile`` whose compiled functions return their ``softmax`` stage in float32 where
+    eager gives it in the low-precision dtype (a compiler dropping autocast's choice for one op)."""
+
+    def compile(fn: Any = None, **kwargs: Any) -> Any:
+        compiled = real(fn, **kwargs)
+
+        def run(*args: Any, **kw: Any) -> Any:
+            out = compiled(*args, **kw)
+            if isinstance(out, dict) and "softmax" in out:
+                out = {**out, "softmax": out["softmax"].float()}
+            return out
+
+        return run
+
+    return compile
+
+
+def compile_region_in_low_precision(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile`` whose compiled functions returning ``(h, out)`` give ``out`` in ``h``'s
+    low-precision dtype (autocast leaking into a region that disabled it)."""
+
+    def compile(fn: Any = None, **kwargs: Any) -> Any:
+        compiled = real(fn, **kwargs)
+
+        def run(*args: Any, **kw: Any) -> Any:
+            out = compiled(*args, **kw)
+            if isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
+                return out[0], out[1].to(out[0].dtype)
+            return out
+
+        return run
+
+    return compile
+
+
 #: kept alive while installed: a dispatcher registration lasts as long as its Library
 _LIBRARIES: list[Any] = []
 
@@ -274,6 +310,8 @@ STACKS: dict[str, tuple[str, str]] = {
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
     "finfo_fp16_max_halved": ("torch.finfo", "faults.stacks.finfo_fp16_max_halved"),
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),
+    "compile_softmax_in_float32": ("torch.compile", "faults.stacks.compile_softmax_in_float32"),
+    "compile_region_in_low_precision": ("torch.compile", "faults.stacks.compile_region_in_low_precision"),
 }
 
 

@@ -169,21 +169,15 @@ class BlockRuns:
         return self._compiled[key]
 
 
-def repro_of(block_runs: BlockRuns, dtype: torch.dtype, result: NumericsResult) -> FailureRepro | None:
-    """The standalone reproduction of a failed numerics check of the default variant: the probe
-    block (its source, its weights and inputs saved), eager and ``torch.compile`` (Inductor, what a
-    user gets) under autocast, against float64, each quantity's excess over eager within the budget
-    the harness derived (written into the script with its origin). None for a custom backend."""
+def _block_script(block_runs: BlockRuns, dtype: torch.dtype) -> tuple[str, dict[str, torch.Tensor]]:
+    """The probe block as a script's opening: its source, its saved weights and inputs, and
+    ``eager`` and ``compiled`` (Inductor) observations of every stage and gradient under autocast."""
     import inspect
 
     from harness.domains.compiled import probe
-    from harness.domains.failure_repro import FailureRepro
 
-    if block_runs.backend != "inductor":
-        return None
     state = {k: v.detach() for k, v in block_runs.model.state_dict().items()}
     names = {k: "p_" + k.replace(".", "_") for k in state}
-    allowance = {k: result.budget.allowance[k] for k in result.compiled}
     block = inspect.getsource(probe._identity) + "\n\n" + inspect.getsource(probe.Block)
     code = f"""import copy
 
@@ -218,7 +212,24 @@ def observe(fn, m, x, y, dtype):  # forward under autocast, backward outside it 
 eager = observe(call_block, model, x, y, DTYPE)
 torch._dynamo.reset()
 compiled = observe(torch.compile(call_block), model, x, y, DTYPE)
-ref = observe(call_block, copy.deepcopy(model).double(), x.double(), y, None)  # the float64 reference
+"""
+    tensors = {names[k]: v for k, v in state.items()}
+    tensors.update(x=block_runs.x.detach(), y=block_runs.y.detach())
+    return code, tensors
+
+
+def repro_of(block_runs: BlockRuns, dtype: torch.dtype, result: NumericsResult) -> FailureRepro | None:
+    """The standalone reproduction of a failed numerics check of the default variant: the probe
+    block (its source, its weights and inputs saved), eager and ``torch.compile`` (Inductor, what a
+    user gets) under autocast, against float64, each quantity's excess over eager within the budget
+    the harness derived (written into the script with its origin). None for a custom backend."""
+    from harness.domains.failure_repro import FailureRepro
+
+    if block_runs.backend != "inductor":
+        return None
+    opening, tensors = _block_script(block_runs, dtype)
+    allowance = {k: result.budget.allowance[k] for k in result.compiled}
+    code = f"""{opening}ref = observe(call_block, copy.deepcopy(model).double(), x.double(), y, None)  # the float64 reference
 
 
 def error(v, k):  # max |v - fp64| / max |fp64|
@@ -236,14 +247,38 @@ for k in sorted(ratios, key=lambda k: -ratios[k])[:4]:
     print(f"{{k}}: compiled error {{error(compiled[k], k):.3g}}, eager {{error(eager[k], k):.3g}}, ({{ratios[k]:.3g}}x its budget)")
 measured = ratios[worst]  # the worst quantity's excess over eager, in units of its budget
 allowed = 1.0"""
-    tensors = {names[k]: v for k, v in state.items()}
-    tensors.update(x=block_runs.x.detach(), y=block_runs.y.detach())
     return FailureRepro(
         "compiled",
         f"torch.compile (Inductor) of the probe block under {dtype} autocast: every stage and gradient's error "
         "against float64 beyond eager's, over its budget",
         code,
         "one low-precision rounding per op boundary, propagated in float64 (harness/domains/compiled/budget.py)",
+        tensors,
+        device=str(block_runs.device),
+    )
+
+
+def dtypes_repro_of(block_runs: BlockRuns, dtype: torch.dtype) -> FailureRepro | None:
+    """The standalone reproduction of a failed dtype check: every stage output and gradient of the
+    compiled (Inductor) probe block against eager's dtype. None for a custom backend."""
+    from harness.domains.failure_repro import FailureRepro
+
+    if block_runs.backend != "inductor":
+        return None
+    opening, tensors = _block_script(block_runs, dtype)
+    code = f"""{opening}
+# reference: eager's dtypes (autocast's policy, as eager applies it)
+differ = [k for k in eager if k not in compiled or compiled[k].dtype != eager[k].dtype]
+for k in differ:
+    print(f"{{k}}: compiled {{compiled[k].dtype if k in compiled else 'missing'}}, eager {{eager[k].dtype}}")
+measured = len(differ)  # stages and gradients whose dtype differs from eager's
+allowed = 0"""
+    return FailureRepro(
+        "compiled",
+        f"torch.compile (Inductor) of the probe block under {dtype} autocast: every stage and gradient's dtype "
+        "against eager's",
+        code,
+        "exact: compiled AMP keeps autocast's dtypes",
         tensors,
         device=str(block_runs.device),
     )
