@@ -706,3 +706,29 @@ for n, (name, a) in enumerate(RULES):
         measured += 1
 allowed = 0  # rules after which the scaler is unlike the rule"""
     return FailureRepro("scaler", what, code, "exact: the rule is float32-faithful, the trace deterministic")
+
+
+def product_against_float64(
+    what: str,
+    product: str,
+    tensors: Mapping[str, torch.Tensor],
+    bound: torch.Tensor,
+    floor_db: float,
+    origin: str,
+    *,
+    needs: tuple[str, ...] = ("torch",),
+    device: str = "cpu",
+) -> FailureRepro:
+    """A low-precision matrix product (``product``: source setting ``got``, and ``ref``, the same
+    product of the high-precision operands in float64) held to an element-wise ``bound`` (saved)
+    and an SQNR floor, both derived by the check from the operands' formats and scales."""
+    code = f"""{product}
+ref = ref.double().to(got.device)
+worst = float(((got.double() - ref).abs() / bound.double()).max())  # the worst element, in units of its bound
+signal, noise = float(ref.pow(2).sum()), float((got.double() - ref).pow(2).sum())
+sqnr_db = 10 * math.log10(signal / noise) if noise > 0 else math.inf
+FLOOR_DB = {floor_db!r}  # the SQNR the formats allow at least (standard model of rounding error)
+print(f"worst element {{worst:.3g}} x its bound; SQNR {{sqnr_db:.2f}} dB, floor {{FLOOR_DB:.2f}} dB")
+measured = max(worst, FLOOR_DB / sqnr_db if sqnr_db > 0 else math.inf)  # each at most 1 when within budget
+allowed = 1.0"""
+    return FailureRepro("fp8", what, code, origin, {**tensors, "bound": bound.detach()}, needs, device)

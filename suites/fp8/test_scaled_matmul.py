@@ -17,7 +17,8 @@ import dataclasses
 import pytest
 import torch
 
-from harness.domains.fp8 import recipes
+from harness.domains.failure_repro import product_against_float64
+from harness.domains.fp8 import adapters, recipes
 from harness.domains.fp8.adapters import import_torchao
 from harness.domains.fp8.conformance import scale_shape
 from harness.domains.fp8.matmul import Operand, budget, sqnr
@@ -47,15 +48,24 @@ def _scale_tensor(x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
     return torch.tensor(scales(x.tolist(), spec), dtype=torch.float64).reshape(scale_shape(*x.shape, spec))
 
 
-def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, tags=None):
+def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, tags=None, script=None):
+    """``script``: (what, source setting ``got`` and ``ref``, its tensors, what it needs), for the
+    standalone reproduction of a failure."""
     ref = a.values @ b.values
     bud = budget(a, b, out=out_fmt)
-    amp_record.require(compare_within(name, actual, ref, bud.bound, bud.origin), device=device, tags=tags)
+    repro = None
+    if script is not None:
+        what, product, tensors, needs = script
+        repro = product_against_float64(
+            what, product, tensors, bud.bound, bud.sqnr_floor_db, bud.origin, needs=needs, device=str(device)
+        )
+    amp_record.require(compare_within(name, actual, ref, bud.bound, bud.origin), device=device, tags=tags, repro=repro)
     measured = sqnr(actual.cpu(), ref)
     amp_record.require(
         compare_bound(f"{name}.sqnr_shortfall_db", max(0.0, bud.sqnr_floor_db - measured), 0.0, bud.origin, unit="dB"),
         device=device,
         tags={**(tags or {}), "sqnr_db": round(measured, 2), "floor_db": round(bud.sqnr_floor_db, 2)},
+        repro=repro,
     )
     amp_record(f"{name}.sqnr_db", measured, unit="dB", device=device, note=f"floor {bud.sqnr_floor_db:.1f} dB")
 
@@ -82,7 +92,17 @@ def test_scaled_mm_is_within_its_error_budget_and_sqnr_floor(
     a64, b64 = a.double(), b.double().t()
     opa = Operand(a64, spec_a.fmt, _scale_tensor(a, spec_a))
     opb = Operand(b64, spec_b.fmt, _scale_tensor(b, spec_b).t())
-    _judge(amp_record, f"scaled_mm.{pair}.{out_dtype}", c, opa, opb, format_of(out_dtype), amp_device)
+    script = None
+    if isinstance(fp8_scaling_under_test, adapters.TorchaoScaling):  # a user's scaling cannot run in a script
+        script = (
+            f"torch._scaled_mm of fp8 operands ({pair}, {out_dtype} out) against float64",
+            f"got = torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.{out_dtype})\n"
+            "# reference: the product of the operands before their casts, in float64\n"
+            "ref = a.double() @ b.double().t()",
+            {"qa": qa, "qb": qb, "inv_a": inv_a, "inv_b": inv_b, "a": a, "b": b},
+            ("torch",),
+        )
+    _judge(amp_record, f"scaled_mm.{pair}.{out_dtype}", c, opa, opb, format_of(out_dtype), amp_device, script=script)
     # context: the same product under bf16 autocast, against the same float64 reference
     with torch.autocast(amp_device.type, dtype=torch.bfloat16):
         eager = a.to(amp_device) @ b.to(amp_device).t()
@@ -133,7 +153,28 @@ def test_float8_linear_output_and_gradients_are_within_budget(name, fp8_torchao,
     tags = {"recipe": name, "matmul": "torchao emulated" if missing else "torch._scaled_mm"}
     if missing is not None:
         amp_record(f"float8_linear.{name}.matmul_emulated", True, device=amp_device, tags=tags, note=missing)
+    references = {
+        "output": "x.double() @ w.double().t()",
+        "grad_input": "go.double() @ w.double()",
+        "grad_weight": "go.double().t() @ x.double()",
+    }
     for gemm, (actual, a, b) in gemms.items():
+        product = f"""import dataclasses
+
+from torchao import float8
+
+config = float8.Float8LinearConfig.from_recipe_name({name!r})
+config = dataclasses.replace(config, emulate={missing is not None!r})  # emulated: no fp8 matmul kernel here
+lin = torch.nn.Linear({K}, {N}, bias=False)
+with torch.no_grad():
+    lin.weight.copy_(w)
+f8 = float8.convert_to_float8_training(torch.nn.Sequential(lin), config=config).to(x.device)
+xd = x.clone().requires_grad_(True)
+y = f8(xd)
+y.backward(go)
+got = {{"output": y.detach(), "grad_input": xd.grad, "grad_weight": f8[0].weight.grad}}[{gemm!r}]
+# reference: the same product of the high-precision operands, in float64
+ref = {references[gemm]}"""
         _judge(
             amp_record,
             f"float8_linear.{name}.{gemm}",
@@ -143,6 +184,12 @@ def test_float8_linear_output_and_gradients_are_within_budget(name, fp8_torchao,
             FP32,
             amp_device,
             tags,
+            script=(
+                f"torchao Float8Linear ({name}) {gemm} against float64",
+                product,
+                {"x": x, "w": w, "go": go},
+                ("torch", "torchao"),
+            ),
         )
     with torch.autocast(amp_device.type, dtype=torch.bfloat16):
         eager = lin.to(amp_device)(x.to(amp_device))
