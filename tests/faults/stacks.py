@@ -98,59 +98,50 @@ def finfo_fp16_max_halved(real: Callable[..., Any]) -> Callable[..., Any]:
     return finfo
 
 
-def compile_rounding_softmax(real: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.compile`` whose compiled functions return a ``softmax`` stage kept to 4 significand
-    bits (a compiler losing precision in one stage; eager is untouched)."""
+def _compiled_returning(transform: Callable[[Any], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A ``torch.compile`` fault: compiled functions return ``transform`` of what they computed
+    (eager is untouched)."""
 
-    def compile(fn: Any = None, **kwargs: Any) -> Any:
-        compiled = real(fn, **kwargs)
+    def factory(real: Callable[..., Any]) -> Callable[..., Any]:
+        def compile(fn: Any = None, **kwargs: Any) -> Any:
+            compiled = real(fn, **kwargs)
+            return lambda *args, **kw: transform(compiled(*args, **kw))
 
-        def run(*args: Any, **kw: Any) -> Any:
-            out = compiled(*args, **kw)
-            if isinstance(out, dict) and "softmax" in out:
-                m, e = torch.frexp(out["softmax"].detach().float())
-                out = {**out, "softmax": torch.ldexp(torch.round(m * 16) / 16, e).to(out["softmax"].dtype)}
-            return out
+        return compile
 
-        return run
-
-    return compile
+    return factory
 
 
-def compile_softmax_in_float32(real: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.compile`` whose compiled functions return their ``softmax`` stage in float32 where
-    eager gives it in the low-precision dtype (a compiler dropping autocast's choice for one op)."""
-
-    def compile(fn: Any = None, **kwargs: Any) -> Any:
-        compiled = real(fn, **kwargs)
-
-        def run(*args: Any, **kw: Any) -> Any:
-            out = compiled(*args, **kw)
-            if isinstance(out, dict) and "softmax" in out:
-                out = {**out, "softmax": out["softmax"].float()}
-            return out
-
-        return run
-
-    return compile
+def _softmax_to_4_bits(out: Any) -> Any:
+    if isinstance(out, dict) and "softmax" in out:
+        m, e = torch.frexp(out["softmax"].detach().float())
+        out = {**out, "softmax": torch.ldexp(torch.round(m * 16) / 16, e).to(out["softmax"].dtype)}
+    return out
 
 
-def compile_region_in_low_precision(real: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.compile`` whose compiled functions returning ``(h, out)`` give ``out`` in ``h``'s
-    low-precision dtype (autocast leaking into a region that disabled it)."""
+#: ``torch.compile`` returning a ``softmax`` stage kept to 4 significand bits (a compiler losing
+#: precision in one stage)
+compile_rounding_softmax = _compiled_returning(_softmax_to_4_bits)
 
-    def compile(fn: Any = None, **kwargs: Any) -> Any:
-        compiled = real(fn, **kwargs)
 
-        def run(*args: Any, **kw: Any) -> Any:
-            out = compiled(*args, **kw)
-            if isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
-                return out[0], out[1].to(out[0].dtype)
-            return out
+def _softmax_in_float32(out: Any) -> Any:
+    return {**out, "softmax": out["softmax"].float()} if isinstance(out, dict) and "softmax" in out else out
 
-        return run
 
-    return compile
+#: ``torch.compile`` returning the ``softmax`` stage in float32 where eager gives it in the
+#: low-precision dtype (a compiler dropping autocast's choice for one op)
+compile_softmax_in_float32 = _compiled_returning(_softmax_in_float32)
+
+
+def _region_out_in_low_precision(out: Any) -> Any:
+    if isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
+        return out[0], out[1].to(out[0].dtype)
+    return out
+
+
+#: ``torch.compile`` whose functions returning ``(h, out)`` give ``out`` in ``h``'s low-precision
+#: dtype (autocast leaking into a region that disabled it)
+compile_region_in_low_precision = _compiled_returning(_region_out_in_low_precision)
 
 
 #: kept alive while installed: a dispatcher registration lasts as long as its Library
@@ -174,25 +165,24 @@ def lossy_gelu(bits: int = 3) -> Callable[..., torch.Tensor]:
 
 def register_lossy_gelu(bits: int = 3) -> Any:
     """:func:`lossy_gelu` as aten::gelu's CPU kernel while the returned Library lives."""
+    return _kernel("gelu", lossy_gelu(bits), "CPU")
+
+
+def _kernel(op: str, kernel: Callable[..., Any], key: str) -> Any:
+    """``kernel`` as ``op``'s kernel for dispatch ``key`` while the returned Library lives."""
     import warnings
 
     lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the point
-        lib.impl("gelu", lossy_gelu(bits), "CPU")  # type: ignore[no-untyped-call]
+        lib.impl(op, kernel, key)  # type: ignore[no-untyped-call]
     return lib
 
 
 def _autocast_kernel(op: str, kernel: Callable[..., Any]) -> Any:
     """``kernel`` as ``op``'s AutocastCPU kernel while the returned Library lives: a fault below
     every Python API, where autocast itself decides (a captured call replays into it)."""
-    import warnings
-
-    lib = torch.library.Library("aten", "IMPL")  # type: ignore[no-untyped-call]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the point
-        lib.impl(op, kernel, "AutocastCPU")  # type: ignore[no-untyped-call]
-    return lib
+    return _kernel(op, kernel, "AutocastCPU")
 
 
 def register_layer_norm_autocast_lowp() -> Any:
