@@ -19,6 +19,10 @@
   for a :class:`CastSpec`), checked bit for bit against the recipe specifications by the fp8 suite
   (return your adapter from an ``fp8_scaling_under_test`` fixture), or in a test of your own with
   :func:`check_fp8_scaling`; :class:`TorchaoScaling` is torchao's.
+* Your MX or NVFP4 quantiser: :class:`BlockScaling` (the bits and values of a 2-D tensor for a
+  :class:`BlockSpec`, with :class:`BlockQuantized`), checked bit for bit by the fp8 suite (return it
+  from a ``block_scaling_under_test`` fixture) or with :func:`check_block_scaling`;
+  :class:`TorchaoBlockScaling` is torchao's, :class:`TorchBlockScaling` the harness's plain-torch NVFP4.
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
   and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
@@ -31,6 +35,13 @@ Anything else under ``harness`` is internal and may change between releases.
 
 from harness.domains.failure_repro import FailureRepro, op_against_float64
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
+from harness.domains.fp8.blockscaled import (
+    BlockQuantized,
+    BlockScaling,
+    TorchaoBlockScaling,
+    TorchBlockScaling,
+    check_block_scaling,
+)
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
 from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
@@ -65,6 +76,7 @@ from harness.domains.training.overflow import judge as judge_overflow
 from harness.domains.training.overflow import run as plant_overflows
 from harness.domains.training.result import Checked, TrainingCheckFailed, TrainingResult
 from harness.domains.training.result import Kind as VerdictKind
+from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.comparison import (
     compare_bits,
     compare_bound,
@@ -100,6 +112,9 @@ __all__ = [
     "LANE_FACTOR",
     "SCALER_ADAPTERS",
     "AmpLane",
+    "BlockQuantized",
+    "BlockScaling",
+    "BlockSpec",
     "CastSpec",
     "Checked",
     "ConfigurationDeclined",
@@ -121,12 +136,15 @@ __all__ = [
     "ScalingCheck",
     "Setup",
     "Tolerance",
+    "TorchBlockScaling",
     "TorchDelayedScaling",
+    "TorchaoBlockScaling",
     "TorchaoScaling",
     "TrainingCheckFailed",
     "TrainingResult",
     "VerdictKind",
     "Workload",
+    "check_block_scaling",
     "check_fp8_scaling",
     "check_lane",
     "check_parity",

@@ -55,11 +55,17 @@ def _run(
     *files: str,
     scaling: str = "faults.fp8.TorchaoScaling()",
     cast: str = "faults.casts.correct",
+    block: str = "faults.fp8.TorchaoBlockScaling()",
     args=(),
     **patches: str,
 ):
     suite_copy(*files, conftest=False)
-    fixtures = {**FIXTURES, "fp8_cast_under_test": cast, "fp8_scaling_under_test": scaling}
+    fixtures = {
+        **FIXTURES,
+        "fp8_cast_under_test": cast,
+        "fp8_scaling_under_test": scaling,
+        "block_scaling_under_test": block,
+    }
     # the modules to import for each patched attribute (a class's module where its owner is a class)
     owners = tuple(
         sorted({".".join(p for p in t.rpartition(".")[0].split(".") if not p[:1].isupper()) for t in patches})
@@ -240,6 +246,63 @@ def test_a_torchao_that_fixed_a_registered_finding_fails_as_appears_fixed(pytest
     )
     assert_caught(run, "*::test_registered_fp8_findings_match_what_this_torchao_does[[]torchao-pow2-scale-rounds-up]")
     run.stdout.fnmatch_lines(["*appears fixed in torchao*remove*KNOWN_ISSUES in harness/domains/fp8/known_issues.py*"])
+
+
+def test_a_torchao_that_guards_the_nvfp4_zero_tensor_fails_as_appears_fixed(pytester, suite_copy):
+    """The zero-tensor finding, fixed the way TransformerEngine guards it: the registry check says
+    "appears fixed", and the block-scaling zero check passes without the finding's excuse."""
+    run = _run(
+        pytester,
+        suite_copy,
+        SCALING,
+        BLOCK,
+        args=("-k", "registered or zeros"),
+        **{"torchao.prototype.mx_formats.nvfp4_tensor.per_tensor_amax_to_scale": "faults.fp8.nvfp4_zero_guarded"},
+    )
+    assert_caught(run, "*::test_registered_fp8_findings_match_what_this_torchao_does[[]torchao-nvfp4-zero-tensor-nan]")
+    zero = [r for r in run.rows if r["metric"] == "nvfp4.zero_tensor_nonzero_values"]
+    assert [r["outcome"] for r in zero] == ["pass"], zero
+
+
+# -- block-scaled recipes (MX, NVFP4) ---------------------------------------------------------------------
+BLOCK = "fp8/test_block_scaling.py"
+BLOCK_EXACT = "test_block_scaled_bits_equal_the_exact_reference"
+
+
+def test_torchaos_block_quantisers_pass_and_the_zero_tensor_is_a_known_finding(pytester, suite_copy):
+    run = _run(pytester, suite_copy, BLOCK)
+    assert_clean(run, at_least=10)
+    zero = {r["metric"]: r["outcome"] for r in run.rows if r["metric"].endswith("zero_tensor_nonzero_values")}
+    assert (
+        zero["nvfp4.zero_tensor_nonzero_values"] == "known" and zero["mxfp8-rceil.zero_tensor_nonzero_values"] == "pass"
+    )
+
+
+def test_a_block_scale_one_binade_high_fails_the_block_checks(pytester, suite_copy):
+    run = _run(pytester, suite_copy, BLOCK, block="faults.fp8.BlockScaleOneBinadeHigh()")
+    assert_caught(run, f"*::{BLOCK_EXACT}[[]mxfp8-rceil]", f"*::{BLOCK_EXACT}[[]nvfp4]")
+    run.stdout.fnmatch_lines(
+        ["*nvfp4 (block scale one binade high): *block (0, 0) amax *: scale code 0x*, expected 0x*"]
+    )
+
+
+def test_nvfp4_tile_scales_laid_out_transposed_fail_the_tile_check(pytester, suite_copy):
+    """The 16x16 weight tiles, judged on the harness's own quantiser with its tile grid transposed
+    (torchao's tiles are a CUDA kernel): only the tile check fails, on a 2x2 grid of tiles."""
+    run = _run(pytester, suite_copy, BLOCK, block="faults.fp8.TransposedTiles()")
+    assert_caught(run, f"*::{BLOCK_EXACT}[[]nvfp4-2d]")
+    run.stdout.fnmatch_lines(["*nvfp4-2d (2-D tile scales transposed): *block (0, 1) amax *"])
+
+
+def test_a_users_quantiser_with_torchaos_tiny_value_findings_fails(pytester, suite_copy):
+    """The registered findings excuse torchao's listed releases only: the same bits from code of
+    one's own fail the MX and the NVFP4 check, each naming its finding."""
+    run = _run(
+        pytester, suite_copy, BLOCK, block="faults.fp8.UsersAdapterOverTorchao()", args=("-k", "exact_reference")
+    )
+    assert_caught(run, f"*::{BLOCK_EXACT}[[]mxfp8-rceil]", f"*::{BLOCK_EXACT}[[]nvfp4]")
+    run.stdout.fnmatch_lines(["*mxfp8-rceil (a user's adapter over torchao): * at e8m0 scale code 0 (2^-127) divide *"])
+    run.stdout.fnmatch_lines(["*nvfp4 (a user's adapter over torchao): * per-tensor scale / block scale overflows *"])
 
 
 SPEED = "fp8/test_fp8_speed.py"

@@ -63,6 +63,12 @@ TORCHAO_POW2_SCALE_ROUNDS_UP = "import math\nimport sys\n\nimport torch\nfrom to
 
 TORCHAO_RCEIL_SCALE_NEAR_POWER_OF_2 = 'import math\nimport sys\n\nimport torch\nfrom torchao.prototype.mx_formats import config, mx_tensor\n\n# MX RCEIL: the e8m0 block scale is 2^ceil(log2(amax / elem_max)), stored as the biased exponent\n# code (bias 127). For a block amax just above elem_max x 2^-100 the exact code is 127 - 100 + 1.\nELEM_MAX = 448.0  # float8_e4m3fn\nBLOCK = 32\namax = ELEM_MAX * 2.0**-100 * (1 + 2.0**-23)\nx = torch.tensor([amax] + [0.0] * (BLOCK - 1), dtype=torch.float32)\ncodes, _ = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=config.ScaleCalculationMode.RCEIL)\ngot = int(codes.view(torch.uint8).flatten()[0])\nratio = amax / ELEM_MAX  # float64, exact: 2^-100 (1 + 2^-23)\nm, e = math.frexp(ratio)  # ratio = m 2^e, 0.5 <= m < 1\nceil_log2 = e - 1 if m == 0.5 else e  # the exact ceiling of log2, from the bits\nexpected = 127 + ceil_log2\nprint(f"block amax {amax!r}: torchao RCEIL code {got}; exact code {expected} (allowance: exact)")\nsys.exit(1 if got != expected else 0)\n'
 
+TORCHAO_NVFP4_ZERO_TENSOR_NAN = 'import sys\n\nimport torch\nfrom torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale\n\n# NVFP4 with a per-tensor scale (amax / (448 x 6), as per_tensor_amax_to_scale computes it): a tensor\n# of zeros, such as the gradient of an unused path, must dequantise to zeros. Reference: the input\n# itself (zeros are exact in every format); allowance: none.\nx = torch.zeros(2, 32)\nper_tensor_scale = per_tensor_amax_to_scale(x.abs().max())\nq = NVFP4Tensor.to_nvfp4(x, per_tensor_scale=per_tensor_scale)\nback = q.dequantize(torch.float32)\nwrong = int((back != x).sum())  # NaN != 0 counts\nprint(\n    f"zeros through NVFP4 (per-tensor scale {float(per_tensor_scale)!r}): {wrong} of {x.numel()} values "\n    f"differ, e.g. {back.flatten()[0].item()!r} (allowed 0)"\n)\nsys.exit(1 if wrong else 0)\n'
+
+TORCHAO_MX_SMALLEST_SCALE_DIVISOR = "import sys\n\nimport torch\nfrom torchao.prototype.mx_formats import config, mx_tensor\n\n# MX (OCP Microscaling): a block's e8m0 scale is 2^(code - 127) and its elements are the block's\n# values divided by that scale. A block whose only nonzero value is 2^-119 = 256 x 2^-127 gets scale\n# code 0 (2^-127) in FLOOR and RCEIL alike, so its e4m3 element must be 256 and decode to 2^-119.\n# Reference: the input (2^-119 is exact in float32, in e4m3 x e8m0 and in float64); allowance: none.\nBLOCK = 32\nvalue = 2.0**-119\nx = torch.tensor([value] + [0.0] * (BLOCK - 1), dtype=torch.float32)\nwrong = 0\nfor mode in (config.ScaleCalculationMode.FLOOR, config.ScaleCalculationMode.RCEIL):\n    codes, data = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=mode)\n    code = int(codes.view(torch.uint8).flatten()[0])\n    element = float(data.to(torch.float32).flatten()[0])\n    decoded = element * 2.0 ** (code - 127)\n    print(f\"{mode.value}: scale code {code}, element {element!r}, decodes to {decoded!r}; expected {value!r}\")\n    wrong += decoded != value\nsys.exit(1 if wrong else 0)\n"
+
+TORCHAO_NVFP4_TINY_TENSOR_RECIPROCAL_OVERFLOW = 'import sys\n\nimport torch\nfrom torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale\n\n# NVFP4 with a per-tensor scale (amax / (448 x 6)): a tensor whose largest value is 2^-119 (an\n# underflowing gradient) beside zeros. Its per-tensor scale 2^-119 / 2688 is a float32 subnormal;\n# dequantised, the zeros must stay zeros and 2^-121 (1.5 in e2m1 units of its block) must come back\n# closer to itself than to e2m1\'s neighbours 1 and 2. Reference: the input.\nx = torch.zeros(1, 32)\nx[0, 0] = 2.0**-119\nx[0, 1] = 2.0**-121\nper_tensor_scale = per_tensor_amax_to_scale(x.abs().max())\nq = NVFP4Tensor.to_nvfp4(x, per_tensor_scale=per_tensor_scale)\nback = q.dequantize(torch.float32)\nzeros_wrong = int((back[0, 2:] != 0).sum())\nratio = back[0, 1].item() / x[0, 1].item()\nprint(\n    f"per-tensor scale {float(per_tensor_scale)!r}: {zeros_wrong} of 30 zeros dequantise nonzero "\n    f"(e.g. {back[0, 2].item()!r}, allowed 0); 2^-121 comes back x{ratio!r} (allowed 5/6 to 7/6: "\n    "half the way to e2m1\'s neighbours of 1.5)"\n)\nsys.exit(1 if zeros_wrong or not 5 / 6 <= ratio <= 7 / 6 else 0)\n'
+
 #: The reproduction of every registered known issue, by id.
 REPRODUCTIONS: dict[str, Reproduction] = {
     r.issue: r
@@ -133,6 +139,41 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             ("torch", "torchao", "numpy"),
             TORCHAO_RCEIL_SCALE_NEAR_POWER_OF_2,
             ("got = int(codes.view(torch.uint8).flatten()[0])", "got = 127 + math.ceil(math.log2(amax / ELEM_MAX))"),
+            compiles=False,
+        ),
+        Reproduction(
+            "torchao-nvfp4-zero-tensor-nan",
+            ("torch", "torchao"),
+            TORCHAO_NVFP4_ZERO_TENSOR_NAN,
+            (
+                "per_tensor_scale = per_tensor_amax_to_scale(x.abs().max())",
+                "per_tensor_scale = torch.where(x.abs().max() == 0, 1.0, per_tensor_amax_to_scale(x.abs().max()))",
+            ),
+            compiles=False,
+        ),
+        Reproduction(
+            "torchao-mx-smallest-scale-divisor",
+            ("torch", "torchao"),
+            TORCHAO_MX_SMALLEST_SCALE_DIVISOR,
+            # the fix: elements divided by the power of two the stored code names
+            (
+                "    codes, data = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=mode)\n",
+                "    codes, data = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=mode)\n"
+                "    data = (x / 2.0 ** (int(codes.view(torch.uint8).flatten()[0]) - 127)).to(torch.float8_e4m3fn)\n",
+            ),
+            compiles=False,
+        ),
+        Reproduction(
+            "torchao-nvfp4-tiny-tensor-reciprocal-overflow",
+            ("torch", "torchao"),
+            TORCHAO_NVFP4_TINY_TENSOR_RECIPROCAL_OVERFLOW,
+            # the fix: elements divided by the combined scale instead of multiplied by an overflowed reciprocal
+            (
+                "back = q.dequantize(torch.float32)\n",
+                "back = q.dequantize(torch.float32)\n"
+                "back = (q.scale.to(torch.float32) * per_tensor_scale).repeat_interleave(16, -1)\n"
+                "back = back * torch.where(back > 0, x / back, 0.0).clamp(-6, 6).mul(2).round().div(2)\n",
+            ),
             compiles=False,
         ),
     )

@@ -67,6 +67,21 @@ def fp8_scaling_under_test(fp8_torchao: ModuleType) -> adapters.Fp8Scaling:
 
 
 @pytest.fixture
+def block_scaling_under_test(fp8_torchao: ModuleType) -> object:
+    """The MX / NVFP4 quantiser the block-scaling specifications judge (torchao's by default).
+
+    Example, checking your own::
+
+        @pytest.fixture
+        def block_scaling_under_test():
+            return MyNvfp4()     # implements harness.api.BlockScaling: unsupported() and quantize()
+    """
+    from harness.domains.fp8.blockscaled import TorchaoBlockScaling
+
+    return TorchaoBlockScaling()
+
+
+@pytest.fixture
 def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
     """fp32 -> bf16 stochastic rounding the statistical checks judge: torchao's (its optimizers'
     ``bf16_stochastic_round``). Return your own ``(x: fp32 tensor) -> bf16 tensor`` to judge it; it

@@ -262,6 +262,31 @@ def _observe(issue_id: str) -> tuple[bool, str]:
         got = int(codes.view(torch.uint8).flatten()[0])
         want = mx_scale_code(block_amax, FP8_E4M3FN, MxScaleMode.RCEIL)
         return got != want, f"block amax {block_amax!r}: torchao code {got}, exact ceil code {want}"
+    if issue_id == "torchao-nvfp4-zero-tensor-nan":
+        nv = import_torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+        x = torch.zeros(1, 16)
+        t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=nv.per_tensor_amax_to_scale(x.abs().max()))
+        nans = int(t.dequantize(torch.float32).isnan().sum())
+        return nans > 0, f"a 1x16 tensor of zeros dequantises to {nans} NaN of 16"
+    if issue_id == "torchao-mx-smallest-scale-divisor":
+        mx = import_torchao("torchao.prototype.mx_formats.mx_tensor")
+        cfg = import_torchao("torchao.prototype.mx_formats.config")
+        value = 2.0**-119  # = 256 x 2^-127: scale code 0 in every mode, element code 256
+        x = torch.tensor([value] + [0.0] * (MX_BLOCK - 1), dtype=torch.float32)
+        seen = []
+        for mode in (cfg.ScaleCalculationMode.FLOOR, cfg.ScaleCalculationMode.RCEIL):
+            codes, data = mx.to_mx(x, torch.float8_e4m3fn, MX_BLOCK, scaling_mode=mode)
+            got = float(data.to(torch.float32).flatten()[0]) * 2.0 ** (int(codes.view(torch.uint8).flatten()[0]) - 127)
+            seen.append((mode.value, got))
+        present = any(got != value for _, got in seen)
+        return present, f"element {value!r} decodes to " + ", ".join(f"{g!r} ({m})" for m, g in seen)
+    if issue_id == "torchao-nvfp4-tiny-tensor-reciprocal-overflow":
+        nv = import_torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+        x = torch.zeros(1, 32)
+        x[0, 0] = 2.0**-119  # tensor amax: per-tensor scale 2^-119 / 2688 < 2^-128
+        t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=nv.per_tensor_amax_to_scale(x.abs().max()))
+        wrong = int((t.dequantize(torch.float32)[0, 1:] != 0).sum())
+        return wrong > 0, f"31 zeros beside 2^-119 dequantise to {wrong} nonzero values"
     raise KeyError(issue_id)
 
 

@@ -12,7 +12,9 @@ from typing import Any
 import torch
 
 from harness.domains.fp8.adapters import TorchaoScaling
+from harness.domains.fp8.blockscaled import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
 from harness.domains.fp8.delayed import TorchDelayedScaling
+from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2
 from harness.numerics.scaled import AMAX_EPS, CastSpec, Granularity
 
@@ -317,3 +319,55 @@ class RoundTripDropsHistory(TorchDelayedScaling):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._scale = state["scale"].clone()
+
+
+# -- block-scaled quantisers (MX, NVFP4) ----------------------------------------------------------------
+class BlockScaleOneBinadeHigh(TorchaoBlockScaling):
+    """torchao's quantiser with every block scale stored one binade high (an exponent bias off by
+    one: e8m0 code + 1, e4m3 exponent field + 1); the elements were quantised with the right one,
+    so every value decodes at twice its size."""
+
+    name = "block scale one binade high"
+
+    def quantize(self, x: torch.Tensor, spec: BlockSpec) -> BlockQuantized:
+        good = super().quantize(x, spec)
+        step = 1 if spec.scale_format == "e8m0" else 1 << FP8_E4M3FN.mantissa_bits
+        return replace(good, scale_codes=good.scale_codes + step, values=good.values * 2)
+
+
+class UsersAdapterOverTorchao:
+    """A user's own MX quantiser that inherits torchao's substitute divisor at the smallest e8m0
+    scale: the registry excuses torchao's releases, not code of one's own, so it must fail."""
+
+    name = "a user's adapter over torchao"
+
+    def __init__(self) -> None:
+        self._torchao = TorchaoBlockScaling()
+
+    def unsupported(self, spec: BlockSpec) -> str | None:
+        return self._torchao.unsupported(spec)
+
+    def quantize(self, x: torch.Tensor, spec: BlockSpec) -> BlockQuantized:
+        return self._torchao.quantize(x, spec)
+
+
+class TransposedTiles(TorchBlockScaling):
+    """The harness's own NVFP4 quantiser with its 16x16 tile scales laid out transposed (tile (i, j)
+    quantised and stored with tile (j, i)'s scale): the layout bug of a colwise copy that reuses the
+    rowwise scale grid without transposing it."""
+
+    name = "2-D tile scales transposed"
+
+    def block_amax(self, x: torch.Tensor, spec: BlockSpec) -> torch.Tensor:
+        grid = super().block_amax(x, spec)
+        return grid.T.contiguous() if spec.block[0] > 1 and grid.shape[0] == grid.shape[1] else grid
+
+
+def nvfp4_zero_guarded(original: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A torchao whose per-tensor NVFP4 scale treats a zero amax as 1 (TransformerEngine's guard):
+    the registered zero-tensor finding "appears fixed"."""
+
+    def fixed(amax: torch.Tensor) -> torch.Tensor:
+        return torch.where(amax == 0, torch.ones_like(original(amax)), original(amax))
+
+    return fixed

@@ -1,8 +1,9 @@
 """fp8 scaling behaviour of torchao releases that differs from the exact specification, registered
 by torchao minor release and observed on every run (``suites/fp8/test_fp8_scaling.py``): a release
-that changes it fails until the registry is updated. Both are harmless in effect (the element that
-would need the exact scale rounds to fp8_max either way) but break an exactness claim a user's own
-reimplementation would be held to."""
+that changes it fails until the registry is updated. The two scale roundings are harmless in effect
+(the element that would need the exact scale rounds to fp8_max either way) but break an exactness
+claim a user's own reimplementation would be held to; the NVFP4 zero tensor is not harmless, and
+blocks at MX's smallest scale lose a factor of two (floor, ceil) or everything (rceil)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,39 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "exact ceiling; the block's largest element then saturates at elem_max (by at most float32's rounding)",
         affected=("0.17", "0.18"),
         reference="torchao/prototype/mx_formats/mx_tensor.py _to_mx_rceil (fallback path)",
+        package="torchao",
+    ),
+    "torchao-nvfp4-zero-tensor-nan": KnownIssue(
+        "torchao-nvfp4-zero-tensor-nan",
+        "NVFP4Tensor.to_nvfp4 with the per-tensor scale per_tensor_amax_to_scale gives (amax / 2688) divides every "
+        "block scale by it: for a tensor of zeros that scale is 0, every block scale becomes 0/0 = NaN and the "
+        "tensor dequantises to NaN instead of zeros (an all-zero gradient poisons the step; TransformerEngine's "
+        "and torchao's own Triton 2D quantiser treat a zero global amax as scale 1)",
+        affected=("0.18",),
+        reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (per_tensor_scale branch)",
+        devices=("cpu", "cuda"),
+        package="torchao",
+    ),
+    "torchao-mx-smallest-scale-divisor": KnownIssue(
+        "torchao-mx-smallest-scale-divisor",
+        "An MX block whose e8m0 scale code is 0 (2^-127: a block amax below about 2^-118 for e4m3 elements) is stored with that "
+        "code, but its elements are not divided by 2^-127: FLOOR and CEIL clamp the float32 divisor to float32's "
+        "smallest normal 2^-126 (a workaround for Triton's subnormals), so the block decodes to half its values; "
+        "RCEIL follows TransformerEngine's exponent-0 reciprocal of 1, so the block's elements flush to zero",
+        affected=("0.18",),
+        reference="torchao/prototype/mx_formats/mx_tensor.py to_mx (F32_MIN_NORMAL clamp) and _to_mx_rceil",
+        devices=("cpu", "cuda"),
+        package="torchao",
+    ),
+    "torchao-nvfp4-tiny-tensor-reciprocal-overflow": KnownIssue(
+        "torchao-nvfp4-tiny-tensor-reciprocal-overflow",
+        "NVFP4Tensor.to_nvfp4 multiplies the elements by (1 / per_tensor_scale) / block_scale in float32: for a "
+        "tensor whose amax is below about 2688 x 2^-128 (1e-35, an underflowed gradient) the per-tensor scale is "
+        "below 2^-128, its reciprocal overflows to inf, every nonzero element saturates to +-6 and every zero "
+        "becomes 0 x inf = NaN, stored as the code of +-1.5: zeros dequantise to nonzero values",
+        affected=("0.18",),
+        reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (reciprocal_scale)",
+        devices=("cpu", "cuda"),
         package="torchao",
     ),
 }
