@@ -23,6 +23,10 @@
   :class:`BlockSpec`, with :class:`BlockQuantized`), checked bit for bit by the fp8 suite (return it
   from a ``block_scaling_under_test`` fixture) or with :func:`check_block_scaling`;
   :class:`TorchaoBlockScaling` is torchao's, :class:`TorchBlockScaling` the harness's plain-torch NVFP4.
+* Your block-scaled linear layer: :class:`BlockLinear` (its output and both gradients,
+  :class:`LinearProducts`), judged against float64 with budgets from the formats (return it from a
+  ``block_linear_under_test`` fixture, or :func:`block_product_budgets` directly);
+  :class:`EmulatedBlockLinear` makes one from any :class:`BlockScaling` quantiser.
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
   and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
@@ -35,6 +39,8 @@ Anything else under ``harness`` is internal and may change between releases.
 
 from harness.domains.failure_repro import FailureRepro, op_against_float64
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
+from harness.domains.fp8.blocklinear import BlockLinear, EmulatedBlockLinear, LinearProducts, TorchaoBlockLinear
+from harness.domains.fp8.blocklinear import product_budgets as block_product_budgets
 from harness.domains.fp8.blockscaled import (
     BlockQuantized,
     BlockScaling,
@@ -112,6 +118,7 @@ __all__ = [
     "LANE_FACTOR",
     "SCALER_ADAPTERS",
     "AmpLane",
+    "BlockLinear",
     "BlockQuantized",
     "BlockScaling",
     "BlockSpec",
@@ -120,11 +127,13 @@ __all__ = [
     "ConfigurationDeclined",
     "DelayedConfig",
     "DelayedScalingAdapter",
+    "EmulatedBlockLinear",
     "FailureRepro",
     "Fp8Scaling",
     "Granularity",
     "Inputs",
     "KeyKind",
+    "LinearProducts",
     "Outcome",
     "OverflowStep",
     "Recipe",
@@ -138,12 +147,14 @@ __all__ = [
     "Tolerance",
     "TorchBlockScaling",
     "TorchDelayedScaling",
+    "TorchaoBlockLinear",
     "TorchaoBlockScaling",
     "TorchaoScaling",
     "TrainingCheckFailed",
     "TrainingResult",
     "VerdictKind",
     "Workload",
+    "block_product_budgets",
     "check_block_scaling",
     "check_fp8_scaling",
     "check_lane",

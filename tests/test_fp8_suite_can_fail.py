@@ -13,6 +13,7 @@ import pytest
 from faults.fp8 import NO_FP8_KERNEL
 from helpers import assert_caught, assert_clean, inject, run_inner
 
+from harness.domains.fp8.blocklinear import PRODUCTS
 from harness.platform import kernels
 
 pytest.importorskip("torchao", reason="the fp8 suite's controls need torchao (pip install amp-harness[fp8])")
@@ -56,6 +57,7 @@ def _run(
     scaling: str = "faults.fp8.TorchaoScaling()",
     cast: str = "faults.casts.correct",
     block: str = "faults.fp8.TorchaoBlockScaling()",
+    linear: str = "faults.fp8.TorchaoBlockLinear()",
     args=(),
     **patches: str,
 ):
@@ -65,6 +67,7 @@ def _run(
         "fp8_cast_under_test": cast,
         "fp8_scaling_under_test": scaling,
         "block_scaling_under_test": block,
+        "block_linear_under_test": linear,
     }
     # the modules to import for each patched attribute (a class's module where its owner is a class)
     owners = tuple(
@@ -303,6 +306,36 @@ def test_a_users_quantiser_with_torchaos_tiny_value_findings_fails(pytester, sui
     assert_caught(run, f"*::{BLOCK_EXACT}[[]mxfp8-rceil]", f"*::{BLOCK_EXACT}[[]nvfp4]")
     run.stdout.fnmatch_lines(["*mxfp8-rceil (a user's adapter over torchao): * at e8m0 scale code 0 (2^-127) divide *"])
     run.stdout.fnmatch_lines(["*nvfp4 (a user's adapter over torchao): * per-tensor scale / block scale overflows *"])
+
+
+LINEAR = "fp8/test_block_linear.py"
+LINEAR_TEST = "test_block_scaled_linear_output_and_gradients_are_within_budget"
+
+
+def _failed_rows(run) -> set[str]:
+    return {r["metric"] for r in run.rows if r["outcome"] == "fail"}
+
+
+def test_a_linear_over_a_quantiser_with_scales_one_binade_high_fails_every_product(pytester, suite_copy):
+    """Every value decodes at twice its size, so every product of every recipe is 4x off: each
+    product's elementwise bound and SQNR floor fail, in MX and NVFP4 alike."""
+    run = _run(pytester, suite_copy, LINEAR, linear="faults.fp8.LinearOverBinadeHighScales()")
+    specs = ("mxfp8-rceil", "mxfp8-floor", "mxfp4-rceil", "mxfp4-floor", "nvfp4", "nvfp4-single-level")
+    assert_caught(run, *(f"*::{LINEAR_TEST}[[]{s}]" for s in specs))
+    assert _failed_rows(run) == {
+        f"{s}.{p}.{k}" for s in specs for p in PRODUCTS for k in ("mismatched", "sqnr_shortfall_db")
+    }
+
+
+def test_an_mx_linear_with_fp4_gradients_fails_only_its_gradients(pytester, suite_copy):
+    """Output gradients cast to e2m1 in an MXFP8 recipe: both gradient products fall ~5 dB below
+    their SQNR floor; the elementwise worst case (every product's largest error added up) still
+    holds them, and the output, which never sees a gradient, passes both."""
+    run = _run(pytester, suite_copy, LINEAR, linear="faults.fp8.Fp4GradientsLinear()", args=("-k", "mxfp8"))
+    assert_caught(run, f"*::{LINEAR_TEST}[[]mxfp8-rceil]", f"*::{LINEAR_TEST}[[]mxfp8-floor]")
+    grads = ("grad_input", "grad_weight")
+    assert _failed_rows(run) == {f"{s}.{p}.sqnr_shortfall_db" for s in ("mxfp8-rceil", "mxfp8-floor") for p in grads}
+    run.stdout.fnmatch_lines(["*mxfp8-rceil.grad_input.sqnr_shortfall_db*"])
 
 
 SPEED = "fp8/test_fp8_speed.py"

@@ -82,6 +82,23 @@ def block_scaling_under_test(fp8_torchao: ModuleType) -> object:
 
 
 @pytest.fixture
+def block_linear_under_test(fp8_torchao: ModuleType) -> object:
+    """The block-scaled linear layer whose three products the budgets judge (torchao's MX linear,
+    and NVFP4 emulated over torchao's quantiser, by default).
+
+    Example, checking your own::
+
+        @pytest.fixture
+        def block_linear_under_test():
+            return MyLinear()    # implements harness.api.BlockLinear: unsupported() and run()
+            # or harness.api.EmulatedBlockLinear(MyQuantiser()) for a quantiser of your own
+    """
+    from harness.domains.fp8.blocklinear import TorchaoBlockLinear
+
+    return TorchaoBlockLinear()
+
+
+@pytest.fixture
 def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
     """fp32 -> bf16 stochastic rounding the statistical checks judge: torchao's (its optimizers'
     ``bf16_stochastic_round``). Return your own ``(x: fp32 tensor) -> bf16 tensor`` to judge it; it

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from harness.domains.fp8.adapters import TorchaoScaling
+from harness.domains.fp8.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
 from harness.domains.fp8.blockscaled import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
 from harness.domains.fp8.delayed import TorchDelayedScaling
 from harness.numerics.blockscaled import BlockSpec
@@ -333,6 +334,26 @@ class BlockScaleOneBinadeHigh(TorchaoBlockScaling):
         good = super().quantize(x, spec)
         step = 1 if spec.scale_format == "e8m0" else 1 << FP8_E4M3FN.mantissa_bits
         return replace(good, scale_codes=good.scale_codes + step, values=good.values * 2)
+
+
+class LinearOverBinadeHighScales(EmulatedBlockLinear):
+    """A block-scaled linear over :class:`BlockScaleOneBinadeHigh`: every operand decodes at twice
+    its size, so every product is four times the float64 one."""
+
+    def __init__(self) -> None:
+        super().__init__(BlockScaleOneBinadeHigh())
+
+
+class Fp4GradientsLinear(TorchaoBlockLinear):
+    """torchao's MX linear with its output gradients cast to e2m1 where the recipe says e4m3 (a
+    recipe table that mixes up MXFP8 and MXFP4 for the backward): both gradients lose ~13 dB, the
+    output is untouched."""
+
+    name = "MX linear with fp4 gradients"
+
+    def element_dtypes(self, spec: BlockSpec) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
+        elem, w_elem, _ = super().element_dtypes(spec)
+        return elem, w_elem, torch.float4_e2m1fn_x2
 
 
 class UsersAdapterOverTorchao:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -50,6 +51,36 @@ class Operand:
     def u(self) -> float:
         return 0.0 if self.fmt is None else self.fmt.unit_roundoff
 
+    @property
+    def short(self) -> str:
+        return "high precision" if self.fmt is None else self.fmt.short
+
+    def relative_noise(self) -> float:
+        """Noise power of the cast relative to the operand's: u^2 / 3 (the standard model)."""
+        return self.u**2 / 3
+
+    #: how :meth:`error` and :meth:`relative_noise` are derived, for a budget's origin
+    origin = "casts u|x| + eta/scale per element, noise u^2/3 each"
+
+
+class Quantised(Protocol):
+    """What :func:`budget` needs of an operand: its float64 values, a bound on each element's
+    error once dequantised, and the cast's noise power relative to the operand's (for the SQNR
+    floor). :class:`Operand` (per-tensor or per-row scales) and block-scaled operands implement it."""
+
+    @property
+    def values(self) -> torch.Tensor: ...
+
+    @property
+    def short(self) -> str: ...
+
+    def error(self) -> torch.Tensor: ...
+
+    def relative_noise(self) -> float: ...
+
+    @property
+    def origin(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class ScaledBudget:
@@ -60,7 +91,7 @@ class ScaledBudget:
     origin: str
 
 
-def budget(a: Operand, b: Operand, out: FloatFormat = FP32, acc: FloatFormat = FP32) -> ScaledBudget:
+def budget(a: Quantised, b: Quantised, out: FloatFormat = FP32, acc: FloatFormat = FP32) -> ScaledBudget:
     """The budget of ``a @ b`` (a: m x k, b: k x n) against its float64 value."""
     k = a.values.shape[-1]
     aa, ba = a.values.abs(), b.values.abs()
@@ -71,12 +102,12 @@ def budget(a: Operand, b: Operand, out: FloatFormat = FP32, acc: FloatFormat = F
     uo = out.unit_roundoff
     total = inputs + accumulation
     bound = total + uo * (ref + total) + out.smallest_subnormal / 2  # the output's one rounding
-    noise = (a.u**2 + b.u**2 + (k + 1) * acc.unit_roundoff**2 + uo**2) / 3
+    noise = a.relative_noise() + b.relative_noise() + ((k + 1) * acc.unit_roundoff**2 + uo**2) / 3
     floor = -10.0 * math.log10(noise)
-    names = " x ".join("high precision" if o.fmt is None else o.fmt.short for o in (a, b))
+    names = " x ".join(o.short for o in (a, b))
     origin = (
-        f"{names}: casts (u|x| + eta/scale per element), float32 accumulation gamma_{k + 3}, output "
-        f"rounded to {out.short}; SQNR floor -10 log10((u_a^2 + u_b^2 + (k+1) u_acc^2 + u_out^2)/3) = {floor:.1f} dB"
+        f"{names}: {a.origin}, float32 accumulation gamma_{k + 3}, output rounded to {out.short}; "
+        f"SQNR floor -10 log10(n_a + n_b + ((k+1) u_acc^2 + u_out^2)/3) = {floor:.1f} dB (n: a cast's relative noise)"
     )
     return ScaledBudget(bound, floor, origin)
 
