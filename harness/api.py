@@ -23,9 +23,10 @@
   :class:`BlockSpec`, with :class:`BlockQuantized`), checked bit for bit by the fp8 suite (return it
   from a ``block_scaling_under_test`` fixture) or with :func:`check_block_scaling`;
   :class:`TorchaoBlockScaling` is torchao's, :class:`TorchBlockScaling` the harness's plain-torch NVFP4.
-* Your block-scaled linear layer: :class:`BlockLinear` (its output and both gradients,
-  :class:`LinearProducts`), judged against float64 with budgets from the formats (return it from a
-  ``block_linear_under_test`` fixture, or :func:`block_product_budgets` directly);
+* Your block-scaled linear layer: :class:`BlockLinear` (a differentiable ``mm``; its output and
+  both gradients, :class:`LinearProducts`, through :func:`block_linear_products`), judged against
+  float64 with budgets from the formats (return it from a ``block_linear_under_test`` fixture, or
+  use :func:`block_product_budgets` directly);
   :class:`EmulatedBlockLinear` makes one from any :class:`BlockScaling` quantiser.
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
@@ -40,6 +41,7 @@ Anything else under ``harness`` is internal and may change between releases.
 from harness.domains.failure_repro import FailureRepro, op_against_float64
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.blocklinear import BlockLinear, EmulatedBlockLinear, LinearProducts, TorchaoBlockLinear
+from harness.domains.fp8.blocklinear import linear_products as block_linear_products
 from harness.domains.fp8.blocklinear import product_budgets as block_product_budgets
 from harness.domains.fp8.blockscaled import (
     BlockQuantized,
@@ -154,6 +156,7 @@ __all__ = [
     "TrainingResult",
     "VerdictKind",
     "Workload",
+    "block_linear_products",
     "block_product_budgets",
     "check_block_scaling",
     "check_fp8_scaling",

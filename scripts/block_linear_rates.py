@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from harness.domains.fp8.blocklinear import PRODUCTS, TorchaoBlockLinear, product_budgets
+from harness.domains.fp8.blocklinear import PRODUCTS, TorchaoBlockLinear, linear_products, product_budgets
 from harness.domains.fp8.matmul import sqnr
 from harness.numerics import blockscaled as B
 
@@ -38,7 +38,7 @@ def judge(linear: TorchaoBlockLinear, spec: B.BlockSpec, seed: int) -> dict[str,
     """Per product: (worst error / elementwise bound, SQNR margin over the floor in dB)."""
     gen = torch.Generator().manual_seed(seed)
     x, w, g = (torch.randn(*shape, generator=gen) for shape in ((M, K), (N, K), (M, N)))
-    products = linear.run(x, w, g, spec)
+    products = linear_products(linear, x, w, g, spec)
     out = {}
     for name, (ref, bud) in product_budgets(x, w, g, spec).items():
         actual = getattr(products, name).detach().to(torch.float64)

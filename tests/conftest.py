@@ -56,8 +56,19 @@ def _warm_compile_imports() -> None:
     torch._dynamo.reset()
 
 
+def _warm_torchao_imports() -> None:
+    """Import torchao's modules that register operator libraries at import (its MX training
+    kernels, reached lazily by the block-scaled linear), so that an inner run's import is kept."""
+    from harness.domains.fp8.adapters import import_torchao, torchao_missing
+
+    if torchao_missing() is None:
+        import_torchao("torchao.prototype.moe_training.mxfp8_linear")
+        import_torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+
+
 register_negative_control_profile()
 _warm_report_imports()
+_warm_torchao_imports()
 _warm_torch_imports()
 _warm_compile_imports()
 

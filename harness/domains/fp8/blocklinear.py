@@ -19,8 +19,9 @@ quantiser (torchao's NVFP4 has no CPU training linear: its NVFP4Linear is Triton
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -116,19 +117,49 @@ PRODUCTS = LinearProducts._fields
 
 class BlockLinear(Protocol):
     """A block-scaled linear layer to be judged: ``unsupported(spec)`` says why it cannot run a
-    recipe here (the check then skips saying so), or None; ``run`` returns its forward output and
-    both gradients for input ``x`` (m x k), weight ``w`` (n x k) and output gradient ``g`` (m x n)."""
+    recipe here (the check then skips saying so), or None; ``mm(x, w, spec)`` is its product
+    ``x @ w^T`` for input ``x`` (m x k) and weight ``w`` (n x k), differentiable in both: its
+    backward makes the two gradient products. :func:`linear_products` runs all three."""
 
     name: str
 
     def unsupported(self, spec: B.BlockSpec) -> str | None: ...
 
-    def run(self, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, spec: B.BlockSpec) -> LinearProducts: ...
+    def mm(self, x: torch.Tensor, w: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor: ...
+
+
+def linear_products(
+    linear: BlockLinear, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, spec: B.BlockSpec
+) -> LinearProducts:
+    """``linear``'s output for ``x`` and ``w`` and, with output gradient ``g`` (m x n), its input and
+    weight gradients."""
+    xr = x.detach().clone().requires_grad_(True)
+    wr = w.detach().clone().requires_grad_(True)
+    out = linear.mm(xr, wr, spec)
+    out.backward(g)  # type: ignore[no-untyped-call]
+    assert xr.grad is not None and wr.grad is not None, f"{linear.name}: mm() is not differentiable in x and w"
+    return LinearProducts(out.detach(), xr.grad, wr.grad)
+
+
+class _EmulatedMM(torch.autograd.Function):
+    """``x @ w^T`` with every operand of the three products quantised along its contraction."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, q: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.q = q
+        return q(x) @ q(w).T
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, w = ctx.saved_tensors
+        q = ctx.q
+        return q(g) @ q(w.T).T, q(g.T) @ q(x.T).T, None
 
 
 class EmulatedBlockLinear:
-    """The three products from a block quantiser: each operand quantised along the contraction by
-    ``quantiser`` and multiplied dequantised in float32 (what an emulated recipe does)."""
+    """A block-scaled linear from a block quantiser: each operand of each product quantised along
+    the contraction by ``quantiser`` and multiplied dequantised in float32 (an emulated recipe)."""
 
     def __init__(self, quantiser: BlockScaling) -> None:
         self.quantiser = quantiser
@@ -137,15 +168,12 @@ class EmulatedBlockLinear:
     def unsupported(self, spec: B.BlockSpec) -> str | None:
         return self.quantiser.unsupported(spec)
 
-    def _q(self, a: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
-        return self.quantiser.quantize(a.contiguous(), spec).values
+    def mm(self, x: torch.Tensor, w: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
+        def q(a: torch.Tensor) -> torch.Tensor:
+            return self.quantiser.quantize(a.detach().float().contiguous(), spec).values.to(a.dtype)
 
-    def run(self, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, spec: B.BlockSpec) -> LinearProducts:
-        return LinearProducts(
-            self._q(x, spec) @ self._q(w, spec).T,
-            self._q(g, spec) @ self._q(w.T, spec).T,
-            self._q(g.T, spec) @ self._q(x.T, spec).T,
-        )
+        out: torch.Tensor = _EmulatedMM.apply(x, w, q)  # type: ignore[no-untyped-call]
+        return out
 
 
 class TorchaoBlockLinear:
@@ -168,19 +196,17 @@ class TorchaoBlockLinear:
         elem = torch.float8_e4m3fn if spec.elem.total_bits == 8 else torch.float4_e2m1fn_x2
         return elem, elem, elem
 
-    def run(self, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, spec: B.BlockSpec) -> LinearProducts:
+    def mm(self, x: torch.Tensor, w: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
         if spec.scale_format == "e4m3":
-            return self._nvfp4.run(x, w, g, spec)
+            return self._nvfp4.mm(x, w, spec)
         linear = import_torchao("torchao.prototype.moe_training.mxfp8_linear")
         cfg = import_torchao("torchao.prototype.mx_formats.config")
         pref = import_torchao("torchao.quantization.quantize_.common.kernel_preference")
         assert spec.mode is not None
         elem, w_elem, grad_elem = self.element_dtypes(spec)
-        xr = x.detach().clone().requires_grad_(True)
-        wr = w.detach().clone().requires_grad_(True)
-        out = linear.mx_mm.apply(
-            xr,
-            wr,
+        out: torch.Tensor = linear.mx_mm.apply(
+            x,
+            w,
             elem,
             w_elem,
             grad_elem,
@@ -191,9 +217,7 @@ class TorchaoBlockLinear:
             cfg.ScaleCalculationMode(spec.mode.value),
             False,
         )
-        out.backward(g)
-        assert xr.grad is not None and wr.grad is not None
-        return LinearProducts(out.detach(), xr.grad, wr.grad)
+        return out
 
 
 def product_budgets(

@@ -1,0 +1,68 @@
+"""Loss gaps of block-scaled (MX, NVFP4) training against fp32's seed band and bf16 (docs/fp8.md).
+
+For each recipe and seed k: the block-scaled run (torchao's MX linear, NVFP4 emulated over
+torchao's quantiser) against fp32 seed k, in units of the fp32 seed band (the median pairwise
+distance of BAND_SEEDS other seeds); bf16 autocast on the same seed beside it. Detection: the same
+with MXFP8's output gradients cast to e2m1.
+
+    python scripts/block_training_rates.py [SEEDS] [SETUP]    # mlp: ~2 minutes for 8 seeds
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+
+from harness.domains.fp8.blocklinear import TorchaoBlockLinear
+from harness.domains.fp8.blocktraining import block_recipe, block_setup, converted, parity_fraction
+from harness.domains.training import BF16, FP32, SETUPS, Run, parity, seed_band, train
+from harness.numerics import blockscaled as B
+
+BAND_SEEDS = 5
+RECIPES = ("mxfp8-rceil", "mxfp8-floor", "mxfp4-rceil", "nvfp4")
+
+
+class Fp4Gradients(TorchaoBlockLinear):
+    def element_dtypes(self, spec: B.BlockSpec) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
+        elem, w_elem, _ = super().element_dtypes(spec)
+        return elem, w_elem, torch.float4_e2m1fn_x2
+
+
+def in_bands(run: Run, fp: list[Run], k: int) -> float:
+    others = [r for j, r in enumerate(fp) if j != k][:BAND_SEEDS]
+    return parity(run, fp[k], seed_band([fp[k], *others]), 1.0).worst
+
+
+def main(seeds: int, setup_name: str) -> None:
+    setup = SETUPS[setup_name]
+    fp = [train(setup, FP32, k) for k in range(seeds + BAND_SEEDS)]
+    bf16 = [in_bands(train(setup, BF16, k), fp, k) for k in range(seeds)]
+    print(
+        f"{setup_name}: bf16 autocast worst gap {statistics.median(bf16):.2f} (median), {max(bf16):.2f} (largest) bands"
+    )
+    print(
+        "| recipe | linears converted | fault | seeds | median worst gap (bands) | largest | allowance (bands) | runs failing | median gap / bf16's |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for spec_id in RECIPES:
+        names, total = converted(setup, spec_id)
+        for label, linear in (("none", TorchaoBlockLinear()), ("e2m1 gradients", Fp4Gradients())):
+            if label != "none" and not spec_id.startswith("mxfp8"):
+                continue
+            runs = [
+                in_bands(train(block_setup(setup, spec_id, linear), block_recipe(spec_id), k), fp, k)
+                for k in range(seeds)
+            ]
+            ratio = statistics.median(w / b for w, b in zip(runs, bf16, strict=True))
+            allowance = parity_fraction(B.SPECS[spec_id])
+            print(
+                f"| {spec_id} | {len(names)} of {total} | {label} | {seeds} | {statistics.median(runs):.2f} | "
+                f"{max(runs):.2f} | {allowance:g} | {sum(r > allowance for r in runs)} | {ratio:.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 8, sys.argv[2] if len(sys.argv) > 2 else "mlp")

@@ -1,0 +1,117 @@
+"""Claim family: training with block-scaled (MXFP8, MXFP4, NVFP4) linears stays near fp32.
+
+The training suite's loop and comparison (evaluation loss at every checkpoint against the fp32
+seed band), with the block-scaled linear under test (``block_linear_under_test``: torchao's MX
+linear, NVFP4 emulated over torchao's quantiser; or yours) in every linear whose features are whole
+blocks. The allowance is float8's measured rule scaled by the element format's unit roundoff
+(``harness/domains/fp8/blocktraining.py``). Each run's loss gap is recorded in units of the band and
+against bf16 autocast's gap on the same seed: the envelope of each recipe.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.domains.fp8.blocktraining import block_recipe, block_setup, converted, parity_fraction
+from harness.domains.training import BF16, FP32, SETUPS, parity, seed_band, train
+from harness.domains.training.parity import RecipeResult, conclusive
+from harness.numerics import blockscaled as B
+from harness.numerics.comparison import compare_claim
+
+pytestmark = pytest.mark.amp_capability("fp8")
+
+#: fp32 seeds of each band (the training suite's cheap-model count)
+SEEDS = 5
+#: torchao's MXFP8 training default and NVFP4 by default; the others in the thorough tier
+RECIPES = [
+    s if s in ("mxfp8-rceil", "nvfp4") else pytest.param(s, marks=pytest.mark.amp_thorough)
+    for s in ("mxfp8-rceil", "mxfp8-floor", "mxfp4-rceil", "nvfp4")
+]
+
+_BANDS: dict[tuple[str, str], tuple] = {}
+
+
+def _fp32(setup_name: str, device):
+    """fp32 runs, seed band and bf16's gap on seed 0, once per session per setup and device."""
+    key = (setup_name, str(device))
+    if key not in _BANDS:
+        setup = SETUPS[setup_name]
+        fp = [train(setup, FP32, s, device) for s in range(SEEDS)]
+        band = seed_band(fp)
+        bf16 = parity(train(setup, BF16, 0, device), fp[0], band, 1.0).worst
+        _BANDS[key] = (fp, band, bf16)
+    return _BANDS[key]
+
+
+def _judge(setup_name: str, spec_id: str, linear, device, amp_record) -> None:
+    spec = B.SPECS[spec_id]
+    reason = linear.unsupported(spec)
+    if reason is not None:
+        pytest.skip(f"{linear.name} cannot run {spec_id} here: {reason}")
+    setup = SETUPS[setup_name]
+    names, total = converted(setup, spec_id)
+    amp_record.require(
+        compare_claim(
+            f"{setup_name}.{spec_id}.linears_converted",
+            len(names),
+            bool(names),
+            f"at least one of the {total} linears has whole {spec.block[1]}-element blocks (otherwise the run is fp32)",
+            detail=f"{setup_name}: no linear's features are multiples of {spec.block[1]}: the check would be vacuous",
+            expected=total,
+            allowance=total - 1,
+            inconclusive=True,
+        ),
+        device=device,
+        tags={"converted": ", ".join(names)},
+    )
+    fp, band, bf16_gap = _fp32(setup_name, device)
+    run = train(block_setup(setup, spec_id, linear), block_recipe(spec_id), 0, device)
+    fraction = parity_fraction(spec)
+    p = parity(run, fp[0], band, fraction)
+    vacuous = conclusive(setup_name, RecipeResult(block_recipe(spec_id), run, fp[0], p))
+    if vacuous is not None:
+        amp_record.require(vacuous, device=device)
+    gap = p.worst * fraction
+    tags = {"implementation": linear.name, "converted": f"{len(names)} of {total}", "seed": 0}
+    amp_record(f"{setup_name}.{spec_id}.worst_gap_in_bands", gap, device=device, tags=tags, note="fp32 seed bands")
+    amp_record(
+        f"{setup_name}.{spec_id}.gap_over_bf16s",
+        gap / bf16_gap if bf16_gap > 0 else float("inf"),
+        device=device,
+        tags={**tags, "bf16_gap_in_bands": round(bf16_gap, 4)},
+        note="the recipe's worst loss gap to fp32 over bf16 autocast's on the same seed: a finding",
+    )
+    worst_i = max(range(len(p.ratios)), key=lambda i: p.ratios[i])
+    amp_record.require(
+        compare_claim(
+            f"{setup_name}.{spec_id}.worst_diff_over_allowance",
+            p.worst,
+            p.passed,
+            f"|L_{spec_id} - L_fp32| at every evaluation checkpoint <= {fraction:g} x the fp32 seed band "
+            f"(median pairwise distance of {band.seeds} seeds; float8's rule x u_elem / u_e4m3)",
+            detail=(
+                f"{setup_name} / {spec_id} ({linear.name}): at step {p.steps[worst_i]} the evaluation loss differs "
+                f"from fp32 by {p.diffs[worst_i]:.4g}, allowance {p.allowances[worst_i]:.4g}; reproduce: seed 0, "
+                f"pytest suites/fp8/test_block_training.py -k '{setup_name} and {spec_id}'"
+            ),
+            expected=1.0,
+            allowance=1.0,
+        ),
+        device=device,
+        tags=tags,
+    )
+
+
+@pytest.mark.parametrize("spec_id", RECIPES)
+def test_block_scaled_mlp_training_stays_within_its_band(spec_id, block_linear_under_test, amp_device, amp_record):
+    """The MLP: its 64x64 hidden linear has whole MX blocks, and its 16x64 input linear NVFP4's."""
+    _judge("mlp", spec_id, block_linear_under_test, amp_device, amp_record)
+
+
+@pytest.mark.amp_thorough  # an fp32 band of the LM and 9 block-scaled linears per step
+@pytest.mark.parametrize("spec_id", ["mxfp8-rceil", "nvfp4"])
+def test_block_scaled_lm_training_stays_within_its_band(spec_id, block_linear_under_test, amp_device, amp_record):
+    """The tiny LM, every linear block-scaled (widths 128-512, 256 tokens a batch). MXFP8 with
+    FLOOR scales does not meet the rule here (2.1 bands median over 3 seeds, docs/fp8.md) and MXFP4
+    comes within 0.6 band of its allowance: both are measured findings, not judged."""
+    _judge("tiny_lm", spec_id, block_linear_under_test, amp_device, amp_record)
