@@ -20,14 +20,16 @@
   (return your adapter from an ``fp8_scaling_under_test`` fixture), or in a test of your own with
   :func:`check_fp8_scaling`; :class:`TorchaoScaling` is torchao's.
 * Your MX or NVFP4 quantiser: :class:`BlockScaling` (the bits and values of a 2-D tensor for a
-  :class:`BlockSpec`, with :class:`BlockQuantized`), checked bit for bit by the fp8 suite (return it
+  :class:`BlockSpec`, the recipes' in :data:`BLOCK_SPECS`, with :class:`BlockQuantized`), checked bit for bit by the fp8 suite (return it
   from a ``block_scaling_under_test`` fixture) or with :func:`check_block_scaling`;
   :class:`TorchaoBlockScaling` is torchao's, :class:`TorchBlockScaling` the harness's plain-torch NVFP4.
 * Your block-scaled linear layer: :class:`BlockLinear` (a differentiable ``mm``; its output and
   both gradients, :class:`LinearProducts`, through :func:`block_linear_products`), judged against
   float64 with budgets from the formats (return it from a ``block_linear_under_test`` fixture, or
   use :func:`block_product_budgets` directly);
-  :class:`EmulatedBlockLinear` makes one from any :class:`BlockScaling` quantiser.
+  :class:`EmulatedBlockLinear` makes one from any :class:`BlockScaling` quantiser;
+  :func:`convert_to_block_scaled` swaps a model's whole-block linears for it (:class:`BlockScaledLinear`)
+  to train your own model in that recipe.
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
   and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
@@ -50,6 +52,8 @@ from harness.domains.fp8.blockscaled import (
     TorchBlockScaling,
     check_block_scaling,
 )
+from harness.domains.fp8.blocktraining import BlockScaledLinear
+from harness.domains.fp8.blocktraining import convert as convert_to_block_scaled
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
 from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
@@ -84,6 +88,7 @@ from harness.domains.training.overflow import judge as judge_overflow
 from harness.domains.training.overflow import run as plant_overflows
 from harness.domains.training.result import Checked, TrainingCheckFailed, TrainingResult
 from harness.domains.training.result import Kind as VerdictKind
+from harness.numerics.blockscaled import SPECS as BLOCK_SPECS
 from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.comparison import (
     compare_bits,
@@ -109,6 +114,7 @@ __all__ = [
     "ACCUM4",
     "BF16",
     "BF16_PARAMS",
+    "BLOCK_SPECS",
     "CLIP",
     "EXACT",
     "FP4_E2M1",
@@ -122,6 +128,7 @@ __all__ = [
     "AmpLane",
     "BlockLinear",
     "BlockQuantized",
+    "BlockScaledLinear",
     "BlockScaling",
     "BlockSpec",
     "CastSpec",
@@ -173,6 +180,7 @@ __all__ = [
     "compare_values",
     "compare_within",
     "conformance_machine",
+    "convert_to_block_scaled",
     "delayed_scaling_machine",
     "find_runs",
     "judge_lane",

@@ -58,6 +58,7 @@ def _run(
     cast: str = "faults.casts.correct",
     block: str = "faults.fp8.TorchaoBlockScaling()",
     linear: str = "faults.fp8.TorchaoBlockLinear()",
+    fsdp_shard: str = '"torch.distributed.fsdp:fully_shard"',
     args=(),
     **patches: str,
 ):
@@ -68,6 +69,7 @@ def _run(
         "fp8_scaling_under_test": scaling,
         "block_scaling_under_test": block,
         "block_linear_under_test": linear,
+        "float8_fsdp_shard": fsdp_shard,
     }
     # the modules to import for each patched attribute (a class's module where its owner is a class)
     owners = tuple(
@@ -283,7 +285,13 @@ def test_torchaos_nvfp4_zero_tensor_is_a_known_finding_and_its_mx_zeros_pass(pyt
 
 
 def test_a_block_scale_one_binade_high_fails_the_block_checks(pytester, suite_copy):
-    run = _run(pytester, suite_copy, BLOCK, block="faults.fp8.BlockScaleOneBinadeHigh()")
+    run = _run(
+        pytester,
+        suite_copy,
+        BLOCK,
+        block="faults.fp8.BlockScaleOneBinadeHigh()",
+        args=("-k", "exact_reference and (mxfp8-rceil or nvfp4])"),
+    )
     assert_caught(run, f"*::{BLOCK_EXACT}[[]mxfp8-rceil]", f"*::{BLOCK_EXACT}[[]nvfp4]")
     run.stdout.fnmatch_lines(
         ["*nvfp4 (block scale one binade high): *block (0, 0) amax *: scale code 0x*, expected 0x*"]
@@ -309,6 +317,21 @@ def test_a_users_quantiser_with_torchaos_tiny_value_findings_fails(pytester, sui
     assert_caught(run, f"*::{BLOCK_EXACT}[[]mxfp8-rceil]", f"*::{BLOCK_EXACT}[[]nvfp4]")
     run.stdout.fnmatch_lines(["*mxfp8-rceil (a user's adapter over torchao): * at e8m0 scale code 0 (2^-127) divide *"])
     run.stdout.fnmatch_lines(["*nvfp4 (a user's adapter over torchao): * per-tensor scale / block scale overflows *"])
+
+
+@pytest.mark.amp_thorough  # two ranks launched inside an inner run (~7 s); by default the check's own
+# claim is exact equality, which any changed bit fails
+def test_a_float8_all_gather_that_scales_each_shard_by_its_own_amax_fails(pytester, suite_copy):
+    """torchao with the amax all-reduce of its float8 all-gather forgotten: each rank casts its shard
+    with its own scale and the gathered weight is decoded with one, so training departs at once."""
+    run = _run(
+        pytester,
+        suite_copy,
+        "fp8/test_float8_all_gather.py",
+        fsdp_shard='"faults.fp8:fully_shard_with_local_float8_amax"',
+    )
+    assert_caught(run, "*::test_float8_all_gather_under_fsdp2_trains_bit_for_bit_as_without_it[[]cpu]")
+    assert _failed_rows(run) == {"fsdp2.float8_all_gather.max_loss_diff", "fsdp2.float8_all_gather.max_weight_diff"}
 
 
 LINEAR = "fp8/test_block_linear.py"

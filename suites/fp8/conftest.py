@@ -99,6 +99,13 @@ def block_linear_under_test(fp8_torchao: ModuleType) -> object:
 
 
 @pytest.fixture
+def float8_fsdp_shard() -> str:
+    """FSDP2's sharding function for the float8 all-gather check, as ``"module:function"`` (each
+    rank imports it): torch's ``fully_shard`` by default."""
+    return "torch.distributed.fsdp:fully_shard"
+
+
+@pytest.fixture
 def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
     """fp32 -> bf16 stochastic rounding the statistical checks judge: torchao's (its optimizers'
     ``bf16_stochastic_round``). Return your own ``(x: fp32 tensor) -> bf16 tensor`` to judge it; it
