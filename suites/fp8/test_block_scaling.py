@@ -41,9 +41,11 @@ pytestmark = pytest.mark.amp_capability("fp8")
 DEFAULT = {"mxfp8-rceil", "nvfp4", "nvfp4-2d"}
 #: the recipes' casts, each checked on its own
 SPECS = [s if s in DEFAULT else pytest.param(s, marks=pytest.mark.amp_thorough) for s in sorted(B.SPECS)]
-#: the NVFP4 casts the harness's own quantiser implements (the specification checked as code)
+#: the NVFP4 casts the harness's own quantiser implements (the specification checked as code): by
+#: default the 16x16 tiles, which torchao cannot quantise on the CPU (its 1x16 casts are judged on
+#: torchao by default)
 NVFP4 = [
-    s if s in DEFAULT else pytest.param(s, marks=pytest.mark.amp_thorough)
+    s if s == "nvfp4-2d" else pytest.param(s, marks=pytest.mark.amp_thorough)
     for s in sorted(n for n, spec in B.SPECS.items() if spec.scale_format == "e4m3")
 ]
 ZERO_ISSUE = known_issues.KNOWN_ISSUES["torchao-nvfp4-zero-tensor-nan"]
