@@ -58,6 +58,11 @@ CONTROLS = {
         "exact_reference and tensorwise-e4m3]",
         ("*exact_reference*tensorwise-e4m3]",),
     ),
+    "fp8_mx_scale_binade_high": (
+        "fp8/test_block_linear.py",
+        "mxfp8-rceil",
+        ("*within_budget[[]mxfp8-rceil]",),
+    ),
     "fp16_cast_toward_zero": (
         "formats/test_cast_rounding.py",
         "rounds_to_nearest_even_everywhere and fp16",
@@ -131,6 +136,8 @@ PATCHES = {
         for k in ("layer_norm_autocast_lowp", "mm_autocast_one_ulp_off", "mm_autocast_in_fp32")
     },
 }
+#: controls whose failed test writes more than one script: a block-scaled linear's three products
+SCRIPTS = {"fp8_mx_scale_binade_high": 3}
 #: suite file -> the folder of its golden tables (copied into the control's run)
 GOLDEN = {"autocast/test_op_policy.py": "autocast", "formats/test_fp8_casts.py": "formats"}
 #: faulty kernels in force for the whole test (the check's own calls)
@@ -180,7 +187,7 @@ def test_a_failed_check_writes_a_standalone_script(
         shutil.copytree(golden, pytester.path / "baselines" / GOLDEN[suite] / golden.name)
     imports = ("faults.stacks", "harness.domains.training.diagnosis", "harness.domains.autocast.probe", "torch")
     if fault.startswith("fp8"):
-        imports += ("torchao.float8.float8_utils",)
+        imports += ("torchao.float8.float8_utils", "torchao.prototype.mx_formats.mx_tensor")
     inject(
         pytester,
         "",
@@ -195,7 +202,7 @@ def test_a_failed_check_writes_a_standalone_script(
     capsys.readouterr()
     assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(out)]) == 0
     written = sorted(out.glob("*.py"))
-    assert len(written) == 1, capsys.readouterr()
+    assert len(written) == SCRIPTS.get(fault, 1), capsys.readouterr()
     text = written[0].read_text(encoding="utf-8")
     tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

@@ -15,7 +15,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.fp8.blocklinear import PRODUCTS, linear_products, product_budgets, published_floor
+from harness.domains.failure_repro import product_against_float64
+from harness.domains.fp8.blocklinear import (
+    PRODUCTS,
+    TorchaoBlockLinear,
+    linear_products,
+    product_budgets,
+    published_floor,
+    torchao_script,
+)
 from harness.domains.fp8.matmul import sqnr
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_bound, compare_within
@@ -43,6 +51,7 @@ def test_block_scaled_linear_output_and_gradients_are_within_budget(spec_id, blo
     budgets = product_budgets(x, w, g, spec)
     tags = {"implementation": linear.name, "seed": SEED, "shape": f"{M}x{K}x{N}"}
     results = []
+    repros = {}
     for name in PRODUCTS:
         actual = getattr(products, name).detach().to(torch.float64).cpu()
         ref, bud = budgets[name]
@@ -57,6 +66,17 @@ def test_block_scaled_linear_output_and_gradients_are_within_budget(spec_id, blo
             note=f"floor {bud.sqnr_floor_db:.1f} dB"
             + (f"; torchao's own tests hold it to {published.sqnr_db:.0f} dB" if published else ""),
         )
+        if type(linear) is TorchaoBlockLinear:  # a script needs nothing of the harness: torchao's calls
+            repro = product_against_float64(
+                f"torchao block-scaled linear ({spec_id}) {name} against float64",
+                torchao_script(spec, name),
+                {"x": x, "w": w, "g": g},
+                bud.bound,
+                bud.sqnr_floor_db,
+                bud.origin,
+                needs=("torch", "torchao"),
+            )
+            repros[f"{spec_id}.{name}"] = repro  # one script per product: it checks the bound and the floor
         results.append(compare_within(f"{spec_id}.{name}", actual, ref, bud.bound, bud.origin))
         results.append(
             compare_bound(
@@ -67,4 +87,4 @@ def test_block_scaled_linear_output_and_gradients_are_within_budget(spec_id, blo
                 unit="dB",
             )
         )
-    amp_record.require_all(results, tags=tags)
+    amp_record.require_all(results, tags=tags, repro_of=lambda r: repros.get(r.name))

@@ -36,6 +36,17 @@ def tensor_to_scale_doubled(real: Callable[..., torch.Tensor]) -> Callable[..., 
     return tensor_to_scale
 
 
+def to_mx_scale_binade_high(real: Callable[..., Any]) -> Callable[..., Any]:
+    """torchao's MX ``to_mx`` storing every e8m0 block scale one code high (an exponent bias off by
+    one) over elements quantised with the right one: every MX value decodes at twice its size."""
+
+    def to_mx(*args: Any, **kwargs: Any) -> Any:
+        scale, data = real(*args, **kwargs)
+        return (scale.view(torch.uint8) + 1).view(scale.dtype), data
+
+    return to_mx
+
+
 def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``Tensor.to`` whose float32 -> float16 cast rounds toward zero where it should round up in
     magnitude (a truncating conversion kernel); every other conversion is untouched."""
@@ -295,6 +306,10 @@ STACKS: dict[str, tuple[str, str]] = {
     "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
     "fp8_scale_doubled": ("torchao.float8.float8_utils.tensor_to_scale", "faults.stacks.tensor_to_scale_doubled"),
+    "fp8_mx_scale_binade_high": (
+        "torchao.prototype.mx_formats.mx_tensor.to_mx",
+        "faults.stacks.to_mx_scale_binade_high",
+    ),
     "fp16_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp16_cast_toward_zero"),
     "fp8_overflow_to_nan": ("torch.Tensor.to", "faults.stacks.fp8_overflow_to_nan"),
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
