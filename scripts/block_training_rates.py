@@ -24,12 +24,6 @@ BAND_SEEDS = 5
 RECIPES = ("mxfp8-rceil", "mxfp8-floor", "mxfp4-rceil", "nvfp4")
 
 
-class Fp4Gradients(TorchaoBlockLinear):
-    def element_dtypes(self, spec: B.BlockSpec) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
-        elem, w_elem, _ = super().element_dtypes(spec)
-        return elem, w_elem, torch.float4_e2m1fn_x2
-
-
 def in_bands(run: Run, fp: list[Run], k: int) -> float:
     others = [r for j, r in enumerate(fp) if j != k][:BAND_SEEDS]
     return parity(run, fp[k], seed_band([fp[k], *others]), 1.0).worst
@@ -48,7 +42,10 @@ def main(seeds: int, setup_name: str) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for spec_id in RECIPES:
         names, total = converted(setup, spec_id)
-        for label, linear in (("none", TorchaoBlockLinear()), ("e2m1 gradients", Fp4Gradients())):
+        for label, linear in (
+            ("none", TorchaoBlockLinear()),
+            ("e2m1 gradients", TorchaoBlockLinear(grad_dtype=torch.float4_e2m1fn_x2)),
+        ):
             if label != "none" and not spec_id.startswith("mxfp8"):
                 continue
             runs = [

@@ -47,6 +47,8 @@ FIXTURES = {
     "fp8_cast_under_test": "faults.casts.correct",
     "fp8_decode_under_test": "faults.fp8.torch_decode",
     "e8m0_cast_under_test": "faults.fp8.torch_e8m0_cast",
+    # a cache per inner test (the suite's is per session): no run outlives the faults it was made under
+    "train_cached": "harness.domains.training.RunCache()",
 }
 
 
@@ -75,7 +77,7 @@ def _run(
     owners = tuple(
         sorted({".".join(p for p in t.rpartition(".")[0].split(".") if not p[:1].isupper()) for t in patches})
     )
-    inject(pytester, "fp8", fixtures=fixtures, patches=patches or None, imports=owners)
+    inject(pytester, "fp8", fixtures=fixtures, patches=patches or None, imports=("harness.domains.training", *owners))
     return run_inner(pytester, *args)
 
 

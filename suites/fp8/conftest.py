@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from harness.domains.fp8 import adapters
+from harness.domains.training import RunCache
 from harness.numerics.formats import FloatFormat, cast_bits
 
 Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
@@ -123,3 +124,10 @@ def delayed_scaling_under_test() -> Callable[..., object]:
     from harness.domains.fp8.delayed import TorchDelayedScaling
 
     return TorchDelayedScaling
+
+
+@pytest.fixture(scope="session")
+def train_cached() -> RunCache:
+    """The session's training runs, each made once: the float8 and the block-scaled training checks
+    share their fp32 seeds and bf16 runs (see :class:`harness.domains.training.RunCache`)."""
+    return RunCache()

@@ -20,7 +20,7 @@ from harness.domains.fp8.training import (
     linear_count,
     with_outlier,
 )
-from harness.domains.training import BF16, FP32, SETUPS, parity, seed_band, train
+from harness.domains.training import BF16, SETUPS, parity, seed_band, train
 from harness.domains.training.parity import RecipeResult, conclusive
 from harness.numerics.comparison import compare_claim
 from harness.platform import kernels
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.amp_capability("fp8")
 
 #: fp32 seeds of each band (the training suite's cheap-model count)
 SEEDS = 5
+
 #: the outlier's step: after two checkpoints, with four after it
 OUTLIER_STEP = 25
 
@@ -76,23 +77,6 @@ def _emulate(device, amp_record) -> bool:
     return missing is not None
 
 
-def _bands(setup, device):
-    fp = [train(setup, FP32, s, device) for s in range(SEEDS)]
-    return fp, seed_band(fp)
-
-
-_MLP_BANDS: dict[str, tuple] = {}
-
-
-@pytest.fixture
-def mlp_fp32(amp_device):
-    """The MLP's fp32 runs and seed band on the device under test, trained once per session."""
-    key = str(amp_device)
-    if key not in _MLP_BANDS:
-        _MLP_BANDS[key] = _bands(SETUPS["mlp"], amp_device)
-    return _MLP_BANDS[key]
-
-
 @pytest.mark.parametrize(
     "recipe_name",
     # rowwise_with_gw_hp casts its forward as rowwise does; its high-precision weight gradient is
@@ -103,9 +87,10 @@ def mlp_fp32(amp_device):
     ],
 )
 def test_float8_mlp_training_stays_within_the_fp32_seed_band(
-    recipe_name, fp8_torchao, mlp_fp32, amp_device, amp_record
+    recipe_name, fp8_torchao, train_cached, amp_device, amp_record
 ):
-    fp, band = mlp_fp32
+    fp = train_cached.fp32(SETUPS["mlp"], SEEDS, amp_device)
+    band = seed_band(fp)
     setup = float8_setup(SETUPS["mlp"], recipe_name, emulate=_emulate(amp_device, amp_record))
     converted = linear_count(setup.model(0))
     amp_record.require(
@@ -123,27 +108,33 @@ def test_float8_mlp_training_stays_within_the_fp32_seed_band(
     )
     run = train(setup, float8_recipe(recipe_name), 0, amp_device)
     _judge(amp_record, "mlp", recipe_name, run, band, fp[0], amp_device, {"recipe": recipe_name})
-    bf16 = parity(train(SETUPS["mlp"], BF16, 0, amp_device), fp[0], band, 1.0)
+    bf16 = parity(train_cached(SETUPS["mlp"], BF16, 0, amp_device), fp[0], band, 1.0)
     amp_record("mlp.bf16.worst_diff_over_band", bf16.worst, device=amp_device, note="bf16 autocast, same rule: context")
 
 
 @pytest.mark.amp_thorough_on("cpu")  # ~1 min on 2 CPU cores even with the emulated matmul
 @pytest.mark.parametrize("recipe_name", sorted(recipes.RECIPES))
-def test_float8_lm_training_stays_within_the_fp32_seed_band(recipe_name, fp8_torchao, amp_device, amp_record):
+def test_float8_lm_training_stays_within_the_fp32_seed_band(
+    recipe_name, fp8_torchao, train_cached, amp_device, amp_record
+):
     """The tiny LM; on the CPU with torchao's emulated matmul (the same fp8 casts, products in fp32):
     CPU fp8 kernels take minutes per run on some hardware classes (docs/fp8.md)."""
-    fp, band = _bands(SETUPS["tiny_lm"], amp_device)
+    fp = train_cached.fp32(SETUPS["tiny_lm"], SEEDS, amp_device)
+    band = seed_band(fp)
     setup = float8_setup(SETUPS["tiny_lm"], recipe_name, emulate=amp_device.type == "cpu")
     run = train(setup, float8_recipe(recipe_name), 0, amp_device)
     _judge(amp_record, "tiny_lm", recipe_name, run, band, fp[0], amp_device, {"recipe": recipe_name})
 
 
 @pytest.mark.parametrize("recipe_name", ["tensorwise", pytest.param("rowwise", marks=pytest.mark.amp_thorough)])
-def test_an_activation_outlier_mid_run_leaves_no_lasting_damage(recipe_name, fp8_torchao, amp_device, amp_record):
+def test_an_activation_outlier_mid_run_leaves_no_lasting_damage(
+    recipe_name, fp8_torchao, train_cached, amp_device, amp_record
+):
     """One sample's inputs x OUTLIER_FACTOR at one step: that step's scale is set by the outlier;
     every later checkpoint must be within the band of fp32 runs that took the same outlier."""
     base = with_outlier(SETUPS["mlp"], OUTLIER_STEP)
-    fp, band = _bands(base, amp_device)
+    fp = train_cached.fp32(base, SEEDS, amp_device)
+    band = seed_band(fp)
     emulate = _emulate(amp_device, amp_record)
     run = train(float8_setup(base, recipe_name, emulate=emulate), float8_recipe(recipe_name), 0, amp_device)
     for t in (OUTLIER_STEP, OUTLIER_STEP + 1):

@@ -351,9 +351,8 @@ class Fp4GradientsLinear(TorchaoBlockLinear):
 
     name = "MX linear with fp4 gradients"
 
-    def element_dtypes(self, spec: BlockSpec) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
-        elem, w_elem, _ = super().element_dtypes(spec)
-        return elem, w_elem, torch.float4_e2m1fn_x2
+    def __init__(self) -> None:
+        super().__init__(grad_dtype=torch.float4_e2m1fn_x2)
 
 
 class UsersAdapterOverTorchao:

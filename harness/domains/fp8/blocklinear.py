@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from harness.domains.fp8.adapters import import_torchao
-from harness.domains.fp8.blockscaled import BlockScaling, TorchaoBlockScaling
+from harness.domains.fp8.blockscaled import BlockScaling, TorchaoBlockScaling, torch_elem_dtype
 from harness.domains.fp8.matmul import ScaledBudget, budget
 from harness.numerics import blockscaled as B
 from harness.numerics.scaled import amax
@@ -179,22 +179,21 @@ class EmulatedBlockLinear:
 class TorchaoBlockLinear:
     """torchao's block-scaled linear: MX recipes through ``mx_mm`` (MXFP8Linear's autograd
     function) with its emulated matmul and plain-torch casts; NVFP4 through
-    :class:`EmulatedBlockLinear` over torchao's quantiser."""
+    :class:`EmulatedBlockLinear` over torchao's quantiser.
+
+    ``grad_dtype``: cast the MX recipes' output gradients to this element dtype instead of the
+    recipe's (e5m2 gradients, as some MXFP8 recipes use; the rates scripts' format slips)."""
 
     name = "torchao"
 
-    def __init__(self) -> None:
+    def __init__(self, grad_dtype: torch.dtype | None = None) -> None:
         self._nvfp4 = EmulatedBlockLinear(TorchaoBlockScaling())
+        self.grad_dtype = grad_dtype
 
     def unsupported(self, spec: B.BlockSpec) -> str | None:
         if spec.scale_format == "e4m3":
             return self._nvfp4.unsupported(spec)
         return None
-
-    def element_dtypes(self, spec: B.BlockSpec) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
-        """The torch element dtypes of the input, the weight and the output gradient for ``spec``."""
-        elem = torch.float8_e4m3fn if spec.elem.total_bits == 8 else torch.float4_e2m1fn_x2
-        return elem, elem, elem
 
     def mm(self, x: torch.Tensor, w: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
         if spec.scale_format == "e4m3":
@@ -203,13 +202,13 @@ class TorchaoBlockLinear:
         cfg = import_torchao("torchao.prototype.mx_formats.config")
         pref = import_torchao("torchao.quantization.quantize_.common.kernel_preference")
         assert spec.mode is not None
-        elem, w_elem, grad_elem = self.element_dtypes(spec)
+        elem = torch_elem_dtype(spec)
         out: torch.Tensor = linear.mx_mm.apply(
             x,
             w,
             elem,
-            w_elem,
-            grad_elem,
+            elem,
+            elem if self.grad_dtype is None else self.grad_dtype,
             spec.block[1],
             pref.KernelPreference.EMULATED,
             cfg.MXFP8Dim0CastKernelChoice.TORCH,
@@ -275,7 +274,7 @@ def torchao_script(spec: B.BlockSpec, product: str) -> str:
     :class:`TorchaoBlockLinear` makes, with nothing of the harness."""
     if spec.scale_format == "e8m0":
         assert spec.mode is not None
-        elem = "torch.float8_e4m3fn" if spec.elem.total_bits == 8 else "torch.float4_e2m1fn_x2"
+        elem = str(torch_elem_dtype(spec))  # "torch.float8_e4m3fn"
         call = f"""from torchao.prototype.moe_training.mxfp8_linear import mx_mm
 from torchao.prototype.mx_formats.config import MXFP8Dim0CastKernelChoice, MXFP8Dim1CastKernelChoice, ScaleCalculationMode
 from torchao.quantization.quantize_.common.kernel_preference import KernelPreference

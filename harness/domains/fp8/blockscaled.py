@@ -67,6 +67,11 @@ def _unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((p & 0xF, p >> 4), dim=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)
 
 
+def torch_elem_dtype(spec: B.BlockSpec) -> torch.dtype:
+    """The torch dtype torchao's MX casts take for ``spec``'s elements (fp4: two per byte)."""
+    return torch.float8_e4m3fn if spec.elem is FP8_E4M3FN else torch.float4_e2m1fn_x2
+
+
 class TorchaoBlockScaling:
     """torchao's MX (``MXTensor.to_mx``) and NVFP4 (``NVFP4Tensor.to_nvfp4`` with the per-tensor
     scale ``per_tensor_amax_to_scale`` gives it) quantisers, the calls its training recipes make."""
@@ -87,8 +92,7 @@ class TorchaoBlockScaling:
             mx = import_torchao("torchao.prototype.mx_formats.mx_tensor")
             cfg = import_torchao("torchao.prototype.mx_formats.config")
             assert spec.mode is not None
-            dtype = torch.float8_e4m3fn if spec.elem is FP8_E4M3FN else torch.float4_e2m1fn_x2
-            t = mx.MXTensor.to_mx(x, dtype, spec.block[1], cfg.ScaleCalculationMode(spec.mode.value))
+            t = mx.MXTensor.to_mx(x, torch_elem_dtype(spec), spec.block[1], cfg.ScaleCalculationMode(spec.mode.value))
             codes = t.qdata.view(torch.uint8) if spec.elem is FP8_E4M3FN else _unpack_fp4(t.qdata)
             grid = t.scale.view(torch.uint8).reshape(rows, cols // spec.block[1])
             return BlockQuantized(None, grid, codes.reshape(rows, cols), t.dequantize(torch.float32))
@@ -266,6 +270,9 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
     codes = got.codes.to(torch.int64).tolist()
     for i, j, cells in B.tiles(len(rows), len(rows[0]), spec.block):
         decode = None if want.tensor_scale == 0.0 else B.decode_scale(spec, accepted[i][j], want.tensor_scale)
+        overflows = spec.per_tensor and reciprocal_overflows(
+            want.tensor_scale, B.decode_scale(spec, accepted[i][j], None)
+        )
         if (
             spec.scale_format == "e8m0"
             and accepted[i][j] == 0
@@ -281,11 +288,7 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
             if decode is not None and B.explained_element(spec, rows[r][c], decode, g):
                 result.explained_elements += 1
                 continue
-            if (
-                spec.per_tensor
-                and reciprocal_overflows(want.tensor_scale, B.decode_scale(spec, accepted[i][j], None))
-                and _overflow_element(rows[r][c], g)
-            ):
+            if overflows and _overflow_element(rows[r][c], g):
                 result.reciprocal_overflow_finding += 1
                 continue
             result.problems.append(f"element ({r}, {c}) = {rows[r][c]!r}: code {g:#x}, expected {w:#x}")

@@ -8,6 +8,7 @@ and a correctly rounded emulation of it, ``emulation``). The names users need ar
 """
 
 from harness.domains.training.batches import Inputs, logits_of, loss_of
+from harness.domains.training.cache import RunCache
 from harness.domains.training.census import (
     CENSUS_SCALES,
     FP16_MIN_NORMAL,
@@ -110,6 +111,7 @@ __all__ = [
     "Recipe",
     "RecipeResult",
     "Run",
+    "RunCache",
     "ScheduleFactory",
     "Setup",
     "TinyLM",
