@@ -22,14 +22,15 @@
 * Your MX or NVFP4 quantiser: :class:`BlockScaling` (the bits and values of a 2-D tensor for a
   :class:`BlockSpec`, the recipes' in :data:`BLOCK_SPECS`, with :class:`BlockQuantized`), checked bit for bit by the fp8 suite (return it
   from a ``block_scaling_under_test`` fixture) or with :func:`check_block_scaling`;
-  :class:`TorchaoBlockScaling` is torchao's, :class:`TorchBlockScaling` the harness's plain-torch NVFP4.
+  :class:`TorchaoBlockScaling` is torchao's, :class:`TorchBlockScaling` the harness's own in plain torch.
 * Your block-scaled linear layer: :class:`BlockLinear` (a differentiable ``mm``; its output and
   both gradients, :class:`LinearProducts`, through :func:`block_linear_products`), judged against
   float64 with budgets from the formats (return it from a ``block_linear_under_test`` fixture, or
   use :func:`block_product_budgets` directly);
   :class:`EmulatedBlockLinear` makes one from any :class:`BlockScaling` quantiser;
   :func:`convert_to_block_scaled` swaps a model's whole-block linears for it (:class:`BlockScaledLinear`)
-  to train your own model in that recipe.
+  to train your own model in that recipe; :func:`check_block_steps` judges that training's steps
+  against the correctly rounded recipe (accuracy, and conformance up to float32).
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
   and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
@@ -52,7 +53,7 @@ from harness.domains.fp8.blockscaled import (
     TorchBlockScaling,
     check_block_scaling,
 )
-from harness.domains.fp8.blocktraining import BlockScaledLinear
+from harness.domains.fp8.blocktraining import BlockScaledLinear, check_block_steps
 from harness.domains.fp8.blocktraining import convert as convert_to_block_scaled
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
@@ -166,6 +167,7 @@ __all__ = [
     "block_linear_products",
     "block_product_budgets",
     "check_block_scaling",
+    "check_block_steps",
     "check_fp8_scaling",
     "check_lane",
     "check_parity",

@@ -49,6 +49,7 @@ FIXTURES = {
     "e8m0_cast_under_test": "faults.fp8.torch_e8m0_cast",
     # a cache per inner test (the suite's is per session): no run outlives the faults it was made under
     "train_cached": "harness.domains.training.RunCache()",
+    "block_lane_references": "dict()",
 }
 
 
@@ -273,6 +274,7 @@ def test_a_torchao_that_guards_the_nvfp4_zero_tensor_fails_as_appears_fixed(pyte
 
 # -- block-scaled recipes (MX, NVFP4) ---------------------------------------------------------------------
 BLOCK = "fp8/test_block_scaling.py"
+BLOCK_TRAINING = "fp8/test_block_training.py"
 BLOCK_EXACT = "test_block_scaled_bits_equal_the_exact_reference"
 
 
@@ -360,10 +362,46 @@ def test_a_linear_over_a_quantiser_with_scales_one_binade_high_fails_every_produ
 def test_block_scaled_training_over_scales_one_binade_high_fails_the_band(pytester, suite_copy):
     """Every linear's products 4x too large: the MLP's loss leaves the fp32 band in both default
     recipes; the controls of the products above show which budgets a subtler fault breaks."""
-    run = _run(pytester, suite_copy, "fp8/test_block_training.py", linear="faults.fp8.LinearOverBinadeHighScales()")
+    run = _run(
+        pytester,
+        suite_copy,
+        BLOCK_TRAINING,
+        linear="faults.fp8.LinearOverBinadeHighScales()",
+        args=("-k", "band"),
+    )
     test = "test_block_scaled_mlp_training_stays_within_its_band"
     assert_caught(run, f"*::{test}[[]*mxfp8-rceil]", f"*::{test}[[]*nvfp4]")
     assert _failed_rows(run) == {"mlp.mxfp8-rceil.worst_diff_over_allowance", "mlp.nvfp4.worst_diff_over_allowance"}
+
+
+ACCURATE = "test_block_scaled_steps_are_as_accurate_as_correctly_rounded_ones"
+CONFORMS = "test_block_scaled_steps_are_the_specifications_up_to_float32"
+
+
+@pytest.mark.amp_thorough  # an inner run of its own (~10 s); by default tests/test_block_steps.py fails both
+# rules with the same fault directly, and the e5m2 control below runs the suite's step checks
+def test_training_steps_over_scales_one_binade_high_fail_both_step_claims(pytester, suite_copy):
+    """Every operand decodes at twice its size: each step is hundreds of times less accurate than
+    the correctly rounded one, and millions of float32 evaluations away from it, in both recipes."""
+    run = _run(
+        pytester, suite_copy, BLOCK_TRAINING, linear="faults.fp8.LinearOverBinadeHighScales()", args=("-k", "steps")
+    )
+    assert_caught(run, *(f"*::{t}[[]*mlp-{s}]" for t in (ACCURATE, CONFORMS) for s in ("mxfp8-rceil", "nvfp4")))
+    assert _failed_rows(run) == {
+        f"mlp.{s}.{m}"
+        for s in ("mxfp8-rceil", "nvfp4")
+        for m in ("amp_lane_error_ratio", "step_distance_over_float32s")
+    }
+
+
+def test_mx_training_with_e5m2_gradients_fails_only_the_conformance_of_its_steps(pytester, suite_copy):
+    """A format slip in the backward alone (e5m2 output gradients where MXFP8 says e4m3): the step
+    is barely less accurate (the lane's accuracy rule passes it, ~1.15x of 2), but it is not the
+    recipe's step (~10^4 float32 evaluations away); NVFP4, which the slip does not touch, passes."""
+    run = _run(pytester, suite_copy, BLOCK_TRAINING, linear="faults.fp8.E5m2GradientsLinear()", args=("-k", "steps"))
+    assert_caught(run, f"*::{CONFORMS}[[]*mlp-mxfp8-rceil]")
+    assert _failed_rows(run) == {"mlp.mxfp8-rceil.step_distance_over_float32s"}
+    run.stdout.fnmatch_lines(["*mlp / mxfp8-rceil (MX linear with e5m2 gradients): its training steps lie a median *"])
 
 
 def test_an_mx_linear_with_fp4_gradients_fails_only_its_gradients(pytester, suite_copy):

@@ -131,3 +131,10 @@ def train_cached() -> RunCache:
     """The session's training runs, each made once: the float8 and the block-scaled training checks
     share their fp32 seeds and bf16 runs (see :class:`harness.domains.training.RunCache`)."""
     return RunCache()
+
+
+@pytest.fixture(scope="session")
+def block_lane_references() -> dict[object, object]:
+    """The block-scaled training lane's references (exact and correctly rounded steps), each made
+    once per run: the accuracy and the conformance claim share them."""
+    return {}

@@ -1,4 +1,5 @@
-"""Claim family: training with block-scaled (MXFP8, MXFP4, NVFP4) linears stays near fp32.
+"""Claim family: training with block-scaled (MXFP8, MXFP4, NVFP4) linears stays near fp32, and
+each of its steps is the recipe's correctly rounded step.
 
 The training suite's loop and comparison (evaluation loss at every checkpoint against the fp32
 seed band), with the block-scaled linear under test (``block_linear_under_test``: torchao's MX
@@ -6,14 +7,31 @@ linear, NVFP4 emulated over torchao's quantiser; or yours) in every linear whose
 blocks. The allowance is float8's measured rule scaled by the element format's unit roundoff
 (``harness/domains/fp8/blocktraining.py``). Each run's loss gap is recorded in units of the band and
 against bf16 autocast's gap on the same seed: the envelope of each recipe.
+
+The band sees only gross faults; the AMP lane judges steps. From the run's kept states, each next
+step is taken again by the linear under test, in float64, and by the recipe correctly rounded (the
+harness's own quantiser, checked against the exact reference in test_block_scaling.py, with float64
+products). Two claims: the step is as accurate as the correctly rounded one (the AMP lane's rule:
+at most the error of one element bit fewer), and it *is* that step up to float32 evaluation (at
+most twice as far from it as the specification's own float32 evaluation).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from harness.domains.fp8.blocktraining import block_recipe, block_setup, converted, parity_fraction
-from harness.domains.training import BF16, SETUPS, parity, seed_band, train
+from harness.domains.fp8.blocktraining import (
+    block_lane,
+    block_lane_reference,
+    block_recipe,
+    block_setup,
+    converted,
+    judge_conformance,
+    parity_fraction,
+    step_conformance,
+)
+from harness.domains.training import BF16, SETUPS, parity, seed_band
+from harness.domains.training.amp_lane import judge_lane, lane_steps
 from harness.domains.training.parity import RecipeResult, conclusive
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
@@ -30,11 +48,23 @@ RECIPES = [
 ]
 
 
-def _judge(setup_name: str, spec_id: str, linear, train_cached, device, amp_record) -> None:
-    spec = B.SPECS[spec_id]
-    reason = linear.unsupported(spec)
+def _skip_unsupported(spec_id: str, linear) -> None:
+    reason = linear.unsupported(B.SPECS[spec_id])
     if reason is not None:
         pytest.skip(f"{linear.name} cannot run {spec_id} here: {reason}")
+
+
+def _block_run(setup_name: str, spec_id: str, linear, train_cached, device):
+    """Seed 0 of the block-scaled recipe, its lane states kept: one run for the band and the lane."""
+    setup = SETUPS[setup_name]
+    return train_cached(
+        block_setup(setup, spec_id, linear), block_recipe(spec_id), 0, device, keep_states_at=lane_steps(setup)
+    )
+
+
+def _judge(setup_name: str, spec_id: str, linear, train_cached, device, amp_record) -> None:
+    spec = B.SPECS[spec_id]
+    _skip_unsupported(spec_id, linear)
     setup = SETUPS[setup_name]
     names, total = converted(setup, spec_id)
     amp_record.require(
@@ -54,7 +84,7 @@ def _judge(setup_name: str, spec_id: str, linear, train_cached, device, amp_reco
     fp = train_cached.fp32(setup, SEEDS, device)
     band = seed_band(fp)
     bf16_gap = parity(train_cached(setup, BF16, 0, device), fp[0], band, 1.0).worst
-    run = train(block_setup(setup, spec_id, linear), block_recipe(spec_id), 0, device)
+    run = _block_run(setup_name, spec_id, linear, train_cached, device)
     fraction = parity_fraction(spec)
     p = parity(run, fp[0], band, fraction)
     vacuous = conclusive(setup_name, RecipeResult(block_recipe(spec_id), run, fp[0], p))
@@ -108,3 +138,51 @@ def test_block_scaled_lm_training_stays_within_its_band(
     FLOOR scales does not meet the rule here (2.1 bands median over 3 seeds, docs/fp8.md) and MXFP4
     comes within 0.6 band of its allowance: both are measured findings, not judged."""
     _judge("tiny_lm", spec_id, block_linear_under_test, train_cached, amp_device, amp_record)
+
+
+#: (setup, recipe) of the step claims: the MLP's default recipes by default, the LM's thorough
+STEPS = [
+    ("mlp", "mxfp8-rceil"),
+    ("mlp", "nvfp4"),
+    *(pytest.param("tiny_lm", s, marks=pytest.mark.amp_thorough) for s in ("mxfp8-rceil", "nvfp4")),
+]
+
+
+def _lane(setup_name, spec_id, linear, train_cached, block_lane_references, device):
+    """The run, the lane of ``linear`` and its reference (made once per run: both step claims use it)."""
+    _skip_unsupported(spec_id, linear)
+    setup = SETUPS[setup_name]
+    run = _block_run(setup_name, spec_id, linear, train_cached, device)
+    key = (setup_name, spec_id, id(run))
+    if key not in block_lane_references:
+        block_lane_references[key] = block_lane_reference(setup, spec_id, run, device)
+    lane, reference = block_lane(setup, spec_id, linear, run, block_lane_references[key], device)
+    return setup, run, lane, reference
+
+
+@pytest.mark.parametrize(("setup_name", "spec_id"), STEPS)
+def test_block_scaled_steps_are_as_accurate_as_correctly_rounded_ones(
+    setup_name, spec_id, block_linear_under_test, train_cached, block_lane_references, amp_device, amp_record
+):
+    """The AMP lane's rule: from each checkpoint, the step's error against float64 is at most twice
+    (one element significand bit fewer) the correctly rounded block-scaled step's."""
+    _, _, lane, _ = _lane(setup_name, spec_id, block_linear_under_test, train_cached, block_lane_references, amp_device)
+    amp_record.require(
+        judge_lane(lane), device=amp_device, tags={"implementation": block_linear_under_test.name, "seed": 0}
+    )
+
+
+@pytest.mark.parametrize(("setup_name", "spec_id"), STEPS)
+def test_block_scaled_steps_are_the_specifications_up_to_float32(
+    setup_name, spec_id, block_linear_under_test, train_cached, block_lane_references, amp_device, amp_record
+):
+    """From each checkpoint, the step lies from the correctly rounded one no further than twice
+    what float32 evaluation of the specification itself moves it: scales, casts and products are
+    the recipe's. Sees what the lane's accuracy rule cannot: a format slip in the gradients alone."""
+    setup, run, _, reference = _lane(
+        setup_name, spec_id, block_linear_under_test, train_cached, block_lane_references, amp_device
+    )
+    c = step_conformance(setup, spec_id, block_linear_under_test, run, reference, amp_device)
+    amp_record.require(
+        judge_conformance(c), device=amp_device, tags={"implementation": block_linear_under_test.name, "seed": 0}
+    )

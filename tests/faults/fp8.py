@@ -355,6 +355,17 @@ class Fp4GradientsLinear(TorchaoBlockLinear):
         super().__init__(grad_dtype=torch.float4_e2m1fn_x2)
 
 
+class E5m2GradientsLinear(TorchaoBlockLinear):
+    """torchao's MX linear with its output gradients cast to e5m2 where MXFP8 says e4m3 (the
+    float8 tensorwise recipes' gradient format carried over): two significand bits fewer in the
+    backward only."""
+
+    name = "MX linear with e5m2 gradients"
+
+    def __init__(self) -> None:
+        super().__init__(grad_dtype=torch.float8_e5m2)
+
+
 class UsersAdapterOverTorchao:
     """A user's own MX quantiser that inherits torchao's substitute divisor at the smallest e8m0
     scale: the registry excuses torchao's releases, not code of one's own, so it must fail."""

@@ -18,8 +18,8 @@ import torch
 
 from harness.domains.fp8.adapters import import_torchao
 from harness.numerics import blockscaled as B
-from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32
-from harness.numerics.scaled import MxScaleMode, amax, near_power_of_2
+from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32, FloatFormat
+from harness.numerics.scaled import E8M0_BIAS, MxScaleMode, amax, emax, near_power_of_2
 
 
 @dataclass(frozen=True)
@@ -119,15 +119,52 @@ def e2m1_round(p: torch.Tensor) -> torch.Tensor:
     return idx.to(torch.uint8) | sign
 
 
+def _floor_log2(a: torch.Tensor) -> torch.Tensor:
+    """floor(log2 a) of positive float64 values, exactly (frexp: a = m 2^e with 1/2 <= m < 1)."""
+    return (torch.frexp(a)[1] - 1).to(torch.float64)
+
+
+def round_to_format(v: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
+    """float64 values rounded to ``elem``'s values by arithmetic alone (never a torch cast): to
+    nearest, ties to even, saturating at its maximum, signs (of zeros too) kept. The quantum of a
+    value is 2^(max(floor(log2|v|), emin) - mantissa bits); dividing by it is exact in float64."""
+    a = v.abs()
+    binade = _floor_log2(a.clamp_min(elem.smallest_normal)).clamp_min(elem.emin)
+    quantum = torch.exp2(binade - elem.mantissa_bits)
+    r = (torch.round(a / quantum) * quantum).clamp(max=elem.max)
+    return torch.copysign(r, v)
+
+
+def _e8m0_codes(block_amax: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
+    """MX scale codes of float64 block amaxes (:func:`harness.numerics.scaled.mx_scale_code`, with
+    exact comparisons against powers of two instead of rationals)."""
+    a = block_amax
+    positive = a > 0
+    floor = _floor_log2(torch.where(positive, a, 1.0))  # 2^floor <= a < 2^(floor + 1)
+    if spec.mode is MxScaleMode.RCEIL:
+        # the smallest e with a <= elem_max x 2^e (each product exact in float64); elem_max lies in
+        # [2^emax, 2^(emax+1)), so e is emax below floor, or one or two above that
+        e = floor - emax(spec.elem) - 1
+        for _ in range(3):
+            e = torch.where(spec.elem.max * torch.exp2(e) < a, e + 1, e)
+        code = (e + E8M0_BIAS).clamp(0, 254)
+    else:
+        e = floor if spec.mode is MxScaleMode.FLOOR else torch.where(torch.exp2(floor) == a, floor, floor + 1)
+        code = (e - emax(spec.elem) + E8M0_BIAS).clamp(0, 255)
+    return torch.where(positive, code, 0.0).to(torch.uint8)
+
+
 class TorchBlockScaling:
-    """The harness's own NVFP4 quantiser in plain torch (1x16 and 16x16 blocks, one or two levels):
-    the specification run as code, for the claims torchao cannot show on this host. Ratios in
-    float64, so it lands inside the float32 window everywhere the reference accepts torchao."""
+    """The harness's own block quantiser in plain torch (MX with each scale mode; NVFP4 in 1x16
+    and 16x16 blocks, one or two levels): the specification run as code, for the claims torchao
+    cannot show on this host, and the correctly rounded recipe the block-scaled training lane
+    compares a step with. Ratios in float64 and elements rounded by :func:`round_to_format`, so it
+    lands inside the float32 window everywhere the reference accepts torchao."""
 
     name = "harness (plain torch)"
 
     def unsupported(self, spec: B.BlockSpec) -> str | None:
-        return None if spec.scale_format == "e4m3" else "the harness's own quantiser implements NVFP4 only"
+        return None
 
     def block_amax(self, x: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
         rows, cols = x.shape
@@ -140,6 +177,11 @@ class TorchBlockScaling:
 
     def quantize(self, x: torch.Tensor, spec: B.BlockSpec) -> BlockQuantized:
         x64 = x.to(torch.float64)
+        if spec.scale_format == "e8m0":
+            scales = _e8m0_codes(self.block_amax(x64, spec), spec)
+            decode = self.expand(torch.exp2(scales.to(torch.float64) - E8M0_BIAS), spec)
+            values = round_to_format(x64 / decode, spec.elem)
+            return BlockQuantized(None, scales, self._codes(values, spec), (values * decode).to(torch.float32))
         if spec.per_tensor:
             tensor_scale = float((x64.abs().max() / B.NVFP4_TENSOR_DIVISOR).to(torch.float32))
             st = torch.tensor(tensor_scale, dtype=torch.float64)
@@ -151,6 +193,13 @@ class TorchBlockScaling:
         codes = e2m1_round(x64 / decode) if tensor_scale != 0.0 else torch.signbit(x64).to(torch.uint8) << 3
         values = (_E2M1[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0) * decode).to(torch.float32)
         return BlockQuantized(tensor_scale, scales.view(torch.uint8), codes, values)
+
+    @staticmethod
+    def _codes(values: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
+        """Element codes of values already in the element format (so the conversion is exact)."""
+        if spec.elem is FP8_E4M3FN:
+            return values.to(torch.float8_e4m3fn).view(torch.uint8)
+        return e2m1_round(values)
 
 
 #: What torchao 0.18 divides a block's elements by when its e8m0 scale code is 0 (2^-127), per

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -71,14 +71,15 @@ class StepError:
 
     @property
     def ratio(self) -> float:
-        return _ratio(self.amp, self.emulated)
+        return ratio_of(self.amp, self.emulated)
 
     @property
     def kernel_ratio(self) -> float | None:
-        return None if self.with_kernel is None else _ratio(self.with_kernel, self.emulated)
+        return None if self.with_kernel is None else ratio_of(self.with_kernel, self.emulated)
 
 
-def _ratio(a: float, b: float) -> float:
+def ratio_of(a: float, b: float) -> float:
+    """a / b, with 0 / 0 = 0 and a / 0 = inf."""
     if b > 0:
         return a / b
     return 0.0 if a == 0 else math.inf
@@ -95,6 +96,10 @@ class LaneReference:
     emulated_error: dict[int, float]
     #: low-precision function calls the emulation rounded in one step (0: it knows none of the model's)
     calls: int
+    #: the recipe the correct rounding is to, where ``dtype`` alone does not name it (block scaling)
+    label: str = ""
+    #: the correctly rounded steps themselves, where a check compares another step with them
+    emulated_steps: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,8 @@ class AmpLane:
 
     #: attention calls in one AMP step (their kernel is measured apart: ``kernel_ratio``)
     attention_calls: int = 0
+    #: the recipe the correct rounding is to, where ``dtype`` alone does not name it (block scaling)
+    label: str = ""
 
     @property
     def ratio(self) -> float:
@@ -127,7 +134,8 @@ def lane_steps(setup: Setup) -> frozenset[int]:
     return frozenset(setup.checkpoints())
 
 
-def _relative(d: torch.Tensor, exact: torch.Tensor) -> float:
+def relative_error(d: torch.Tensor, exact: torch.Tensor) -> float:
+    """||d - exact|| / ||exact|| (inf where not finite)."""
     norm = float(exact.norm())
     diff = float((d - exact).norm())
     if not math.isfinite(diff):
@@ -177,7 +185,7 @@ def lane_reference(
         if emu is None or not bool(torch.isfinite(a64).all()):
             continue
         exact[t], before[t] = a64 - b64, b64
-        emulated[t] = _relative(emu[1] - emu[0], a64 - b64)
+        emulated[t] = relative_error(emu[1] - emu[0], a64 - b64)
         calls = max(calls, emu[2])
     return LaneReference(setup.name, dtype, exact, before, emulated, calls)
 
@@ -209,9 +217,18 @@ def amp_lane(
             attention = correct.calls
         if correct.calls and kernel:
             b, a = step_from(setup, recipe, state, device, seed=run.seed, step=t + 1)
-            with_kernel = _relative(a - b, exact)
-        errors.append(StepError(t, _relative(after - before, exact), reference.emulated_error[t], with_kernel))
-    return AmpLane(setup.name, recipe.name, reference.dtype, tuple(errors), tuple(left_out), reference.calls, attention)
+            with_kernel = relative_error(a - b, exact)
+        errors.append(StepError(t, relative_error(after - before, exact), reference.emulated_error[t], with_kernel))
+    return AmpLane(
+        setup.name,
+        recipe.name,
+        reference.dtype,
+        tuple(errors),
+        tuple(left_out),
+        reference.calls,
+        attention,
+        reference.label,
+    )
 
 
 def check_lane(
@@ -229,11 +246,11 @@ def judge_lane(lane: AmpLane, control: bool = False, blind: Sequence[Control] = 
     """The lane's verdict: INCONCLUSIVE when nothing could be judged; an AMP recipe's median ratio
     at most LANE_FACTOR; a negative control's above it. ``blind``: canonical failures the lane did
     not see on this setup (:func:`power`): a recipe that passes is INCONCLUSIVE, naming them."""
-    fmt = format_of(lane.dtype)
+    short = lane.label or format_of(lane.dtype).short
     name = f"{lane.setup}.{metric_id(lane.recipe)}.amp_lane_error_ratio"
     per_step = ", ".join(f"step {e.step + 1}: {e.amp:.3g} vs {e.emulated:.3g} ({e.ratio:.3g}x)" for e in lane.errors)
     criterion = (
-        f"median over checkpoints of the AMP step's error / the correctly rounded {fmt.short} step's error (both "
+        f"median over checkpoints of the AMP step's error / the correctly rounded {short} step's error (both "
         f"against float64, from the run's own state) <= {LANE_FACTOR:g}: the error of one significand bit fewer"
     )
     if lane.calls == 0 or not lane.errors:
@@ -261,7 +278,7 @@ def judge_lane(lane: AmpLane, control: bool = False, blind: Sequence[Control] = 
             f"negative control: {criterion} does not hold",
             detail=(
                 f"negative control {lane.recipe!r}: its steps are only {lane.ratio:.3g}x as far from float64 as "
-                f"correctly rounded {fmt.short} steps (needs > {LANE_FACTOR:g}); per step: {per_step}",
+                f"correctly rounded {short} steps (needs > {LANE_FACTOR:g}); per step: {per_step}",
             ),
             allowance=LANE_FACTOR,
             unit="x",
@@ -274,7 +291,7 @@ def judge_lane(lane: AmpLane, control: bool = False, blind: Sequence[Control] = 
             criterion,
             detail=(
                 f"{lane.setup} / {lane.recipe}: its steps are {lane.ratio:.3g}x as far from float64 as correctly rounded "
-                f"{fmt.short} steps (allowed {LANE_FACTOR:g}x), but on this setup the rules cannot see "
+                f"{short} steps (allowed {LANE_FACTOR:g}x), but on this setup the rules cannot see "
                 + "; nor ".join(c.recipe.name for c in blind)
                 + ": a PASS here would not tell a broken recipe from this one",
                 *(f"{c.recipe.name}: {c.explain()}" for c in blind),
@@ -290,7 +307,7 @@ def judge_lane(lane: AmpLane, control: bool = False, blind: Sequence[Control] = 
         criterion,
         detail=(
             f"{lane.setup} / {lane.recipe}: its training steps are a median {lane.ratio:.3g}x as far from float64 as "
-            f"the same steps correctly rounded to {fmt.short} (allowed {LANE_FACTOR:g}x: one significand bit fewer): "
+            f"the same steps correctly rounded to {short} (allowed {LANE_FACTOR:g}x: one significand bit fewer): "
             "the recipe loses precision its format does not explain",
             f"per step (relative update error, AMP vs correctly rounded): {per_step}",
         ),

@@ -9,7 +9,7 @@ from harness.domains.training.recipes import FP32, Recipe, Setup
 
 
 class RunCache:
-    """``cache(setup, recipe, seed, device, skip_steps)``: each run once per cache (one per test
+    """``cache(setup, recipe, seed, device, skip_steps, keep_states_at)``: each run once per cache (one per test
     session, held by a session fixture); ``remember`` files a run another check made (the parity
     check's AMP run, for determinism); ``fp32`` the fp32 runs of seeds 0..n-1, for a seed band."""
 
@@ -23,17 +23,18 @@ class RunCache:
         seed: int,
         device: torch.device,
         skip_steps: frozenset[int] = frozenset(),
+        keep_states_at: frozenset[int] = frozenset(),
     ) -> Run:
-        key = (setup, recipe, seed, str(device), skip_steps)
+        key = (setup, recipe, seed, str(device), skip_steps, keep_states_at)
         if key not in self._runs:
-            self._runs[key] = train(setup, recipe, seed, device, skip_steps)
+            self._runs[key] = train(setup, recipe, seed, device, skip_steps, keep_states_at=keep_states_at)
         return self._runs[key]
 
     def fp32(self, setup: Setup, seeds: int, device: torch.device) -> list[Run]:
         return [self(setup, FP32, s, device) for s in range(seeds)]
 
     def remember(self, setup: Setup, recipe: Recipe, seed: int, device: torch.device, run: Run) -> None:
-        self._runs.setdefault((setup, recipe, seed, str(device), frozenset()), run)
+        self._runs.setdefault((setup, recipe, seed, str(device), frozenset(), frozenset()), run)
 
     def get(self, setup: Setup, recipe: Recipe, seed: int, device: torch.device) -> Run | None:
-        return self._runs.get((setup, recipe, seed, str(device), frozenset()))
+        return self._runs.get((setup, recipe, seed, str(device), frozenset(), frozenset()))
