@@ -23,6 +23,7 @@ from faults import stacks
 from helpers import BASELINES, TESTS, assert_caught, fresh_driver, inject, run_inner
 
 from harness.apps.cli import main
+from harness.platform import kernels
 
 # torchao is imported here, before any test: imported inside a test, pytester's module snapshot
 # would unload it at teardown while torch keeps the operator library it registered, and a later
@@ -62,6 +63,18 @@ CONTROLS = {
         "fp8/test_block_linear.py",
         "mxfp8-rceil",
         ("*within_budget[[]mxfp8-rceil]",),
+    ),
+    # a tensorwise scaled product: the script calls torch._scaled_mm on the saved fp8 operands
+    "fp8_scaled_mm_without_scale_b": (
+        "fp8/test_scaled_matmul.py",
+        "scaled_mm_is_within and tensorwise-e4m3xe4m3 and float32",
+        ("*scaled_mm_is_within*[[]cpu-tensorwise-e4m3xe4m3-float32]",),
+    ),
+    # Float8Linear's products: the script converts a linear with torchao and takes its three products
+    "fp8_linear_scale_doubled": (
+        "fp8/test_scaled_matmul.py",
+        "float8_linear and tensorwise",
+        ("*float8_linear_output_and_gradients_are_within_budget[[]cpu-tensorwise]",),
     ),
     "fp16_cast_toward_zero": (
         "formats/test_cast_rounding.py",
@@ -178,6 +191,10 @@ def test_a_failed_check_writes_a_standalone_script(
 ):
     if fault.startswith("fp8") and not HAS_TORCHAO:
         pytest.skip("the fp8 control needs torchao (pip install amp-harness[fp8])")
+    missing = kernels.scaled_mm_missing("cpu")
+    if fault == "fp8_scaled_mm_without_scale_b" and missing is not None:
+        scripts_of_failed_checks[fault] = []  # nothing to run: the suite's check skips here too
+        pytest.skip(f"the scaled-product check skips on this kernel set: {missing}")
     suite, selection, caught = CONTROLS[fault]
     suite_copy(suite)
     if suite in GOLDEN:  # the project's golden tables, stored from a run of this release
@@ -187,7 +204,11 @@ def test_a_failed_check_writes_a_standalone_script(
         shutil.copytree(golden, pytester.path / "baselines" / GOLDEN[suite] / golden.name)
     imports = ("faults.stacks", "harness.domains.training.diagnosis", "harness.domains.autocast.probe", "torch")
     if fault.startswith("fp8"):
-        imports += ("torchao.float8.float8_utils", "torchao.prototype.mx_formats.mx_tensor")
+        imports += (
+            "torchao.float8.float8_utils",
+            "torchao.float8.float8_scaling_utils",
+            "torchao.prototype.mx_formats.mx_tensor",
+        )
     inject(
         pytester,
         "",
@@ -207,7 +228,7 @@ def test_a_failed_check_writes_a_standalone_script(
     tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"sys", "math", "fractions", "struct", "torch", "torchao", "pathlib"}, (
+    assert imported <= {"sys", "math", "fractions", "struct", "dataclasses", "torch", "torchao", "pathlib"}, (
         imported
     )  # the standard library, torch, torchao
     assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command

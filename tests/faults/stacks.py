@@ -47,6 +47,18 @@ def to_mx_scale_binade_high(real: Callable[..., Any]) -> Callable[..., Any]:
     return to_mx
 
 
+def scaled_mm_without_scale_b(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``torch._scaled_mm`` that drops its second operand's scale (multiplies by 1 instead: a
+    kernel reading the wrong scale pointer), so every output is off by that operand's scale."""
+
+    def scaled_mm(a: torch.Tensor, b: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs.get("scale_b") is not None:
+            kwargs["scale_b"] = torch.ones_like(kwargs["scale_b"])
+        return real(a, b, *args, **kwargs)
+
+    return scaled_mm
+
+
 def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``Tensor.to`` whose float32 -> float16 cast rounds toward zero where it should round up in
     magnitude (a truncating conversion kernel); every other conversion is untouched."""
@@ -306,10 +318,16 @@ STACKS: dict[str, tuple[str, str]] = {
     "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
     "fp8_scale_doubled": ("torchao.float8.float8_utils.tensor_to_scale", "faults.stacks.tensor_to_scale_doubled"),
+    # Float8Linear's casts take tensor_to_scale as float8_scaling_utils imported it
+    "fp8_linear_scale_doubled": (
+        "torchao.float8.float8_scaling_utils.tensor_to_scale",
+        "faults.stacks.tensor_to_scale_doubled",
+    ),
     "fp8_mx_scale_binade_high": (
         "torchao.prototype.mx_formats.mx_tensor.to_mx",
         "faults.stacks.to_mx_scale_binade_high",
     ),
+    "fp8_scaled_mm_without_scale_b": ("torch._scaled_mm", "faults.stacks.scaled_mm_without_scale_b"),
     "fp16_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp16_cast_toward_zero"),
     "fp8_overflow_to_nan": ("torch.Tensor.to", "faults.stacks.fp8_overflow_to_nan"),
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
