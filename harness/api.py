@@ -30,7 +30,9 @@
   :class:`EmulatedBlockLinear` makes one from any :class:`BlockScaling` quantiser;
   :func:`convert_to_block_scaled` swaps a model's whole-block linears for it (:class:`BlockScaledLinear`)
   to train your own model in that recipe; :func:`check_block_steps` judges that training's steps
-  against the correctly rounded recipe (accuracy, and conformance up to float32).
+  against the correctly rounded recipe (accuracy, and conformance up to float32);
+  :class:`NVFP4RecipeLinear` is NVFP4 as NVIDIA's pretraining recipe trains it (its measures
+  switched by :class:`NVFP4Recipe`), emulated in plain torch.
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
   and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
@@ -58,6 +60,7 @@ from harness.domains.fp8.blocktraining import convert as convert_to_block_scaled
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
 from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
+from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
 from harness.domains.scaling.adapters import semantics_of as scaler_semantics_of
 from harness.domains.scaling.conformance import conformance_machine
@@ -144,6 +147,8 @@ __all__ = [
     "Inputs",
     "KeyKind",
     "LinearProducts",
+    "NVFP4Recipe",
+    "NVFP4RecipeLinear",
     "Outcome",
     "OverflowStep",
     "Recipe",

@@ -3,7 +3,8 @@
 For each recipe and seed k: the block-scaled run (torchao's MX linear, NVFP4 emulated over
 torchao's quantiser) against fp32 seed k, in units of the fp32 seed band (the median pairwise
 distance of BAND_SEEDS other seeds); bf16 autocast on the same seed beside it. Detection: the same
-with MXFP8's output gradients cast to e2m1.
+with MXFP8's output gradients cast to e2m1. Then NVFP4 as the pretraining recipe trains
+(harness/domains/fp8/nvfp4_recipe.py), as published and with each of its measures off.
 
     python scripts/block_training_rates.py [SEEDS] [SETUP]    # mlp: ~2 minutes for 8 seeds
 """
@@ -17,6 +18,7 @@ import torch
 
 from harness.domains.fp8.blocklinear import TorchaoBlockLinear
 from harness.domains.fp8.blocktraining import block_recipe, block_setup, converted, parity_fraction
+from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.training import BF16, FP32, SETUPS, Run, parity, seed_band, train
 from harness.numerics import blockscaled as B
 
@@ -40,25 +42,40 @@ def main(seeds: int, setup_name: str) -> None:
         "| recipe | linears converted | fault | seeds | median worst gap (bands) | largest | allowance (bands) | runs failing | median gap / bf16's |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for spec_id in RECIPES:
-        names, total = converted(setup, spec_id)
+    rows = [
+        (spec_id, label, lambda k, linear=linear: linear)
+        for spec_id in RECIPES
         for label, linear in (
             ("none", TorchaoBlockLinear()),
             ("e2m1 gradients", TorchaoBlockLinear(grad_dtype=torch.float4_e2m1fn_x2)),
-        ):
-            if label != "none" and not spec_id.startswith("mxfp8"):
-                continue
-            runs = [
-                in_bands(train(block_setup(setup, spec_id, linear), block_recipe(spec_id), k), fp, k)
-                for k in range(seeds)
-            ]
-            ratio = statistics.median(w / b for w, b in zip(runs, bf16, strict=True))
-            allowance = parity_fraction(B.SPECS[spec_id])
-            print(
-                f"| {spec_id} | {len(names)} of {total} | {label} | {seeds} | {statistics.median(runs):.2f} | "
-                f"{max(runs):.2f} | {allowance:g} | {sum(r > allowance for r in runs)} | {ratio:.0f} |",
-                flush=True,
-            )
+        )
+        if label == "none" or spec_id.startswith("mxfp8")
+    ]
+    # NVFP4 as the pretraining recipe trains, each of its measures switched off in turn (a fresh
+    # linear per seed: its stochastic roundings and Hadamard signs drawn from that seed)
+    rows += [
+        ("nvfp4-recipe", label, lambda k, r=recipe: NVFP4RecipeLinear(r, seed=k))
+        for label, recipe in (
+            ("as published", NVFP4Recipe()),
+            ("without 16x16 weight tiles", NVFP4Recipe(weight_tiles=False)),
+            ("without stochastic rounding", NVFP4Recipe(stochastic_gradients=False)),
+            ("without the Hadamard transform", NVFP4Recipe(hadamard=False)),
+            ("none of the three", NVFP4Recipe(False, False, False)),
+        )
+    ]
+    for name, label, make in rows:
+        spec_id = "nvfp4" if name == "nvfp4-recipe" else name
+        names, total = converted(setup, spec_id)
+        runs = [
+            in_bands(train(block_setup(setup, spec_id, make(k)), block_recipe(spec_id), k), fp, k) for k in range(seeds)
+        ]
+        ratio = statistics.median(w / b for w, b in zip(runs, bf16, strict=True))
+        allowance = parity_fraction(B.SPECS[spec_id])
+        print(
+            f"| {name} | {len(names)} of {total} | {label} | {seeds} | {statistics.median(runs):.2f} | "
+            f"{max(runs):.2f} | {allowance:g} | {sum(r > allowance for r in runs)} | {ratio:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

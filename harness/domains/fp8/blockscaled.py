@@ -135,6 +135,19 @@ def round_to_format(v: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
     return torch.copysign(r, v)
 
 
+def stochastic_round_to_format(v: torch.Tensor, elem: FloatFormat, generator: torch.Generator) -> torch.Tensor:
+    """float64 values rounded to one of their two neighbours in ``elem``, away from zero with
+    probability equal to the distance from the lower one in units of their spacing (unbiased:
+    the mean of the draws is the value), saturating at the format's maximum, signs kept."""
+    a = v.abs()
+    binade = _floor_log2(a.clamp_min(elem.smallest_normal)).clamp_min(elem.emin)
+    quantum = torch.exp2(binade - elem.mantissa_bits)
+    low = torch.floor(a / quantum)
+    up = torch.rand(a.shape, generator=generator, dtype=torch.float64) < (a / quantum - low)
+    r = ((low + up.to(torch.float64)) * quantum).clamp(max=elem.max)
+    return torch.copysign(r, v)
+
+
 def _e8m0_codes(block_amax: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
     """MX scale codes of float64 block amaxes (:func:`harness.numerics.scaled.mx_scale_code`, with
     exact comparisons against powers of two instead of rationals)."""
@@ -175,12 +188,14 @@ class TorchBlockScaling:
         br, bc = spec.block
         return grid.repeat_interleave(br, dim=0).repeat_interleave(bc, dim=1)
 
-    def quantize(self, x: torch.Tensor, spec: B.BlockSpec) -> BlockQuantized:
+    def quantize(self, x: torch.Tensor, spec: B.BlockSpec, generator: torch.Generator | None = None) -> BlockQuantized:
+        """``generator``: round the elements stochastically (:func:`stochastic_round_to_format`)
+        with it instead of to nearest; the scales are the specification's either way."""
         x64 = x.to(torch.float64)
         if spec.scale_format == "e8m0":
             scales = _e8m0_codes(self.block_amax(x64, spec), spec)
             decode = self.expand(torch.exp2(scales.to(torch.float64) - E8M0_BIAS), spec)
-            values = round_to_format(x64 / decode, spec.elem)
+            values = self._round(x64 / decode, spec, generator)
             return BlockQuantized(None, scales, self._codes(values, spec), (values * decode).to(torch.float32))
         if spec.per_tensor:
             tensor_scale = float((x64.abs().max() / B.NVFP4_TENSOR_DIVISOR).to(torch.float32))
@@ -190,9 +205,22 @@ class TorchBlockScaling:
         ratio = self.block_amax(x64, spec) / FP4_E2M1.max / (st if tensor_scale != 0.0 else 1.0)
         scales = ratio.clamp(FP8_E4M3FN.smallest_normal, FP8_E4M3FN.max).to(torch.float8_e4m3fn)
         decode = self.expand(scales.to(torch.float64), spec) * st
-        codes = e2m1_round(x64 / decode) if tensor_scale != 0.0 else torch.signbit(x64).to(torch.uint8) << 3
+        if tensor_scale == 0.0:
+            codes = torch.signbit(x64).to(torch.uint8) << 3
+        else:
+            codes = (
+                e2m1_round(x64 / decode)
+                if generator is None
+                else e2m1_round(self._round(x64 / decode, spec, generator))
+            )
         values = (_E2M1[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0) * decode).to(torch.float32)
         return BlockQuantized(tensor_scale, scales.view(torch.uint8), codes, values)
+
+    @staticmethod
+    def _round(v: torch.Tensor, spec: B.BlockSpec, generator: torch.Generator | None) -> torch.Tensor:
+        if generator is None:
+            return round_to_format(v, spec.elem)
+        return stochastic_round_to_format(v, spec.elem, generator)
 
     @staticmethod
     def _codes(values: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:

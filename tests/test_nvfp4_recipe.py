@@ -1,0 +1,97 @@
+"""The emulated NVFP4 pretraining recipe's parts (harness/domains/fp8/nvfp4_recipe.py): the
+Hadamard rotation leaves the exact weight gradient unchanged, 16x16 tiles give forward and backward
+one weight, stochastic rounding to e2m1 is unbiased by an exact binomial test (and a rounding
+secretly to nearest, or biased by a tenth of a step, fails it), and the recipe's training check
+can fail (scales one binade high leave the band)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.domains.fp8 import stochastic as S
+from harness.domains.fp8.blockscaled import round_to_format, stochastic_round_to_format
+from harness.domains.fp8.blocktraining import block_recipe, block_setup, parity_fraction
+from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
+from harness.domains.training import FP32, SETUPS, parity, seed_band, train
+from harness.numerics import blockscaled as B
+from harness.numerics.formats import FP4_E2M1
+
+#: e2m1's positive values, and inputs a fraction of the way between each neighbouring pair
+_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+_FRACTIONS = torch.tensor([1 / 64, 0.25, 0.5, 0.75, 63 / 64], dtype=torch.float64)
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    lo, hi = _GRID[:-1].repeat_interleave(len(_FRACTIONS)), _GRID[1:].repeat_interleave(len(_FRACTIONS))
+    p = _FRACTIONS.repeat(len(_GRID) - 1)
+    x = lo + p * (hi - lo)
+    return torch.cat((x, -x)), torch.cat((lo, -lo)), torch.cat((p, p))
+
+
+def _unbiased(rounding) -> tuple[bool, float]:
+    """Support and the exact binomial test of :mod:`harness.domains.fp8.stochastic` on e2m1."""
+    x, lo, p = _inputs()
+    draws = torch.stack([rounding(x, torch.Generator().manual_seed(1000 + i)) for i in range(S.DRAWS)])
+    spacing = (_GRID[1:] - _GRID[:-1]).repeat_interleave(len(_FRACTIONS)).repeat(2)
+    hi = lo + torch.sign(x) * spacing
+    on_support = bool(((draws == lo) | (draws == hi)).all())
+    away = (draws == hi).sum(dim=0)
+    adjusted = float(S.binomial_p_values(away, S.DRAWS, p).min()) * len(x)
+    return on_support and adjusted >= S.FALSE_ALARM, adjusted
+
+
+def test_stochastic_rounding_to_e2m1_draws_neighbours_unbiased():
+    passed, adjusted = _unbiased(lambda x, g: stochastic_round_to_format(x, FP4_E2M1, g))
+    assert passed, f"smallest Bonferroni-adjusted p-value {adjusted:.3g} < {S.FALSE_ALARM:g}"
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(lambda x, g: round_to_format(x, FP4_E2M1), id="secretly-to-nearest"),
+        pytest.param(
+            lambda x, g: stochastic_round_to_format(x + torch.sign(x) * 0.05, FP4_E2M1, g), id="biased-tenth-of-a-step"
+        ),
+    ],
+)
+def test_a_broken_stochastic_rounding_fails_the_same_test(broken):
+    assert not _unbiased(broken)[0]
+
+
+def test_the_hadamard_rotation_leaves_the_exact_weight_gradient_unchanged():
+    lin = NVFP4RecipeLinear()
+    g = torch.Generator().manual_seed(0)
+    gt, xt = (
+        torch.randn(32, 64, generator=g, dtype=torch.float64),
+        torch.randn(48, 64, generator=g, dtype=torch.float64),
+    )
+    rotated = lin.rotate(gt) @ lin.rotate(xt).T
+    assert torch.allclose(rotated, gt @ xt.T, rtol=0, atol=1e-12 * float((gt @ xt.T).abs().max()))
+    assert not torch.equal(lin.rotate(gt), gt)  # and it does rotate
+
+
+def test_weight_tiles_give_forward_and_backward_one_weight():
+    w = torch.randn(32, 64, generator=torch.Generator().manual_seed(0))
+    along_in, along_out = NVFP4RecipeLinear().weight(w)
+    assert along_in is along_out
+    plain_in, plain_out = NVFP4RecipeLinear(NVFP4Recipe(weight_tiles=False)).weight(w)
+    assert not torch.equal(plain_in, plain_out)  # 1x16 blocks read the weight two ways
+
+
+class _BinadeHigh(NVFP4RecipeLinear):
+    """The recipe with every cast decoding at twice its value (its block scales one binade high)."""
+
+    def cast(self, a: torch.Tensor, spec_id: str, stochastic: bool = False) -> torch.Tensor:
+        return super().cast(a, spec_id, stochastic) * 2
+
+
+def test_the_recipes_training_check_fails_with_scales_one_binade_high():
+    setup = SETUPS["mlp"]
+    fp = [train(setup, FP32, k) for k in range(5)]
+    band = seed_band(fp)
+    fraction = parity_fraction(B.SPECS["nvfp4"])
+    clean = train(block_setup(setup, "nvfp4", NVFP4RecipeLinear()), block_recipe("nvfp4"), 0)
+    broken = train(block_setup(setup, "nvfp4", _BinadeHigh()), block_recipe("nvfp4"), 0)
+    assert parity(clean, fp[0], band, fraction).passed
+    assert not parity(broken, fp[0], band, fraction).passed
