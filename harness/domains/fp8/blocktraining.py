@@ -230,9 +230,10 @@ def step_conformance(
     return StepConformance(setup.name, spec_id, linear.name, tuple(steps), tuple(distance), tuple(float32))
 
 
-def judge_conformance(c: StepConformance) -> ClaimComparison:
+def judge_conformance(c: StepConformance, rerun: str = "") -> ClaimComparison:
     """The implementation's step is the specification's: at most LANE_FACTOR times as far from the
-    correctly rounded step as float32 evaluation of the specification itself (median over checkpoints)."""
+    correctly rounded step as float32 evaluation of the specification itself (median over
+    checkpoints). ``rerun``: how to reproduce the run (default: :func:`check_block_steps`)."""
     per_step = ", ".join(
         f"step {t + 1}: {d:.3g} vs {f:.3g} ({L.ratio_of(d, f):.3g}x)"
         if math.isfinite(d)
@@ -250,8 +251,8 @@ def judge_conformance(c: StepConformance) -> ClaimComparison:
             "the correctly rounded block-scaled step as float32 evaluation of the same specification does "
             f"(allowed {L.LANE_FACTOR:g}x): the implementation quantises or multiplies otherwise than the recipe says",
             f"per step (distance, float32's): {per_step}",
-            "reproduce: seed 0, pytest suites/fp8/test_block_training.py -k "
-            f"'{c.setup} and {c.spec_id} and specification'",
+            "reproduce: "
+            + (rerun or f"harness.api.check_block_steps(<the {c.setup} setup>, {c.spec_id!r}, <the linear>, seed=0)"),
         ),
         allowance=L.LANE_FACTOR,
         unit="x",
