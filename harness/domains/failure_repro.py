@@ -541,6 +541,47 @@ allowed = 0"""
     return FailureRepro("formats", what, code, "exact: a format's limits follow from its bit layout")
 
 
+def code_decoding(what: str, dtype_name: str) -> FailureRepro:
+    """torch's decoding of all 256 codes of an 8-bit float format (viewed from uint8, converted to
+    float32) against the value each code's bit layout defines, written out from the layout."""
+    if dtype_name == "float8_e8m0fnu":
+        layout = "EB, MB, BIAS, KIND = 8, 0, 127, 'e8m0'  # exponent only: 2^(code - 127), 0xFF NaN (OCP MX)"
+    else:
+        fmt = format_of(dtype_name)
+        kind = "ieee" if fmt.encoding.value == "ieee" else "fn"
+        layout = f"EB, MB, BIAS, KIND = {fmt.exponent_bits}, {fmt.mantissa_bits}, {fmt.bias}, {kind!r}  # " + (
+            "IEEE 754: all-ones exponent is inf (mantissa 0) or NaN"
+            if kind == "ieee"
+            else "OCP: only S.1111.111 is NaN, no inf"
+        )
+    code = f"""got = torch.arange(256, dtype=torch.uint8).view(torch.{dtype_name}).to(torch.float32).tolist()
+# reference: the value of each code from its bit layout
+{layout}
+
+
+def decode(c):
+    if KIND == "e8m0":
+        return math.nan if c == 0xFF else math.ldexp(1.0, c - BIAS)
+    sign = -1.0 if c >> (EB + MB) else 1.0
+    e, m = (c >> MB) & (2**EB - 1), c & (2**MB - 1)
+    if KIND == "ieee" and e == 2**EB - 1:
+        return sign * math.inf if m == 0 else math.nan
+    if KIND == "fn" and e == 2**EB - 1 and m == 2**MB - 1:
+        return math.nan
+    if e == 0:  # subnormal: no implicit one, the smallest exponent
+        return sign * math.ldexp(m, 1 - BIAS - MB)
+    return sign * math.ldexp(2**MB + m, e - BIAS - MB)
+
+
+ref = [decode(c) for c in range(256)]
+differ = [(c, g_, r_) for c, (g_, r_) in enumerate(zip(got, ref)) if not (g_ == r_ or (g_ != g_ and r_ != r_))]
+for c, g_, r_ in differ[:8]:
+    print(f"code {{c:#04x}}: torch {{g_!r}}, bit layout {{r_!r}}")
+measured = len(differ)  # codes decoded unlike their bit layout
+allowed = 0"""
+    return FailureRepro("formats", what, code, "exact: a code's value follows from the format's bit layout")
+
+
 def cast_outcomes(what: str, cases: Sequence[tuple[str, float, str]], device: str = "cpu") -> FailureRepro:
     """torch's cast of float32 values to fp8 formats, each result described as the check describes
     it (``max``, ``-max``, ``inf``, ``nan`` or the value), against the expected description."""

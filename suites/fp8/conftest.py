@@ -32,11 +32,6 @@ def fp8_cast_under_test() -> Cast:
     return cast_bits
 
 
-def _decode_codes(dtype_name: str, device: torch.device) -> list[float]:
-    codes = torch.arange(256, dtype=torch.uint8, device=device)
-    return [float(v) for v in codes.view(getattr(torch, dtype_name)).to(torch.float32).cpu().tolist()]
-
-
 def _e8m0_cast(values: Sequence[float], device: torch.device) -> list[int]:
     t = torch.tensor(list(values), dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
     return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
@@ -45,7 +40,7 @@ def _e8m0_cast(values: Sequence[float], device: torch.device) -> list[int]:
 @pytest.fixture
 def fp8_decode_under_test() -> Callable[[str, torch.device], list[float]]:
     """(dtype name, device) -> the values of codes 0..255 as torch decodes them."""
-    return _decode_codes
+    return adapters.torch_decode_codes
 
 
 @pytest.fixture

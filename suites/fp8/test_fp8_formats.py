@@ -15,8 +15,10 @@ import math
 import pytest
 import torch
 
+from harness.domains.failure_repro import cast_rounding, code_decoding
+from harness.domains.fp8 import adapters
 from harness.numerics.comparison import compare_bits, compare_claim, compare_data, explain
-from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, tensor_bits
+from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits, tensor_bits
 from harness.numerics.scaled import E8M0_BIAS, e8m0_decode, e8m0_nearest
 from harness.storage.baselines import KeyKind
 
@@ -77,6 +79,9 @@ def test_every_code_decodes_to_the_value_its_bit_layout_defines(
         ),
         dtype=dtype_name,
         device=amp_device,
+        repro=code_decoding(f"torch's decoding of the 256 {dtype_name} codes against their bit layout", dtype_name)
+        if bad and fp8_decode_under_test is adapters.torch_decode_codes  # torch's own decoding: a script can run it
+        else None,
     )
 
 
@@ -85,8 +90,17 @@ def test_every_code_decodes_to_the_value_its_bit_layout_defines(
 def test_fp32_to_fp8_rounds_every_value_and_midpoint_to_nearest_even(fmt, amp_device, fp8_cast_under_test, amp_record):
     values = rounding_probes(fmt)
     got = fp8_cast_under_test(values, fmt, amp_device)
-    result = compare_bits(f"fp32->{fmt.name} exhaustive", got, [fmt.round_bits(v).bits for v in values], fmt, values)
-    amp_record.require(result, dtype=fmt.name, device=amp_device, tags={"probes": len(values)})
+    expected = [fmt.round_bits(v).bits for v in values]
+    result = compare_bits(f"fp32->{fmt.name} exhaustive", got, expected, fmt, values)
+    repro = None
+    if not result.passed and fp8_cast_under_test is cast_bits:  # torch's own cast: a script can run it
+        failing = [v for v, g, e in zip(values, got, expected, strict=True) if g != e]
+        repro = cast_rounding(
+            f"torch's float32 -> {fmt.name} cast of the failing probes: values not rounded to nearest even",
+            torch.tensor(failing, dtype=torch.float32),
+            getattr(torch, fmt.name),
+        )
+    amp_record.require(result, dtype=fmt.name, device=amp_device, tags={"probes": len(values)}, repro=repro)
 
 
 @pytest.mark.skipif(not hasattr(torch, "float8_e8m0fnu"), reason="this torch has no torch.float8_e8m0fnu")

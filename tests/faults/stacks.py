@@ -74,6 +74,35 @@ def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., to
     return to
 
 
+def fp8_decode_subnormals_flushed(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float8 -> float32 conversion flushes subnormal codes to (signed) zero: a
+    decoding table that forgot the subnormals."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and out.dtype is torch.float32:
+            tiny = out.abs() < float(torch.finfo(self.dtype).smallest_normal)
+            out = torch.where(tiny, out * 0, out)
+        return out
+
+    return to
+
+
+def fp8_e4m3_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float8_e4m3fn cast rounds toward zero where it should round
+    up in magnitude (a truncating conversion kernel); every other conversion is untouched."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype is torch.float8_e4m3fn:
+            up = (real(out, torch.float32).abs() > self.abs()) & (real(out, torch.float32) != 0)
+            out = out.clone()
+            out.view(torch.uint8)[up] -= 1  # one code toward zero (sign and magnitude)
+        return out
+
+    return to
+
+
 def fp8_overflow_to_nan(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``Tensor.to`` whose float32 -> float8 casts give NaN beyond the format's largest finite
     value, where torch saturates (e4m3fn) or gives inf (e5m2): a release changing its choice."""
@@ -330,6 +359,8 @@ STACKS: dict[str, tuple[str, str]] = {
     "fp8_scaled_mm_without_scale_b": ("torch._scaled_mm", "faults.stacks.scaled_mm_without_scale_b"),
     "fp16_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp16_cast_toward_zero"),
     "fp8_overflow_to_nan": ("torch.Tensor.to", "faults.stacks.fp8_overflow_to_nan"),
+    "fp8_decode_subnormals_flushed": ("torch.Tensor.to", "faults.stacks.fp8_decode_subnormals_flushed"),
+    "fp8_e4m3_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp8_e4m3_cast_toward_zero"),
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
     "finfo_fp16_max_halved": ("torch.finfo", "faults.stacks.finfo_fp16_max_halved"),
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),

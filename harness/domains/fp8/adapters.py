@@ -49,6 +49,13 @@ class Fp8Scaling(Protocol):
     def cast(self, x: torch.Tensor, scale: torch.Tensor, spec: CastSpec) -> torch.Tensor: ...
 
 
+def torch_decode_codes(dtype_name: str, device: torch.device) -> list[float]:
+    """torch's values of codes 0..255 of an 8-bit float dtype (viewed from uint8, to float32): the
+    decoding the format checks judge by default, and the one a reproduction script can run."""
+    codes = torch.arange(256, dtype=torch.uint8, device=device)
+    return [float(v) for v in codes.view(getattr(torch, dtype_name)).to(torch.float32).cpu().tolist()]
+
+
 def import_torchao(name: str = "torchao") -> ModuleType:
     """Import torchao (or one of its modules). Its import warns that its CUDA-only extensions did
     not load on a CPU host: about torchao's environment, not about what the suite checks."""
