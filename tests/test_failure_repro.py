@@ -87,6 +87,11 @@ CONTROLS = {
         "rounds_every_value_and_midpoint and e4m3fn",
         ("*rounds_every_value_and_midpoint*[[]cpu-e4m3fn]",),
     ),
+    "fp8_e8m0_cast_rounding_down": (
+        "fp8/test_fp8_formats.py",
+        "e8m0_rounds_to_the_nearest",
+        ("*e8m0_rounds_to_the_nearest_power_of_two[[]cpu]",),
+    ),
     "fp16_cast_toward_zero": (
         "formats/test_cast_rounding.py",
         "rounds_to_nearest_even_everywhere and fp16",

@@ -582,6 +582,29 @@ allowed = 0"""
     return FailureRepro("formats", what, code, "exact: a code's value follows from the format's bit layout")
 
 
+def e8m0_rounding(what: str, values: torch.Tensor) -> FailureRepro:
+    """torch's float32 -> e8m0 cast of positive values, none of them a tie, against the nearest
+    power of two in value, found exactly (frexp and comparisons of Python floats)."""
+    code = """got = x.to(torch.float8_e8m0fnu).view(torch.uint8).tolist()
+# reference: the nearest power of two in value, as the code 127 + its exponent (no ties among x)
+
+
+def nearest(v):
+    e = math.frexp(v)[1] - 1  # 2^e <= v < 2^(e + 1), exactly
+    return 127 + (e if v - math.ldexp(1.0, e) < math.ldexp(1.0, e + 1) - v else e + 1)
+
+
+ref = [nearest(v) for v in x.tolist()]
+differ = [(v, g_, r_) for v, g_, r_ in zip(x.tolist(), got, ref) if g_ != r_]
+for v, g_, r_ in differ[:8]:
+    print(f"cast of {v!r}: torch code {g_}, nearest power of two code {r_}")
+measured = len(differ)  # values not cast to their nearest power of two
+allowed = 0"""
+    return FailureRepro(
+        "formats", what, code, "exact: e8m0 holds powers of two, the nearest one in value", {"x": values}
+    )
+
+
 def cast_outcomes(what: str, cases: Sequence[tuple[str, float, str]], device: str = "cpu") -> FailureRepro:
     """torch's cast of float32 values to fp8 formats, each result described as the check describes
     it (``max``, ``-max``, ``inf``, ``nan`` or the value), against the expected description."""

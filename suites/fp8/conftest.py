@@ -32,11 +32,6 @@ def fp8_cast_under_test() -> Cast:
     return cast_bits
 
 
-def _e8m0_cast(values: Sequence[float], device: torch.device) -> list[int]:
-    t = torch.tensor(list(values), dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
-    return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
-
-
 @pytest.fixture
 def fp8_decode_under_test() -> Callable[[str, torch.device], list[float]]:
     """(dtype name, device) -> the values of codes 0..255 as torch decodes them."""
@@ -46,7 +41,7 @@ def fp8_decode_under_test() -> Callable[[str, torch.device], list[float]]:
 @pytest.fixture
 def e8m0_cast_under_test() -> Callable[[Sequence[float], torch.device], list[int]]:
     """(fp32 values, device) -> the e8m0 codes torch casts them to."""
-    return _e8m0_cast
+    return adapters.torch_e8m0_cast
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from harness.domains.failure_repro import cast_rounding, code_decoding
+from harness.domains.failure_repro import cast_rounding, code_decoding, e8m0_rounding
 from harness.domains.fp8 import adapters
 from harness.numerics.comparison import compare_bits, compare_claim, compare_data, explain
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits, tensor_bits
@@ -132,6 +132,12 @@ def test_fp32_to_e8m0_rounds_to_the_nearest_power_of_two(amp_device, e8m0_cast_u
         dtype="float8_e8m0fnu",
         device=amp_device,
         tags={"probes": len(values)},
+        repro=e8m0_rounding(
+            "torch's float32 -> e8m0 cast of the failing probes: not the nearest power of two",
+            torch.tensor([v for v, _ in bad], dtype=torch.float32),
+        )
+        if bad and e8m0_cast_under_test is adapters.torch_e8m0_cast  # torch's own cast: a script can run it
+        else None,
     )
 
 

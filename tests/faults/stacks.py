@@ -103,6 +103,21 @@ def fp8_e4m3_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[...
     return to
 
 
+def e8m0_cast_rounding_down(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> e8m0 cast takes the power of two below (a truncating exponent
+    extraction) where the nearest one is above; every other conversion is untouched."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype is torch.float8_e8m0fnu:
+            finite = torch.isfinite(self) & (self > 0)
+            below = (torch.frexp(self.double())[1] - 1 + 127).clamp(0, 254).to(torch.uint8)
+            out = torch.where(finite, below, out.view(torch.uint8)).view(torch.float8_e8m0fnu)
+        return out
+
+    return to
+
+
 def fp8_overflow_to_nan(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``Tensor.to`` whose float32 -> float8 casts give NaN beyond the format's largest finite
     value, where torch saturates (e4m3fn) or gives inf (e5m2): a release changing its choice."""
@@ -361,6 +376,7 @@ STACKS: dict[str, tuple[str, str]] = {
     "fp8_overflow_to_nan": ("torch.Tensor.to", "faults.stacks.fp8_overflow_to_nan"),
     "fp8_decode_subnormals_flushed": ("torch.Tensor.to", "faults.stacks.fp8_decode_subnormals_flushed"),
     "fp8_e4m3_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp8_e4m3_cast_toward_zero"),
+    "fp8_e8m0_cast_rounding_down": ("torch.Tensor.to", "faults.stacks.e8m0_cast_rounding_down"),
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
     "finfo_fp16_max_halved": ("torch.finfo", "faults.stacks.finfo_fp16_max_halved"),
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Protocol
 
@@ -54,6 +55,13 @@ def torch_decode_codes(dtype_name: str, device: torch.device) -> list[float]:
     decoding the format checks judge by default, and the one a reproduction script can run."""
     codes = torch.arange(256, dtype=torch.uint8, device=device)
     return [float(v) for v in codes.view(getattr(torch, dtype_name)).to(torch.float32).cpu().tolist()]
+
+
+def torch_e8m0_cast(values: Sequence[float], device: torch.device) -> list[int]:
+    """torch's float32 -> e8m0 cast of ``values``, as codes: the cast the e8m0 checks judge by
+    default, and the one a reproduction script can run."""
+    t = torch.tensor(list(values), dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
+    return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
 
 
 def import_torchao(name: str = "torchao") -> ModuleType:
