@@ -4,8 +4,9 @@ The block-scaling suite asks an implementation one thing per :class:`~harness.nu
 the bits of a 2-D float32 tensor (per-tensor scale, block scale codes, element codes) and the values
 they decode to. :func:`check_block_scaling` compares the bits with
 :func:`harness.numerics.blockscaled.quantize`. torchao's quantisers are the default implementation;
-:class:`TorchBlockScaling` is the harness's own in plain torch, which checks the specification
-itself where torchao has no CPU path (the 2-D weight tiles), as the delayed-scaling suite does.
+:class:`TorchBlockScaling` is the harness's own in plain torch (MX and NVFP4), which checks the
+specification itself where torchao has no CPU path (the 2-D weight tiles), as the delayed-scaling
+suite does, and is the correctly rounded recipe the block-scaled training steps are compared with.
 """
 
 from __future__ import annotations
