@@ -31,6 +31,7 @@ from harness.domains.fp8.blocktraining import (
     step_conformance,
 )
 from harness.domains.fp8.nvfp4_recipe import NVFP4RecipeLinear
+from harness.domains.fp8.training import judge_band
 from harness.domains.training import BF16, SETUPS, parity, seed_band
 from harness.domains.training.amp_lane import judge_lane, lane_steps
 from harness.domains.training.parity import RecipeResult, conclusive
@@ -106,21 +107,14 @@ def _judge(
         tags={**tags, "bf16_gap_in_bands": round(bf16_gap, 4)},
         note="the recipe's worst loss gap to fp32 over bf16 autocast's on the same seed: a finding",
     )
-    worst_i = max(range(len(p.ratios)), key=lambda i: p.ratios[i])
     amp_record.require(
-        compare_claim(
+        judge_band(
             f"{setup_name}.{label}.worst_diff_over_allowance",
-            p.worst,
-            p.passed,
+            p,
             f"|L_{label} - L_fp32| at every evaluation checkpoint <= {fraction:g} x the fp32 seed band "
             f"(median pairwise distance of {band.seeds} seeds; float8's rule x u_elem / u_e4m3)",
-            detail=(
-                f"{setup_name} / {label} ({linear.name}): at step {p.steps[worst_i]} the evaluation loss differs "
-                f"from fp32 by {p.diffs[worst_i]:.4g}, allowance {p.allowances[worst_i]:.4g}; reproduce: seed 0, "
-                f"pytest suites/fp8/test_block_training.py -k '{setup_name} and {select or spec_id}'"
-            ),
-            expected=1.0,
-            allowance=1.0,
+            f"{setup_name} / {label} ({linear.name})",
+            f"pytest suites/fp8/test_block_training.py -k '{setup_name} and {select or spec_id}'",
         ),
         device=device,
         tags=tags,

@@ -17,6 +17,7 @@ from harness.domains.fp8.training import (
     FP8_PARITY_FRACTION,
     float8_recipe,
     float8_setup,
+    judge_band,
     linear_count,
     with_outlier,
 )
@@ -47,21 +48,14 @@ def _judge(amp_record, setup_name, label, run, band, fp32_run, device, tags):
         tags=tags,
         note="against the training suite's bf16 rule (half the seed band): a finding, not a verdict",
     )
-    worst_i = max(range(len(p.ratios)), key=lambda i: p.ratios[i])
     amp_record.require(
-        compare_claim(
+        judge_band(
             f"{setup_name}.float8_{label}.worst_diff_over_allowance",
-            p.worst,
-            p.passed,
+            p,
             f"|L_float8 - L_fp32| at every evaluation checkpoint <= {FP8_PARITY_FRACTION} x the fp32 seed band "
             f"(median pairwise distance of {band.seeds} seeds)",
-            detail=(
-                f"{setup_name} / float8 {label}: at step {p.steps[worst_i]} the evaluation loss differs from fp32 "
-                f"by {p.diffs[worst_i]:.4g}, allowance {p.allowances[worst_i]:.4g}; reproduce: seed 0, "
-                f"pytest suites/fp8/test_float8_training.py -k '{label}'"
-            ),
-            expected=1.0,
-            allowance=1.0,
+            f"{setup_name} / float8 {label}",
+            f"pytest suites/fp8/test_float8_training.py -k '{label}'",
         ),
         device=device,
         tags=tags,

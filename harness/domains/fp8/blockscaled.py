@@ -125,13 +125,18 @@ def _floor_log2(a: torch.Tensor) -> torch.Tensor:
     return (torch.frexp(a)[1] - 1).to(torch.float64)
 
 
+def _quantum(a: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
+    """The spacing of ``elem``'s values at magnitudes ``a``: 2^(max(floor(log2 a), emin) - mantissa bits)."""
+    binade = _floor_log2(a.clamp_min(elem.smallest_normal)).clamp_min(elem.emin)
+    return torch.exp2(binade - elem.mantissa_bits)
+
+
 def round_to_format(v: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
     """float64 values rounded to ``elem``'s values by arithmetic alone (never a torch cast): to
     nearest, ties to even, saturating at its maximum, signs (of zeros too) kept. The quantum of a
     value is 2^(max(floor(log2|v|), emin) - mantissa bits); dividing by it is exact in float64."""
     a = v.abs()
-    binade = _floor_log2(a.clamp_min(elem.smallest_normal)).clamp_min(elem.emin)
-    quantum = torch.exp2(binade - elem.mantissa_bits)
+    quantum = _quantum(a, elem)
     r = (torch.round(a / quantum) * quantum).clamp(max=elem.max)
     return torch.copysign(r, v)
 
@@ -141,8 +146,7 @@ def stochastic_round_to_format(v: torch.Tensor, elem: FloatFormat, generator: to
     probability equal to the distance from the lower one in units of their spacing (unbiased:
     the mean of the draws is the value), saturating at the format's maximum, signs kept."""
     a = v.abs()
-    binade = _floor_log2(a.clamp_min(elem.smallest_normal)).clamp_min(elem.emin)
-    quantum = torch.exp2(binade - elem.mantissa_bits)
+    quantum = _quantum(a, elem)
     low = torch.floor(a / quantum)
     up = torch.rand(a.shape, generator=generator, dtype=torch.float64) < (a / quantum - low)
     r = ((low + up.to(torch.float64)) * quantum).clamp(max=elem.max)
@@ -209,11 +213,7 @@ class TorchBlockScaling:
         if tensor_scale == 0.0:
             codes = torch.signbit(x64).to(torch.uint8) << 3
         else:
-            codes = (
-                e2m1_round(x64 / decode)
-                if generator is None
-                else e2m1_round(self._round(x64 / decode, spec, generator))
-            )
+            codes = self._codes(self._round(x64 / decode, spec, generator), spec)
         values = (_E2M1[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0) * decode).to(torch.float32)
         return BlockQuantized(tensor_scale, scales.view(torch.uint8), codes, values)
 

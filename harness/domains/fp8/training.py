@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from harness.domains.fp8.adapters import import_torchao
+from harness.domains.training.parity import Parity
 from harness.domains.training.recipes import Batch, BatchFn, Recipe, Setup
+from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: float8 training must stay within this fraction of the fp32 seed band. Measured on the MLP over 16
 #: seeds per recipe (scripts/fp8_training_rates.py, docs/fp8.md): the worst checkpoint of a clean run
@@ -29,6 +31,24 @@ BF16_RULE_FRACTION = 0.5
 #: step's tensorwise amax is set by one sample (the others lose log2(8) = 3 binades of range,
 #: e4m3's 3 mantissa bits stay); fp32 takes the same spiked batch
 OUTLIER_FACTOR = 8.0
+
+
+def judge_band(metric: str, p: Parity, criterion: str, run: str, rerun: str) -> ClaimComparison:
+    """The band verdict of a float8 or block-scaled run: every checkpoint within its allowance;
+    a failure names ``run``, its worst checkpoint and ``rerun`` (the command, seed 0)."""
+    worst = max(range(len(p.ratios)), key=lambda i: p.ratios[i])
+    return compare_claim(
+        metric,
+        p.worst,
+        p.passed,
+        criterion,
+        detail=(
+            f"{run}: at step {p.steps[worst]} the evaluation loss differs from fp32 by {p.diffs[worst]:.4g}, "
+            f"allowance {p.allowances[worst]:.4g}; reproduce: seed 0, {rerun}"
+        ),
+        expected=1.0,
+        allowance=1.0,
+    )
 
 
 def float8_recipe(name: str) -> Recipe:
