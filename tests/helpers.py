@@ -181,18 +181,20 @@ def assert_clean(run: InnerRun, at_least: int) -> None:
 
 
 # -- standalone scripts ------------------------------------------------------------------------------
-def fresh_driver(prelude: str = "") -> str:
+def fresh_driver(prelude: str = "", scope: str = "contextlib.nullcontext") -> str:
     """Source for ``python -I -c``: one fresh interpreter that cannot import ``harness`` runs
-    ``prelude`` (e.g. installing a faulty stack), then each script named in ``sys.argv[1:]``, and
+    ``prelude`` (e.g. installing a faulty stack), then each script named in ``sys.argv[1:]`` inside
+    ``scope(path)`` (a context manager the prelude may define: a stack for that script alone), and
     prints ``CODES {path: exit status}``."""
     return f"""
-import json, runpy, sys
+import contextlib, json, runpy, sys
 sys.modules["harness"] = None  # the scripts must stand alone
 {prelude}
 codes = {{}}
 for path in sys.argv[1:]:
     try:
-        runpy.run_path(path, run_name="__main__")
+        with {scope}(path):
+            runpy.run_path(path, run_name="__main__")
         codes[path] = 0
     except SystemExit as exit:
         codes[path] = int(exit.code or 0)

@@ -36,10 +36,22 @@ except ImportError:
     HAS_TORCHAO = False
 
 
-def _driver(faults: list[str]) -> str:
-    """One fresh interpreter, ``harness`` blocked, the faulty stacks named installed first."""
-    install = [f"sys.path.insert(0, {str(TESTS)!r})", "from faults import stacks"] if faults else []
-    return fresh_driver("\n".join(install + [f"stacks.install({f!r})" for f in faults]))
+def _driver(faults_of: dict[str, list[str]]) -> str:
+    """One fresh interpreter, ``harness`` blocked, each script run on the faulty stacks
+    ``faults_of`` names for it (installed for that script only; none: the clean stack)."""
+    if not any(faults_of.values()):
+        return fresh_driver()
+    return fresh_driver(
+        f"""sys.path.insert(0, {str(TESTS)!r})
+from faults import stacks
+FAULTS = {faults_of!r}
+def stack(path):
+    scope = contextlib.ExitStack()
+    for fault in FAULTS[path]:
+        scope.enter_context(stacks.installed(fault))
+    return scope""",
+        scope="stack",
+    )
 
 
 #: fault -> (suite file, -k selection, the failed tests it must show)
@@ -173,17 +185,17 @@ GOLDEN = {"autocast/test_op_policy.py": "autocast", "formats/test_fp8_casts.py":
 KERNEL_FAULTS = ("mm_autocast_casting_float64", "linear_autocast_uncached", "gelu_autocast_registered")
 
 
-def _exit_statuses(runs: list[tuple[list[str], list[Path]]]) -> list[tuple[dict[str, int], str]]:
-    """Each run's scripts' exit statuses on its stack (a list of faults; [] the clean one), the
-    stacks' interpreters run side by side."""
+def _exit_statuses(runs: list[dict[Path, list[str]]]) -> list[tuple[dict[str, int], str]]:
+    """Each run's scripts' exit statuses, each script on the faulty stacks named for it ([]: the
+    clean one); the runs' interpreters side by side."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-I", "-c", _driver(faults), *map(str, scripts)],
+            [sys.executable, "-I", "-c", _driver({str(p): f for p, f in run.items()}), *map(str, run)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for faults, scripts in runs
+        for run in runs
     ]
     results = []
     for proc in procs:
@@ -251,34 +263,17 @@ def test_a_failed_check_writes_a_standalone_script(
     scripts_of_failed_checks[fault] = written
 
 
-def _compatible(faults: list[str]) -> list[list[str]]:
-    """The faults in as few groups as possible, no two in a group replacing the same thing."""
-    groups: list[list[str]] = []
-    for fault in faults:
-        group = next((g for g in groups if stacks.target(fault) not in {stacks.target(f) for f in g}), None)
-        if group is None:
-            groups.append(group := [])
-        group.append(fault)
-    return groups
-
-
 def test_each_script_exits_1_on_its_faulty_stack_and_0_on_the_clean_one(scripts_of_failed_checks):
-    """Run after the tests that write the scripts (file order); the faulty stacks in as few
-    interpreters as their targets allow (each script exercises its own fault only), the clean
-    stack in another."""
+    """Run after the tests that write the scripts (file order): one interpreter runs each script
+    on its own fault (installed for that script, then removed: faults replacing the same thing
+    take turns), another runs them all on the clean stack."""
     if len(scripts_of_failed_checks) < len(CONTROLS) - ("fp8_scale_doubled" not in scripts_of_failed_checks):
         pytest.skip("the scripts are written by test_a_failed_check_writes_a_standalone_script: run it first")
-    scripts = [p for paths in scripts_of_failed_checks.values() for p in paths]
-    by_fault: dict[str, list[Path]] = {}
-    for control, paths in scripts_of_failed_checks.items():
-        by_fault.setdefault(control.split("/")[0], []).extend(paths)
-    runs = [(g, [p for f in g for p in by_fault[f]]) for g in _compatible(list(by_fault))]
-    *faulty_runs, (clean, said_clean) = _exit_statuses([*runs, ([], scripts)])
-    faulty = {k: v for codes, _ in faulty_runs for k, v in codes.items()}
-    said_faulty = "".join(said for _, said in faulty_runs)
-    assert all(faulty[str(p)] == 1 for p in scripts), (faulty, said_faulty)
-    assert said_faulty.count("measured") >= len(scripts) and "allowed" in said_faulty
-    assert all(clean[str(p)] == 0 for p in scripts), (clean, said_clean)
+    faulty_stacks = {p: [control.split("/")[0]] for control, paths in scripts_of_failed_checks.items() for p in paths}
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses([faulty_stacks, {p: [] for p in faulty_stacks}])
+    assert all(faulty[str(p)] == 1 for p in faulty_stacks), (faulty, said_faulty)
+    assert said_faulty.count("measured") >= len(faulty_stacks) and "allowed" in said_faulty
+    assert all(clean[str(p)] == 0 for p in faulty_stacks), (clean, said_clean)
 
 
 #: compiled fault -> (suite file, -k selection, the failed test, what its script prints)
@@ -320,7 +315,9 @@ def test_a_failed_compiled_checks_script_exits_1_on_the_faulty_compiler_and_0_on
     assert len(scripts) == 1 and (tmp_path / f"{scripts[0].stem}.pt").is_file(), (
         capsys.readouterr()
     )  # weights beside it
-    (faulty, said_faulty), (clean, said_clean) = _exit_statuses([([fault], scripts), ([], scripts)])
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(
+        [{p: [fault] for p in scripts}, {p: [] for p in scripts}]
+    )
     assert faulty[str(scripts[0])] == 1 and said in said_faulty, said_faulty
     assert clean[str(scripts[0])] == 0, said_clean
 

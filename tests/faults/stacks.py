@@ -8,8 +8,9 @@ are harness-free too and are installed the same way).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -406,3 +407,31 @@ def install(name: str) -> None:
     target, factory = STACKS[name]
     owner, _, attr = target.rpartition(".")
     setattr(_resolve(owner), attr, _resolve(factory)(_resolve(target)))
+
+
+@contextlib.contextmanager
+def installed(name: str) -> Iterator[None]:
+    """The faulty stack ``name`` for the body only, the real one restored after: faults that
+    replace the same thing take turns in one interpreter instead of needing one each."""
+    if name in KERNELS:
+        library = KERNELS[name][1]()
+        try:
+            yield
+        finally:
+            library._destroy()
+        return
+    target, factory = STACKS[name]
+    owner_name, _, attr = target.rpartition(".")
+    owner = _resolve(owner_name)
+    own = vars(owner).get(attr, _INHERITED)  # torch.Tensor.to lives on a base class
+    setattr(owner, attr, _resolve(factory)(_resolve(target)))
+    try:
+        yield
+    finally:
+        if own is _INHERITED:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, own)
+
+
+_INHERITED = object()
