@@ -183,6 +183,48 @@ def test_a_check_marked_thorough_on_one_device_type_is_thorough_there_only(
         wrong.stderr.fnmatch_lines([refusal])
 
 
+HEAVY_WHERE_EMULATED = """
+import pytest
+
+@pytest.mark.parametrize("case", ["light", pytest.param("heavy", marks=pytest.mark.amp_thorough_where_emulated({names}))])
+def test_heavy(case, amp_device):
+    pass
+"""
+
+
+def test_a_check_marked_thorough_where_bf16_is_emulated_is_thorough_on_avx2_kernels_only(pytester, monkeypatch):
+    """Judged by the kernels in force (the caps of docs/running.md), not by the CPU's own flags:
+    capped to AVX2 the heavy case is skipped saying why; where bf16 runs natively it runs."""
+    from harness.platform.hardware import detect_cpu, emulated
+
+    pytester.makepyfile(test_heavy=HEAVY_WHERE_EMULATED.format(names="'bf16'"))
+    for name in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"):
+        monkeypatch.delenv(name, raising=False)
+    native = pytester.runpytest(*QUIET, "--amp-device=cpu", "-v", "--amp-no-report", "-rs")
+    if emulated("bf16", detect_cpu()) is None:
+        native.assert_outcomes(passed=2)
+    else:  # this CPU has no native bf16 (an AVX2-only kind): the heavy case is thorough everywhere here
+        native.assert_outcomes(passed=1, skipped=1)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    capped = pytester.runpytest(*QUIET, "--amp-device=cpu", "-v", "--amp-no-report", "-rs")
+    capped.stdout.fnmatch_lines(
+        [
+            "*test_heavy[[]cpu-light] PASSED*",
+            "*test_heavy[[]cpu-heavy] SKIPPED*",
+            "*thorough tier where bf16 is emulated on avx2*none of avx512_bf16, amx_bf16: run with --amp-tier=thorough*",
+        ]
+    )
+    thorough = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report", "--amp-tier=thorough")
+    thorough.assert_outcomes(passed=2)
+    pytester.makepyfile(test_heavy=HEAVY_WHERE_EMULATED.format(names="'fp8'"))
+    wrong = pytester.runpytest(*QUIET, "--amp-device=cpu", "--amp-no-report")
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+    wrong.stderr.fnmatch_lines(
+        ["*amp_thorough_where_emulated: unknown low-precision dtype 'fp8'; choose from bf16, fp16*"]
+    )
+
+
 def test_profile_override_lands_in_rows_and_run_metadata(pytester):
     pytester.makepyfile(
         test_p="def test_p(amp_record, amp_profile):\n    amp_record('m', 1.0)\n    print('PROFILE', amp_profile)\n"

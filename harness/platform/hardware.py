@@ -219,6 +219,26 @@ def capped(cpu: CpuInfo, cap: str | None, aten: str | None = None) -> CpuInfo:
     )
 
 
+#: The flags whose kernels compute a low-precision dtype natively; where the kernels in force have
+#: none of them, oneDNN and ATen emulate it through fp32 (AVX2-only kernel sets: bf16 autocast tens
+#: of times slower than fp32, docs/hardware-and-speed.md).
+NATIVE_DTYPE_FLAGS: dict[str, tuple[str, ...]] = {
+    "bf16": ("avx512_bf16", "amx_bf16"),
+    "fp16": ("avx512_fp16", "amx_fp16"),
+}
+
+
+def emulated(dtype: str, cpu: CpuInfo) -> str | None:
+    """Why ``dtype`` (``bf16`` or ``fp16``) is emulated by the kernels of ``cpu`` (as capped: see
+    :func:`capped`), in words; None where it runs natively."""
+    native = NATIVE_DTYPE_FLAGS.get(dtype)
+    if native is None:
+        raise ValueError(f"unknown low-precision dtype {dtype!r}; choose from {', '.join(NATIVE_DTYPE_FLAGS)}")
+    if any(f in cpu.flags for f in native):
+        return None
+    return f"{dtype} is emulated on {kernel_set(cpu)}: none of {', '.join(native)}"
+
+
 def kernel_set(cpu: CpuInfo) -> str:
     """The CPU kernel set in words: the ISA tag, and the caps that made it where any did
     (``avx2 (oneDNN capped to AVX2, ATen avx2)``): what a skip names when a kernel is missing."""

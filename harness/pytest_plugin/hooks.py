@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness.domains.capabilities import CAPABILITIES, capability_of_fixtures
+from harness.platform.hardware import detect_cpu, emulated
 from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.examples import independent_of_loaded_modules
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
@@ -34,6 +35,8 @@ MARKERS = (
     "amp_thorough_dtypes(*names, on=None): the check's amp_dtype parameters with these names (bf16, fp16) are "
     "amp_thorough (the others stay in the default tier); on='cpu' limits that to one device type",
     "amp_thorough_on(*device_types): heavy on these device types (cpu, cuda) only: thorough there, default elsewhere",
+    "amp_thorough_where_emulated(*names): heavy where these dtypes (bf16, fp16) have no native CPU kernels (AVX2-only "
+    "kernel sets): thorough on such a CPU, default elsewhere and on CUDA",
     "amp_cuda: needs a CUDA device; skipped with the reason when none is present",
     "amp_suite(name): the suite name used for baselines and report rows (default: the directory under suites/)",
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
@@ -152,8 +155,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("amp_quick")
             else "default"
         )
+        emulated = _emulated_here(item) if tier != "thorough" else None
+        if emulated is not None:
+            tier = "thorough"
         if opts.TIERS.index(tier) > rank:
-            item.add_marker(pytest.mark.skip(reason=f"{tier} tier: run with --amp-tier={tier}"))
+            why = f" where {emulated}" if emulated is not None else ""
+            item.add_marker(pytest.mark.skip(reason=f"{tier} tier{why}: run with --amp-tier={tier}"))
         if item.get_closest_marker("amp_cuda"):
             if cuda_reason is None:
                 import torch
@@ -161,6 +168,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 cuda_reason = "" if torch.cuda.is_available() else opts.cuda_missing_reason()
             if cuda_reason:
                 item.add_marker(pytest.mark.skip(reason=cuda_reason))
+
+
+def _emulated_here(item: pytest.Item) -> str | None:
+    """For ``amp_thorough_where_emulated(*names)`` on a CPU check: why the first named dtype the
+    kernels in force emulate is emulated (the item is thorough here); None where all run natively."""
+    marker = item.get_closest_marker("amp_thorough_where_emulated")
+    if marker is None:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "amp_device" in params and str(params["amp_device"]).split(":")[0] != "cpu":
+        return None
+    cpu = detect_cpu()
+    try:
+        return next((why for why in (emulated(str(n), cpu) for n in marker.args) if why is not None), None)
+    except ValueError as error:
+        raise pytest.UsageError(f"{item.nodeid}: amp_thorough_where_emulated: {error}") from None
 
 
 def _thorough_on_this_device(item: pytest.Item) -> bool:
