@@ -186,13 +186,14 @@ def run(
     args = list(pytest_args)
     paths = [a for a in args if _looks_like_a_path(a)]
     own_suites = all(_inside_suites(a) for a in paths)
-    #: where no tests are named and there is no suites/ here, pytest says so and this hint follows
-    hint = (
-        ""
-        if paths or Path(DEFAULT_TESTS).is_dir()
-        else f"\nno tests named and no {DEFAULT_TESTS} directory in {Path.cwd()}: name the tests to qualify, e.g. "
-        "`amp-harness qualify tests/` (pytest options after --)"
-    )
+    if not paths and not Path(DEFAULT_TESTS).is_dir():  # said at once, not after starting pytest
+        print(
+            f"amp-harness qualify: usage error: file or directory not found: {DEFAULT_TESTS}\nno tests named and no "
+            f"{DEFAULT_TESTS} directory in {Path.cwd()}: name the tests to qualify, e.g. `amp-harness qualify tests/` "
+            "(pytest options after --)",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
     if not paths:
         args.insert(0, DEFAULT_TESTS)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -213,7 +214,7 @@ def run(
     code, tail = _pytest(cmd)
     if code in (_PYTEST_USAGE_ERROR, _PYTEST_NO_TESTS):
         what = "refused the arguments" if code == _PYTEST_USAGE_ERROR else "collected no tests"
-        print(f"amp-harness qualify: usage error: pytest {what} (exit {code}):\n{_quoted(tail)}{hint}", file=sys.stderr)
+        print(f"amp-harness qualify: usage error: pytest {what} (exit {code}):\n{_quoted(tail)}", file=sys.stderr)
         return USAGE_ERROR
     if not junit.exists():
         print(f"amp-harness qualify: pytest wrote no JUnit XML (exit {code}); nothing to judge", file=sys.stderr)
