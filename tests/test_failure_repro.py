@@ -94,6 +94,12 @@ CONTROLS = {
         "every_code_decodes and float8_e4m3fn",
         ("*every_code_decodes*[[]cpu-float8_e4m3fn]",),
     ),
+    # stochastic rounding: the script draws from torchao's rounding and tests the counts exactly
+    "fp8_sr_round_to_nearest": (
+        "fp8/test_stochastic_rounding.py",
+        "unbiased",
+        ("*every_draw_is_a_neighbour_and_the_draws_are_unbiased",),
+    ),
     "fp8_e4m3_cast_toward_zero": (
         "fp8/test_fp8_formats.py",
         "rounds_every_value_and_midpoint and e4m3fn",
@@ -236,6 +242,7 @@ def test_a_failed_check_writes_a_standalone_script(
             "torchao.float8.float8_utils",
             "torchao.float8.float8_scaling_utils",
             "torchao.prototype.mx_formats.mx_tensor",
+            "torchao.optim.quant_utils",
         )
     inject(
         pytester,

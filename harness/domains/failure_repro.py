@@ -12,7 +12,8 @@ Families, one builder each: an op against float64 (autocast numerics), captured 
 autocast against their expected dtypes, the hand-cast run or PyTorch's lists (autocast policy,
 with :mod:`harness.domains.call_capture`), one aten op of a training step against itself in
 float64, a loss-scaler trace or the state machine's rules against the scaler's rule, fp8 scales,
-casts and format limits against their exact definitions, and
+casts and format limits against their exact definitions, stochastic rounding against the binomial
+law of its draws, and
 (``harness.domains.compiled.runs.repro_of``) the compiled probe block. A check of another kind
 records no reproduction; ``amp-harness repro`` says so and prints the rerun command.
 """
@@ -602,6 +603,53 @@ measured = len(differ)  # values not cast to their nearest power of two
 allowed = 0"""
     return FailureRepro(
         "formats", what, code, "exact: e8m0 holds powers of two, the nearest one in value", {"x": values}
+    )
+
+
+def stochastic_rounding(what: str, x: torch.Tensor, draws: int, seed: int, false_alarm: float) -> FailureRepro:
+    """torchao's fp32 -> bf16 stochastic rounding, ``draws`` draws of each input under one seed,
+    against the rule it promises: each draw one of the input's two bf16 neighbours (from the fp32
+    bits), the count away from zero Binomial(draws, p) with p the low 16 bits over 2^16, judged
+    by exact binomial p-values (log-gamma sums), Bonferroni over the inputs."""
+    code = f"""from torchao.optim.quant_utils import _fp32_to_bf16_sr
+
+n, seed, false_alarm = {draws}, {seed}, {false_alarm!r}
+torch.manual_seed(seed)
+got = _fp32_to_bf16_sr(x.unsqueeze(0).expand(n, -1).contiguous()).to(torch.float64)
+# reference: the bf16 neighbours toward and away from zero, and the exact chance of rounding away
+bits = x.view(torch.int32).to(torch.int64)
+lo = (bits & ~0xFFFF).to(torch.int32).view(torch.float32).to(torch.float64)
+hi = ((bits & ~0xFFFF) + 0x10000).to(torch.int32).view(torch.float32).to(torch.float64)
+p_away = ((bits & 0xFFFF).to(torch.float64) / 65536).tolist()
+off = int((~((got == lo) | (got == hi))).sum())
+away = (got == hi).sum(0).tolist()
+
+
+def two_sided(k, p):  # exact Binomial(n, p) two-sided p-value: twice the smaller tail, at most 1
+    if p in (0.0, 1.0):
+        return 1.0 if k == n * p else 0.0
+    pmf = [math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                    + i * math.log(p) + (n - i) * math.log1p(-p)) for i in range(n + 1)]
+    return min(1.0, 2 * min(sum(pmf[: k + 1]), sum(pmf[k:])))
+
+
+adjusted = [two_sided(k, p) * len(away) for k, p in zip(away, p_away)]  # Bonferroni over the inputs
+i = min(range(len(adjusted)), key=adjusted.__getitem__)
+print(f"draws off the two neighbours: {{off}} of {{got.numel()}}")
+print(f"input {{x[i].item()!r}}: {{away[i]}} of {{n}} draws away from zero, {{n * p_away[i]:.4g}} expected; "
+      f"adjusted p-value {{adjusted[i]:.3g}}")
+# -log10 of the adjusted p-value (inf: draws off the neighbours); a correct rounding exceeds the
+# allowed -log10(false_alarm) once in 1 / false_alarm runs
+measured = math.inf if off else -math.log10(max(adjusted[i], 1e-300))
+allowed = -math.log10(false_alarm)"""
+    return FailureRepro(
+        "fp8",
+        what,
+        code,
+        f"every draw a neighbour (exact); each input's count away from zero Binomial({draws}, p): a correct "
+        f"rounding falls below the adjusted p-value {false_alarm:g} once in {1 / false_alarm:.0e} runs",
+        {"x": x},
+        needs=("torch", "torchao"),
     )
 
 

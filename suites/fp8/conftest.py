@@ -101,9 +101,7 @@ def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.T
     """fp32 -> bf16 stochastic rounding the statistical checks judge: torchao's (its optimizers'
     ``bf16_stochastic_round``). Return your own ``(x: fp32 tensor) -> bf16 tensor`` to judge it; it
     must draw from torch's global generator (the checks seed it)."""
-    from torchao.optim.quant_utils import _fp32_to_bf16_sr
-
-    return _fp32_to_bf16_sr  # type: ignore[no-any-return]
+    return adapters.torchao_stochastic_rounding()
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.failure_repro import stochastic_rounding
+from harness.domains.fp8 import adapters
 from harness.domains.fp8 import stochastic as S
 from harness.numerics.comparison import compare_claim
 
@@ -24,6 +26,9 @@ def test_every_draw_is_a_neighbour_and_the_draws_are_unbiased(stochastic_roundin
     x = S.inputs()
     got = S.draw(stochastic_rounding_under_test, x, S.DRAWS, SEED)
     d = S.judge_draws(x, got)
+    # torchao's rounding (the default): a script can call it; a rounding of your own keeps none
+    torchaos = stochastic_rounding_under_test is adapters.torchao_stochastic_rounding()
+    what = "torchao's fp32 -> bf16 stochastic rounding: draws off the neighbours, or counts not Binomial(n, p)"
     amp_record.require_all(
         [
             compare_claim(
@@ -51,6 +56,7 @@ def test_every_draw_is_a_neighbour_and_the_draws_are_unbiased(stochastic_roundin
         ],
         dtype="bfloat16",
         tags={"draws": S.DRAWS, "inputs": len(x), "seed": SEED},
+        repro_of=lambda _: stochastic_rounding(what, x, S.DRAWS, SEED, S.FALSE_ALARM) if torchaos else None,
     )
 
 

@@ -145,6 +145,16 @@ def fp8_nan_to_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Te
     return to
 
 
+def sr_round_to_nearest(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torchao's fp32 -> bf16 stochastic rounding secretly rounding to nearest: every draw a
+    neighbour, none of them random (a kernel whose random bits stay zero above one half)."""
+
+    def sr(x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.bfloat16)
+
+    return sr
+
+
 class _Finfo:
     """``torch.finfo`` of one dtype with its ``max`` halved (a wrong limit table)."""
 
@@ -380,6 +390,7 @@ STACKS: dict[str, tuple[str, str]] = {
     "fp8_e8m0_cast_rounding_down": ("torch.Tensor.to", "faults.stacks.e8m0_cast_rounding_down"),
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
     "finfo_fp16_max_halved": ("torch.finfo", "faults.stacks.finfo_fp16_max_halved"),
+    "fp8_sr_round_to_nearest": ("torchao.optim.quant_utils._fp32_to_bf16_sr", "faults.stacks.sr_round_to_nearest"),
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),
     "compile_softmax_in_float32": ("torch.compile", "faults.stacks.compile_softmax_in_float32"),
     "compile_region_in_low_precision": ("torch.compile", "faults.stacks.compile_region_in_low_precision"),

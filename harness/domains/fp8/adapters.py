@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Protocol
 
@@ -62,6 +62,13 @@ def torch_e8m0_cast(values: Sequence[float], device: torch.device) -> list[int]:
     default, and the one a reproduction script can run."""
     t = torch.tensor(list(values), dtype=torch.float32, device=device).to(torch.float8_e8m0fnu)
     return [int(c) for c in t.view(torch.uint8).cpu().tolist()]
+
+
+def torchao_stochastic_rounding() -> Callable[[torch.Tensor], torch.Tensor]:
+    """torchao's fp32 -> bf16 stochastic rounding (its low-precision optimizers'), as installed now:
+    the ``stochastic_rounding_under_test`` fixture's default, and what a failure's script calls."""
+    rounding: Callable[[torch.Tensor], torch.Tensor] = import_torchao("torchao.optim.quant_utils")._fp32_to_bf16_sr
+    return rounding
 
 
 def import_torchao(name: str = "torchao") -> ModuleType:
