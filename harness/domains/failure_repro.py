@@ -682,6 +682,23 @@ allowed = 0"""
     return FailureRepro("formats", what, code, "exact", device=device)
 
 
+def e8m0_outcomes(what: str, cases: Sequence[tuple[str, float, int]], device: str = "cpu") -> FailureRepro:
+    """torch's float32 -> e8m0 cast of the values whose code left this stack's golden table (ties,
+    zero, sign, overflow: what the format leaves open), each against the code the table holds."""
+    rows = "\n".join(f"    ({name!r}, {_float_src(x)}, {code})," for name, x, code in cases)
+    code = f"""# reference: the code each value cast to when this release's golden table was stored
+CASES = [
+{rows}
+]
+measured = 0
+for name, x, expected in CASES:
+    got = torch.tensor([x], dtype=torch.float32, device={device!r}).to(torch.float8_e8m0fnu).view(torch.uint8).item()
+    print(f"e8m0 cast of {{name}} ({{x!r}}): code {{got}}; golden {{expected}}" + ("" if got == expected else "   <- differs"))
+    measured += got != expected  # casts unlike the golden table's
+allowed = 0"""
+    return FailureRepro("formats", what, code, "exact: the golden table of this torch release", device=device)
+
+
 def _float_src(x: float) -> str:
     return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
 

@@ -15,9 +15,9 @@ import math
 import pytest
 import torch
 
-from harness.domains.failure_repro import cast_rounding, code_decoding, e8m0_rounding
+from harness.domains.failure_repro import FailureRepro, cast_rounding, code_decoding, e8m0_outcomes, e8m0_rounding
 from harness.domains.fp8 import adapters
-from harness.numerics.comparison import compare_bits, compare_claim, compare_data, explain
+from harness.numerics.comparison import DataComparison, compare_bits, compare_claim, compare_data, explain
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits, tensor_bits
 from harness.numerics.scaled import E8M0_BIAS, e8m0_decode, e8m0_nearest
 from harness.storage.baselines import KeyKind
@@ -165,7 +165,28 @@ def test_e8m0_ties_zero_sign_and_overflow_match_this_stacks_baseline(
     observed = {name: {"code": g, "value": repr(e8m0_decode(g))} for name, g in zip(probes, got, strict=True)}
     for name, o in observed.items():
         amp_record(f"e8m0.cast({name})", o["code"], dtype="float8_e8m0fnu", device=amp_device, tags=o)
-    amp_baseline.check(f"e8m0_casts_{amp_device.type}", observed, key=KeyKind.STACK, device=str(amp_device))
+    amp_baseline.check(
+        f"e8m0_casts_{amp_device.type}",
+        observed,
+        key=KeyKind.STACK,
+        device=str(amp_device),
+        repro=lambda diff, _golden: _e8m0_repro(diff, probes, e8m0_cast_under_test, amp_device),
+    )
+
+
+def _e8m0_repro(
+    diff: DataComparison, probes: dict[str, float], cast: object, device: torch.device
+) -> FailureRepro | None:
+    """The probes whose code left the golden table, each against the table's code (torch's own
+    cast only: a cast of your own cannot run in a script)."""
+    cases = []
+    for d in diff.differences:
+        name, _, field = d.path.rpartition(".")
+        if field == "code" and name in probes and isinstance(d.expected, int):
+            cases.append((name, probes[name], d.expected))
+    if cast is not adapters.torch_e8m0_cast or not cases:
+        return None
+    return e8m0_outcomes("torch's float32 -> e8m0 casts that left this release's golden table", cases, str(device))
 
 
 def test_fp4_e2m1_codes_and_rounding_match_the_reference(fp8_torchao, amp_device, amp_record):
