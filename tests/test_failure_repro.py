@@ -94,6 +94,12 @@ CONTROLS = {
         "every_code_decodes and float8_e4m3fn",
         ("*every_code_decodes*[[]cpu-float8_e4m3fn]",),
     ),
+    # fp4 (e2m1): the script decodes the 16 codes and casts the probes with torchao's kernels
+    "fp8_f4_cast_toward_zero": (
+        "fp8/test_fp8_formats.py",
+        "fp4_e2m1",
+        ("*fp4_e2m1_codes_and_rounding_match_the_reference*",),
+    ),
     # stochastic rounding: the script draws from torchao's rounding and tests the counts exactly
     "fp8_sr_round_to_nearest": (
         "fp8/test_stochastic_rounding.py",
@@ -253,6 +259,7 @@ def test_a_failed_check_writes_a_standalone_script(
             "torchao.float8.float8_scaling_utils",
             "torchao.prototype.mx_formats.mx_tensor",
             "torchao.optim.quant_utils",
+            "torchao.prototype.mx_formats.kernels",
         )
     inject(
         pytester,

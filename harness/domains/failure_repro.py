@@ -699,6 +699,49 @@ allowed = 0"""
     return FailureRepro("formats", what, code, "exact: the golden table of this torch release", device=device)
 
 
+def fp4_casts(what: str, values: torch.Tensor) -> FailureRepro:
+    """torchao's e2m1 (fp4) kernels, the casts MX training uses: decode of all 16 codes against the
+    bit layout, and float32 -> e2m1 of ``values`` against round-to-nearest-even in exact rationals,
+    saturating beyond the largest value (the format has no inf or NaN)."""
+    code = """from fractions import Fraction
+
+from torchao.prototype.mx_formats.kernels import f4_unpacked_to_f32, f32_to_f4_unpacked
+
+
+# reference: e2m1's bit layout (sign, 2 exponent bits with bias 1, 1 mantissa bit; exponent 0 subnormal)
+def decode(c):
+    e, m = (c >> 1) & 3, c & 1
+    magnitude = m / 2 if e == 0 else (1 + m / 2) * 2.0 ** (e - 1)
+    return -magnitude if c & 8 else magnitude
+
+
+def nearest_even(v):  # the nearest code in exact rationals, ties to the even code; beyond 6: 6
+    sign = 8 if v < 0 or (v == 0 and math.copysign(1.0, v) < 0) else 0
+    best = min(range(8), key=lambda c: (abs(Fraction(abs(v)) - Fraction(decode(c))), c & 1))
+    return sign | best
+
+
+codes = torch.arange(16, dtype=torch.uint8)
+decoded = f4_unpacked_to_f32(codes).tolist()
+bad_decode = [(c, g) for c, g in zip(range(16), decoded) if g != decode(c)]
+got = f32_to_f4_unpacked(x).tolist()
+bad_round = [(v, g, nearest_even(v)) for v, g in zip(x.tolist(), got) if g != nearest_even(v)]
+for c, g in bad_decode[:8]:
+    print(f"code {c:#x} decodes to {g!r}; its bit layout says {decode(c)!r}")
+for v, g, r in bad_round[:8]:
+    print(f"{v!r} cast to code {g:#x} ({decode(g)!r}); nearest-even is {r:#x} ({decode(r)!r})")
+measured = len(bad_decode) + len(bad_round)  # codes decoded and values cast unlike the format says
+allowed = 0"""
+    return FailureRepro(
+        "formats",
+        what,
+        code,
+        "exact: e2m1's bit layout, and round-to-nearest-even saturating at 6",
+        {"x": values},
+        needs=("torch", "torchao"),
+    )
+
+
 def _float_src(x: float) -> str:
     return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
 

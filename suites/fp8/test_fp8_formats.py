@@ -15,7 +15,14 @@ import math
 import pytest
 import torch
 
-from harness.domains.failure_repro import FailureRepro, cast_rounding, code_decoding, e8m0_outcomes, e8m0_rounding
+from harness.domains.failure_repro import (
+    FailureRepro,
+    cast_rounding,
+    code_decoding,
+    e8m0_outcomes,
+    e8m0_rounding,
+    fp4_casts,
+)
 from harness.domains.fp8 import adapters
 from harness.numerics.comparison import DataComparison, compare_bits, compare_claim, compare_data, explain
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits, tensor_bits
@@ -211,7 +218,18 @@ def test_fp4_e2m1_codes_and_rounding_match_the_reference(fp8_torchao, amp_device
         {"decode": [FP4_E2M1.decode(c) for c in range(16)], "round": expected},
         {"decode": decoded, "round": got},
     )
-    amp_record.require(result, dtype="float4_e2m1fn", device="cpu", tags={"probes": len(values)})
+    amp_record.require(
+        result,
+        dtype="float4_e2m1fn",
+        device="cpu",
+        tags={"probes": len(values)},
+        repro=None
+        if result.passed
+        else fp4_casts(
+            "torchao's e2m1 decode of the 16 codes and cast of the rounding probes",
+            torch.tensor(values, dtype=torch.float32),
+        ),
+    )
 
 
 @pytest.mark.amp_thorough_on("cpu")  # one Inductor compile per format: ~8 s cold on 2 CPU cores

@@ -155,6 +155,19 @@ def sr_round_to_nearest(real: Callable[..., torch.Tensor]) -> Callable[..., torc
     return sr
 
 
+def f4_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torchao's float32 -> e2m1 (fp4) cast truncating: where the nearest code lies above the value
+    in magnitude, the code one below (sign and magnitude: the low three bits minus one)."""
+    from torchao.prototype.mx_formats.kernels import f4_unpacked_to_f32
+
+    def f32_to_f4_unpacked(x: torch.Tensor) -> torch.Tensor:
+        out = real(x)
+        above = f4_unpacked_to_f32(out).abs() > x.abs()
+        return torch.where(above & ((out & 7) > 0), out - 1, out)
+
+    return f32_to_f4_unpacked
+
+
 class _Finfo:
     """``torch.finfo`` of one dtype with its ``max`` halved (a wrong limit table)."""
 
@@ -391,6 +404,10 @@ STACKS: dict[str, tuple[str, str]] = {
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
     "finfo_fp16_max_halved": ("torch.finfo", "faults.stacks.finfo_fp16_max_halved"),
     "fp8_sr_round_to_nearest": ("torchao.optim.quant_utils._fp32_to_bf16_sr", "faults.stacks.sr_round_to_nearest"),
+    "fp8_f4_cast_toward_zero": (
+        "torchao.prototype.mx_formats.kernels.f32_to_f4_unpacked",
+        "faults.stacks.f4_cast_toward_zero",
+    ),
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),
     "compile_softmax_in_float32": ("torch.compile", "faults.stacks.compile_softmax_in_float32"),
     "compile_region_in_low_precision": ("torch.compile", "faults.stacks.compile_region_in_low_precision"),
