@@ -158,11 +158,11 @@ def sr_round_to_nearest(real: Callable[..., torch.Tensor]) -> Callable[..., torc
 def f4_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """torchao's float32 -> e2m1 (fp4) cast truncating: where the nearest code lies above the value
     in magnitude, the code one below (sign and magnitude: the low three bits minus one)."""
-    from torchao.prototype.mx_formats.kernels import f4_unpacked_to_f32
+    decode = _resolve("torchao.prototype.mx_formats.kernels.f4_unpacked_to_f32")
 
     def f32_to_f4_unpacked(x: torch.Tensor) -> torch.Tensor:
         out = real(x)
-        above = f4_unpacked_to_f32(out).abs() > x.abs()
+        above = decode(out).abs() > x.abs()
         return torch.where(above & ((out & 7) > 0), out - 1, out)
 
     return f32_to_f4_unpacked
