@@ -174,10 +174,7 @@ def _emulated_here(item: pytest.Item) -> str | None:
     """For ``amp_thorough_where_emulated(*names)`` on a CPU check: why the first named dtype the
     kernels in force emulate is emulated (the item is thorough here); None where all run natively."""
     marker = item.get_closest_marker("amp_thorough_where_emulated")
-    if marker is None:
-        return None
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if "amp_device" in params and str(params["amp_device"]).split(":")[0] != "cpu":
+    if marker is None or _device_type(item) not in (None, "cpu"):
         return None
     cpu = detect_cpu()
     try:
@@ -186,13 +183,19 @@ def _emulated_here(item: pytest.Item) -> str | None:
         raise pytest.UsageError(f"{item.nodeid}: amp_thorough_where_emulated: {error}") from None
 
 
+def _device_type(item: pytest.Item) -> str | None:
+    """The device type (cpu, cuda) of an item parametrized by ``amp_device``; None for another item."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return str(params["amp_device"]).split(":")[0] if "amp_device" in params else None
+
+
 def _thorough_on_this_device(item: pytest.Item) -> bool:
     """``amp_thorough_on("cpu")``, or ``amp_thorough_dtypes(..., on="cpu")`` for this item's dtype:
     the item is thorough on its device type."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    if "amp_device" not in params:
+    device_type = _device_type(item)
+    if device_type is None:
         return False
-    device_type = str(params["amp_device"]).split(":")[0]
     whole = item.get_closest_marker("amp_thorough_on")
     if whole is not None:
         unknown = [a for a in whole.args if a not in DEVICE_TYPES]

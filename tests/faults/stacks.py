@@ -1,5 +1,5 @@
 """Faulty stacks that need no harness: patches of torch and torchao that both an injected conftest
-and a fresh interpreter running a standalone reproduction can install (``install``), so that a
+and a fresh interpreter running a standalone reproduction can install (``installed``), so that a
 failed check's script is shown to exit 1 on the faulty stack and 0 on the clean one.
 
 Each is a factory ``fault(original) -> replacement``, like :mod:`faults.autocast` (whose patches
@@ -235,10 +235,6 @@ def _region_out_in_low_precision(out: Any) -> Any:
 compile_region_in_low_precision = _compiled_returning(_region_out_in_low_precision)
 
 
-#: kept alive while installed: a dispatcher registration lasts as long as its Library
-_LIBRARIES: list[Any] = []
-
-
 def lossy_gelu(bits: int = 3) -> Callable[..., torch.Tensor]:
     """An aten::gelu kernel keeping only ``bits`` significand bits of a bf16/fp16 output; float64
     calls stay exact, so the op localiser's reference is unaffected (a kernel regression in one op)."""
@@ -381,7 +377,7 @@ def with_kernel(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     return factory
 
 
-#: name -> (patched attribute, factory): what ``install`` and the injected conftests apply
+#: name -> (patched attribute, factory): what ``installed`` and the injected conftests apply
 STACKS: dict[str, tuple[str, str]] = {
     "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
@@ -427,20 +423,11 @@ def _resolve(dotted: str) -> Any:
     raise ImportError(dotted)
 
 
-def install(name: str) -> None:
-    """Make this interpreter's stack the faulty one ``name`` (a patch of STACKS, or a kernel of KERNELS)."""
-    if name in KERNELS:
-        _LIBRARIES.append(KERNELS[name][1]())
-        return
-    target, factory = STACKS[name]
-    owner, _, attr = target.rpartition(".")
-    setattr(_resolve(owner), attr, _resolve(factory)(_resolve(target)))
-
-
 @contextlib.contextmanager
 def installed(name: str) -> Iterator[None]:
-    """The faulty stack ``name`` for the body only, the real one restored after: faults that
-    replace the same thing take turns in one interpreter instead of needing one each."""
+    """This interpreter's stack made the faulty one ``name`` (a patch of STACKS, or a kernel of
+    KERNELS, whose registration lasts while its Library lives) for the body only, the real one
+    restored after: faults that replace the same thing take turns in one interpreter."""
     if name in KERNELS:
         library = KERNELS[name][1]()
         try:
