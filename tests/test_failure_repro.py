@@ -384,3 +384,34 @@ def test_an_attachment_outside_its_folder_is_refused(tmp_path):
     with pytest.raises(ValueError, match="must lie in attachments/"):
         rp.write(tmp_path, "r1", [], {}, {"../escape.pt": b"x"})
     assert not (tmp_path / "r1").exists() and not (tmp_path / "escape.pt").exists()
+
+
+def test_a_failed_known_issue_check_writes_the_issues_own_script(tmp_path, capsys):
+    """A registry check fails when its issue occurs where the registry does not list it, or appears
+    fixed where it does: ``repro`` writes the registered reproduction (proven to exit 1 on this
+    stack and 0 with its fix by ``test_reproductions.py``) and says which way it failed."""
+    from harness.domains import reproductions as R
+    from harness.storage import report as rp
+
+    def row(issue: str, present: bool) -> dict[str, object]:
+        return rp.make_row(
+            run_id="r1",
+            nodeid=f"suites/scaler/test_overflow_in_training.py::test_known_issue_status_matches_the_registry[{issue}]",
+            suite="scaler",
+            check="test_known_issue_status_matches_the_registry",
+            metric=f"known_issue.{issue}",
+            value=present,
+            outcome="fail",
+        ).as_dict()
+
+    rows = [row("update-int-new-scale", False), row("sharded-cpu-growth-uncapped", True), row("no-such-issue", True)]
+    rp.write(tmp_path, "r1", rows, {"fingerprint": {"torch_version": "2.13.0"}})
+    assert main(["repro", "--report", str(tmp_path), "-o", str(tmp_path / "s")]) == 3  # the unknown id has none
+    out = capsys.readouterr().out
+    assert "known issue update-int-new-scale appears fixed here, unlike its registry: the script exits 0" in out
+    assert "known issue sharded-cpu-growth-uncapped occurs here, unlike its registry: the script exits 1" in out
+    assert "known_issue.no-such-issue: no standalone reproduction recorded" in out
+    script = (tmp_path / "s" / "update_int_new_scale.py").read_text()
+    assert script.endswith(R.REPRODUCTIONS["update-int-new-scale"].body)
+    assert "::test_known_issue_status_matches_the_registry[update-int-new-scale]" in script  # what failed
+    ast.parse(script)

@@ -311,6 +311,7 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     check). Exit 0 when each has its script, 3 when some recorded none (each named, with the
     command that reruns it), 4 when nothing failed there or nothing matched."""
     from harness.domains import failure_repro as FR
+    from harness.domains import reproductions as R
     from harness.storage import atomic
 
     if not report.exists():
@@ -360,6 +361,17 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
             else ""
         )
         spec = tags.get("repro")
+        issue_id = str(r["metric"]).removeprefix("known_issue.")
+        if not isinstance(spec, dict) and str(r["metric"]).startswith("known_issue.") and issue_id in R.REPRODUCTIONS:
+            # a registry check that failed: the issue's own script shows what the check saw
+            path = out / f"{issue_id.replace('-', '_')}.py"
+            atomic.write_text(path, R.script(issue_id, f"{provenance}; for {r['nodeid']} (run {run_dir.name})"))
+            present = r["value"] is not None and float(r["value"]) == 1.0  # the row's value: whether it occurred
+            print(
+                f"{path}  (known issue {issue_id} {'occurs' if present else 'appears fixed'} here, unlike its "
+                f"registry: the script exits {int(present)} on this stack)"
+            )
+            continue
         if not isinstance(spec, dict):
             missing += 1
             print(

@@ -188,7 +188,9 @@ def script(issue_id: str, provenance: str, body: str | None = None) -> str:
     except KeyError:
         raise KeyError(f"no reproduction for {issue_id!r}; known issues: {', '.join(sorted(REPRODUCTIONS))}") from None
     where, issue = REGISTRIES[issue_id]
-    wrap = textwrap.TextWrapper(width=98, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False)
+    wrap = textwrap.TextWrapper(
+        width=98, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False, break_long_words=False
+    )
     header = [
         f"# Reproduces {issue.id} ({issue.package} {', '.join(issue.affected)}, {', '.join(issue.devices)}).",
         *wrap.wrap(issue.summary),
