@@ -56,7 +56,7 @@ def conftest_source(
         "import pytest",
         "import torch",
         "import torch.nn.functional",
-        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.fp8, faults.scalers, faults.training",
+        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.fp8, faults.scalers, faults.stacks, faults.training",
         "import harness.domains.autocast.oracle",
         *(f"import {module}" for module in imports),
         "",
@@ -65,9 +65,12 @@ def conftest_source(
         lines += ["@pytest.fixture", f"def {name}():", f"    return {expression}", ""]
     if patches:
         lines += ["@pytest.fixture(autouse=True)", "def injected_faults(monkeypatch):"]
-        for target, factory in patches.items():
+        for target, factory in patches.items():  # resolved by import: a module torch hides (torch.optim.sgd) too
             owner, _, attr = target.rpartition(".")
-            lines.append(f"    monkeypatch.setattr({owner}, {attr!r}, {factory}({target}))")
+            lines.append(
+                f"    monkeypatch.setattr(faults.stacks.resolve({owner!r}), {attr!r}, "
+                f"{factory}(faults.stacks.resolve({target!r})))"
+            )
         lines.append("")
     if kernels:
         lines += [

@@ -66,6 +66,17 @@ CONTROLS = {
         "injected_overflow and backward and GradScaler and not Sharded",
         ("*injected_overflow*[[]GradScaler-cpu-backward-inf]",),
     ),
+    # one optimizer step under GradScaler: the script loads the step's parameters, state and gradients
+    "sgd_without_weight_decay": (
+        "scaler/test_optimizer_implementations.py",
+        "update_in_float64 and SGD-for-loop",
+        ("*update_in_float64[[]cpu-SGD-for-loop]",),
+    ),
+    "scaler_stepping_on_overflow": (
+        "scaler/test_optimizer_implementations.py",
+        "leaves_parameters and SGD-for-loop",
+        ("*leaves_parameters*[[]cpu-SGD-for-loop]",),
+    ),
     "fp8_scale_doubled": (
         "fp8/test_fp8_scaling.py",
         "exact_reference and tensorwise-e4m3]",

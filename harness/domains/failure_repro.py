@@ -11,7 +11,8 @@ present (``measured > allowed``, or not a number), 0 once fixed, 2 if it could n
 Families, one builder each: an op against float64 (autocast numerics), captured calls under
 autocast against their expected dtypes, the hand-cast run or PyTorch's lists (autocast policy,
 with :mod:`harness.domains.call_capture`), one aten op of a training step against itself in
-float64, a loss-scaler trace or the state machine's rules against the scaler's rule, fp8 scales,
+float64, a loss-scaler trace or the state machine's rules against the scaler's rule, one optimizer
+step under GradScaler against its float64 update or a skip, fp8 scales,
 casts and format limits against their exact definitions, stochastic rounding against the binomial
 law of its draws, and
 (``harness.domains.compiled.runs.repro_of``) the compiled probe block. A check of another kind
@@ -904,3 +905,155 @@ print(f"worst element {{worst:.3g}} x its bound; SQNR {{sqnr_db:.2f}} dB, floor 
 measured = max(worst, FLOOR_DB / sqnr_db if sqnr_db > 0 else math.inf)  # each at most 1 when within budget
 allowed = 1.0"""
     return FailureRepro("fp8", what, code, origin, {**tensors, "bound": bound.detach()}, needs, device)
+
+
+# -- one optimizer step under GradScaler (the scaler suite's optimizer matrix) -------------------
+_OPTIMIZER_REFERENCES = {
+    "SGD": """def reference(p, g, st):  # torch's SGD (momentum, weight decay), in float64
+    d, d_abs = g + H["weight_decay"] * p, g.abs() + H["weight_decay"] * p.abs()
+    buf = st.get("momentum_buffer")
+    b, b_abs = (d, d_abs) if buf is None else (H["momentum"] * buf + d, H["momentum"] * buf.abs() + d_abs)
+    new, mag = p - H["lr"] * b, p.abs() + H["lr"] * b_abs
+    return new, gamma(K) * mag, {{"momentum_buffer": (b, gamma(K_STATE["momentum_buffer"]) * b_abs)}}""",
+    "Adam": """def reference(p, g, st):  # torch's {name} (weight decay {decay}), in float64
+    (b1, b2), lr, wd, eps = H["betas"], H["lr"], H["weight_decay"], H["eps"]
+    step = float(st["step"]) + 1 if "step" in st else 1.0
+    decayed, gd, gd_abs = {decayed}
+    m0, v0 = st.get("exp_avg", torch.zeros_like(p)), st.get("exp_avg_sq", torch.zeros_like(p))
+    m, m_abs = b1 * m0 + (1 - b1) * gd, 2 * m0.abs() + gd_abs  # torch's lerp: m0 + w (g - m0)
+    v, v_abs = b2 * v0 + (1 - b2) * gd * gd, b2 * v0 + (1 - b2) * gd_abs * gd_abs
+    denom = v.sqrt() / math.sqrt(1 - b2**step) + eps
+    size = lr / (1 - b1**step)
+    new, mag = decayed - size * m / denom, p.abs() + size * m_abs / denom
+    exact = (torch.tensor(step, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64))  # counts: exact
+    return new, gamma(K) * mag, {{
+        "exp_avg": (m, gamma(K_STATE["exp_avg"]) * m_abs),
+        "exp_avg_sq": (v, gamma(K_STATE["exp_avg_sq"]) * v_abs),
+        "step": exact,
+    }}""",
+    "Adagrad": """def reference(p, g, st):  # torch's Adagrad (weight decay, lr decay), in float64
+    step = float(st["step"]) + 1
+    gd, gd_abs = g + H["weight_decay"] * p, g.abs() + H["weight_decay"] * p.abs()
+    s, s_abs = st["sum"] + gd * gd, st["sum"] + gd_abs * gd_abs
+    clr = H["lr"] / (1 + (step - 1) * H["lr_decay"])
+    std = s.sqrt() + H["eps"]
+    new, mag = p - clr * gd / std, p.abs() + clr * gd_abs / std
+    exact = (torch.tensor(step, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64))  # counts: exact
+    return new, gamma(K) * mag, {{"sum": (s, gamma(K_STATE["sum"]) * s_abs), "step": exact}}""",
+}
+
+
+def optimizer_step(
+    what: str,
+    name: str,
+    flags: Mapping[str, bool],
+    hyper: Mapping[str, Any],
+    step: int,
+    scale: float,
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    state: Mapping[int, Mapping[str, torch.Tensor]],
+    *,
+    overflow: bool,
+    roundings: int,
+    state_roundings: Mapping[str, int],
+    device: str = "cpu",
+) -> FailureRepro | None:
+    """One step of torch's optimizer ``name`` (``flags``: foreach, fused) stepped by GradScaler,
+    from the parameters, state and scaled gradients the run had at ``step`` (saved exactly; the
+    smallest faithful part of a training run). Without overflow: against the update written out in
+    float64, within gamma_k(2^-24) of it evaluated on magnitudes (k: ``roundings``, the state's
+    ``state_roundings``). With a planted non-finite gradient: parameters and state bitwise as they
+    were, nothing created but zeros, the scale halved. None for an optimizer with no reference."""
+    family = "Adam" if name in ("Adam", "AdamW") else name
+    if family not in _OPTIMIZER_REFERENCES:
+        return None
+    decayed = (
+        "p * (1 - lr * wd), g, g.abs()  # decoupled: the parameter decays"
+        if name == "AdamW"
+        else "p, g + wd * p, g.abs() + wd * p.abs()  # L2: the gradient carries the decay"
+    )
+    reference = _OPTIMIZER_REFERENCES[family].format(
+        name=name, decay="decoupled" if name == "AdamW" else "as L2", decayed=decayed
+    )
+    used = {k: v for k, v in state_roundings.items() if f'K_STATE["{k}"]' in reference}
+    tensors: dict[str, torch.Tensor] = {}
+    state_src = []
+    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+        tensors[f"p{i}"], tensors[f"g{i}"] = p.detach(), g.detach()
+        entries = state.get(i, {})
+        for key, value in entries.items():
+            tensors[f"s{i}_{key}"] = value.detach()
+        state_src.append("{" + ", ".join(f"{key!r}: s{i}_{key}" for key in entries) + "}")
+    n = len(params)
+    setup = f"""P0 = [{", ".join(f"p{i}" for i in range(n))}]  # the parameters before the step
+G = [{", ".join(f"g{i}" for i in range(n))}]  # their gradients, scaled, as GradScaler's step received them
+STATE = [{", ".join(state_src)}]  # the optimizer's state before the step ({{}}: none yet)
+H = {_dict_src(dict(hyper))}
+SCALE = {scale!r}  # GradScaler's scale at step {step} of the run (a power of two: unscaling is exact)
+params = [torch.nn.Parameter(p.clone()) for p in P0]
+opt = torch.optim.{name}(params, **H, **{_dict_src(dict(flags))})
+for p, st in zip(params, STATE):
+    if st:
+        opt.state[p] = {{k: v.clone() for k, v in st.items()}}
+for p, g in zip(params, G):
+    p.grad = g.clone()
+scaler = torch.amp.GradScaler({device!r}, init_scale=SCALE)
+scaler.scale(torch.zeros((), device={device!r}))  # GradScaler creates its scale on first use
+scaler.step(opt)
+scaler.update()
+"""
+    if overflow:
+        code = f"""{setup}
+
+def same(a, b):  # bitwise, NaN equal to NaN
+    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+# reference: a step with a non-finite gradient is skipped (nothing moves) and the scale is halved
+wrong = [f"parameter {{i}}" for i, (p, p0) in enumerate(zip(params, P0)) if not same(p.detach(), p0)]
+for i, (p, st) in enumerate(zip(params, STATE)):
+    for k, v in opt.state.get(p, {{}}).items():
+        if torch.is_tensor(v) and (not same(v, st[k]) if k in st else bool((v != 0).any())):
+            wrong.append(f"state {{k}} of parameter {{i}}")
+if scaler.get_scale() != SCALE * 0.5:
+    wrong.append(f"the scale: {{scaler.get_scale()!r}} after the step, not {{SCALE * 0.5!r}}")
+for w in wrong:
+    print(f"the skipped step changed {{w}}")
+measured = len(wrong)  # things the skipped step changed
+allowed = 0"""
+        allowance = "exact: a skipped step changes nothing (bitwise) and halves the scale"
+    else:
+        code = f"""{setup}
+U = 2.0**-24  # float32's unit roundoff
+K, K_STATE = {roundings}, {_dict_src(used)}  # roundings on the way to each result
+
+
+def gamma(k):  # the bound on k float32 roundings: k u / (1 - k u)
+    return k * U / (1 - k * U)
+
+
+{reference}
+
+
+ratios = []
+for i, (p, p0, g, st) in enumerate(zip(params, P0, G, STATE)):
+    new, budget, states = reference(p0.double(), g.double() / SCALE, {{k: v.double() for k, v in st.items()}})
+    results = [("parameter", p.detach(), new, budget)] + [(k, opt.state[p].get(k), r, b) for k, (r, b) in states.items()]
+    for entry, got, ref, bound in results:
+        if got is None:
+            print(f"parameter {{i}}: the step kept no {{entry}}")
+            ratios.append(math.inf)
+            continue
+        err = (got.double() - ref).abs()
+        ratio = float(torch.where(err == 0, 0.0, err / bound).max())  # NaN stays NaN
+        if not ratio <= 1:
+            print(f"parameter {{i}}, {{entry}}: worst error {{ratio:.3g}} x its budget")
+        ratios.append(ratio)
+measured = math.nan if any(r != r for r in ratios) else max(ratios)  # the worst error, in units of its budget
+allowed = 1.0"""
+        allowance = (
+            f"gamma_k(2^-24) times the update evaluated on magnitudes, k = {roundings} roundings of torch's "
+            f"{name} formula (state: its own roundings; step counts exact)"
+        )
+    return FailureRepro("scaler", what, code, allowance, tensors, device=device)

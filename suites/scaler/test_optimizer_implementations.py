@@ -56,9 +56,11 @@ def test_every_step_without_overflow_is_the_optimizers_update_in_float64(
     actual: list[torch.Tensor] = []
     expected: list[torch.Tensor] = []
     budget: list[torch.Tensor] = []
+    first_over: opt.Step | None = None  # the first step over its budget: its script
     for step in run.steps:
         if step.overflow:
             continue
+        start = len(actual)
         for i, (before, after, grad) in enumerate(
             zip(step.params_before, step.params_after, step.grads_unscaled, strict=True)
         ):
@@ -73,6 +75,11 @@ def test_every_step_without_overflow_is_the_optimizers_update_in_float64(
                 actual.append(got.flatten())
                 expected.append(value.flatten())
                 budget.append(ref.state_budget[key].expand_as(value).flatten())
+        errors = (torch.cat(actual[start:]).double() - torch.cat(expected[start:])).abs()
+        if first_over is None and not bool((errors <= torch.cat(budget[start:])).all()):
+            first_over = step
+    # torch's optimizers (the default): a script can build them; an optimizer of your own keeps none
+    script = first_over is not None and optimizer_factory is opt.make
     amp_record.require(
         compare_within(
             f"{name}.{impl}.step_vs_float64",
@@ -86,6 +93,7 @@ def test_every_step_without_overflow_is_the_optimizers_update_in_float64(
         ),
         device=amp_device,
         tags={"optimizer": name, "implementation": impl, "steps": opt.STEPS},
+        repro=opt.repro_of(name, impl, first_over, amp_device) if script and first_over is not None else None,
     )
 
 
@@ -110,6 +118,7 @@ def test_an_overflow_leaves_parameters_and_state_untouched_and_backs_the_scale_o
     touched = {s.index: opt.changed(s) for s in overflows}
     touched = {t: what for t, what in touched.items() if what}
     not_backed_off = [s.index for s in overflows if s.scale_after != s.scale_before * 0.5]
+    first_wrong = next((s for s in overflows if s.index in touched or s.index in not_backed_off), None)
     detail = "; ".join(
         [f"step {t} changed {', '.join(what)}" for t, what in sorted(touched.items())]
         + [f"step {t}: the scale did not halve" for t in not_backed_off]
@@ -127,4 +136,9 @@ def test_an_overflow_leaves_parameters_and_state_untouched_and_backs_the_scale_o
         ),
         device=amp_device,
         tags={"optimizer": name, "implementation": impl, "overflow_steps": [s.index for s in overflows]},
+        repro=(
+            opt.repro_of(name, impl, first_wrong, amp_device)
+            if first_wrong is not None and optimizer_factory is opt.make
+            else None
+        ),
     )

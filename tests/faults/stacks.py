@@ -28,6 +28,26 @@ def update_never_backing_off(real: Callable[..., None]) -> Callable[..., None]:
     return update
 
 
+def sgd_without_weight_decay(real: Callable[..., None]) -> Callable[..., None]:
+    """torch's functional ``sgd`` (what ``SGD.step`` calls, every implementation) dropping the
+    weight decay it was given: each step misses ``lr * weight_decay * p``."""
+
+    def sgd(*args: Any, **kwargs: Any) -> None:
+        real(*args, **{**kwargs, "weight_decay": 0.0})
+
+    return sgd
+
+
+def scaler_stepping_on_overflow(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``GradScaler._maybe_opt_step`` stepping whatever ``found_inf`` says: an overflow step moves
+    the parameters (a for-loop or foreach optimizer's skip is this method's)."""
+
+    def _maybe_opt_step(self: Any, optimizer: Any, optimizer_state: Any, *args: Any, **kwargs: Any) -> Any:
+        return optimizer.step(*args, **kwargs)
+
+    return _maybe_opt_step
+
+
 def tensor_to_scale_doubled(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """torchao's ``tensor_to_scale`` returning twice its scale (a binade off: saturating casts)."""
 
@@ -158,7 +178,7 @@ def sr_round_to_nearest(real: Callable[..., torch.Tensor]) -> Callable[..., torc
 def f4_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """torchao's float32 -> e2m1 (fp4) cast truncating: where the nearest code lies above the value
     in magnitude, the code one below (sign and magnitude: the low three bits minus one)."""
-    decode = _resolve("torchao.prototype.mx_formats.kernels.f4_unpacked_to_f32")
+    decode = resolve("torchao.prototype.mx_formats.kernels.f4_unpacked_to_f32")
 
     def f32_to_f4_unpacked(x: torch.Tensor) -> torch.Tensor:
         out = real(x)
@@ -381,6 +401,11 @@ def with_kernel(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 STACKS: dict[str, tuple[str, str]] = {
     "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
+    "sgd_without_weight_decay": ("torch.optim.sgd.sgd", "faults.stacks.sgd_without_weight_decay"),
+    "scaler_stepping_on_overflow": (
+        "torch.amp.GradScaler._maybe_opt_step",
+        "faults.stacks.scaler_stepping_on_overflow",
+    ),
     "fp8_scale_doubled": ("torchao.float8.float8_utils.tensor_to_scale", "faults.stacks.tensor_to_scale_doubled"),
     # Float8Linear's casts take tensor_to_scale as float8_scaling_utils imported it
     "fp8_linear_scale_doubled": (
@@ -410,7 +435,7 @@ STACKS: dict[str, tuple[str, str]] = {
 }
 
 
-def _resolve(dotted: str) -> Any:
+def resolve(dotted: str) -> Any:
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         try:
@@ -437,9 +462,9 @@ def installed(name: str) -> Iterator[None]:
         return
     target, factory = STACKS[name]
     owner_name, _, attr = target.rpartition(".")
-    owner = _resolve(owner_name)
+    owner = resolve(owner_name)
     own = vars(owner).get(attr, _INHERITED)  # torch.Tensor.to lives on a base class
-    setattr(owner, attr, _resolve(factory)(_resolve(target)))
+    setattr(owner, attr, resolve(factory)(resolve(target)))
     try:
         yield
     finally:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from harness.domains.failure_repro import FailureRepro, optimizer_step
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 from harness.platform.kernels import first_line
@@ -56,10 +57,17 @@ GROWTH_INTERVAL = 2
 OVERFLOWS: dict[int, tuple[int, int, float]] = {0: (0, 3, math.inf), 3: (2, 5, math.nan), 6: (1, 0, -math.inf)}
 
 
+#: torch.optim's keyword choosing each implementation
+FLAGS: dict[str, dict[str, bool]] = {
+    "for-loop": {"foreach": False},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
+
+
 def make(name: str, implementation: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """``name`` (torch.optim) in ``implementation``, with :data:`HYPER`."""
-    flags = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[implementation]
-    optimizer: torch.optim.Optimizer = getattr(torch.optim, name)(params, **HYPER[name], **flags)
+    optimizer: torch.optim.Optimizer = getattr(torch.optim, name)(params, **HYPER[name], **FLAGS[implementation])
     return optimizer
 
 
@@ -89,6 +97,8 @@ class Step:
     grads_unscaled: list[torch.Tensor]
     state_before: dict[int, dict[str, torch.Tensor]]
     state_after: dict[int, dict[str, torch.Tensor]]
+    #: the gradients as GradScaler's step received them: scaled, the planted element included
+    grads_scaled: list[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass
@@ -146,7 +156,8 @@ def run(
             grad.view(-1)[element] = value
         scale = float(scaler.get_scale())
         before = [p.detach().clone() for p in params]
-        grads = [p.grad.detach().to(torch.float64) / scale for p in params if p.grad is not None]
+        scaled = [p.grad.detach().clone() for p in params if p.grad is not None]
+        grads = [g.to(torch.float64) / scale for g in scaled]
         state_before = state_of(opt, params)
         scaler.step(opt)
         scaler.update()
@@ -161,6 +172,7 @@ def run(
                 grads,
                 state_before,
                 state_of(opt, params),
+                scaled,
             )
         )
     return out
@@ -249,6 +261,29 @@ def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[s
             {"sum": gamma(STATE_ROUNDINGS["sum"], u) * s_abs, "step": torch.tensor(0.0, dtype=torch.float64)},
         )
     raise ValueError(f"no float64 reference for optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
+
+
+def repro_of(name: str, implementation: str, step: Step, device: torch.device) -> FailureRepro | None:
+    """The failed ``step`` of a torch optimizer's run as a standalone script: that one step under
+    GradScaler from the saved parameters, state and scaled gradients, against the float64 update
+    (or, with overflow, against nothing moving and the scale halved)."""
+    kind = "overflow step" if step.overflow else "step"
+    return optimizer_step(
+        f"torch's {implementation} {name} under GradScaler, {kind} {step.index}: "
+        + ("what the skipped step changed" if step.overflow else "|update - float64| in units of its budget"),
+        name,
+        FLAGS[implementation],
+        HYPER[name],
+        step.index,
+        step.scale_before,
+        step.params_before,
+        step.grads_scaled,
+        step.state_before,
+        overflow=step.overflow,
+        roundings=ROUNDINGS[name],
+        state_roundings=STATE_ROUNDINGS,
+        device=device.type,
+    )
 
 
 def changed(step: Step) -> list[str]:
