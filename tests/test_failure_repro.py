@@ -117,6 +117,12 @@ CONTROLS = {
         "unbiased",
         ("*every_draw_is_a_neighbour_and_the_draws_are_unbiased",),
     ),
+    # the same rounding drawing from a generator of its own: the script draws twice under one seed
+    "fp8_sr_unseeded": (
+        "fp8/test_stochastic_rounding.py",
+        "draws_differ",
+        ("*draws_differ_between_seeds_and_repeat_with_one",),
+    ),
     "fp8_e4m3_cast_toward_zero": (
         "fp8/test_fp8_formats.py",
         "rounds_every_value_and_midpoint and e4m3fn",

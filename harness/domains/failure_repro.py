@@ -654,6 +654,45 @@ allowed = -math.log10(false_alarm)"""
     )
 
 
+def stochastic_draws(what: str, x: torch.Tensor, draws: int, seed: int) -> FailureRepro:
+    """torchao's fp32 -> bf16 stochastic rounding of ``x`` (one input halfway between its bf16
+    neighbours), ``draws`` times under ``seed``, ``seed + 1`` and ``seed`` again: both neighbours
+    drawn, the seeds' draws different, the repeated seed's the same."""
+    code = f"""from torchao.optim.quant_utils import _fp32_to_bf16_sr
+
+n, seed = {draws}, {seed}
+
+
+def draw(s):  # n draws of x under torch.manual_seed(s), as the check drew them
+    torch.manual_seed(s)
+    return _fp32_to_bf16_sr(x.unsqueeze(0).expand(n, -1).contiguous()).to(torch.float64)
+
+
+a, b, again = draw(seed), draw(seed + 1), draw(seed)
+# reference: a stochastic rounding is random (both neighbours of a halfway input, all one with
+# chance (1/2)^(n-1); two seeds alike with chance (1/2)^n) and replayable (one seed, one sequence)
+wrong = []
+if torch.unique(a).numel() != 2:
+    wrong.append(f"{{n}} draws of a halfway input gave {{torch.unique(a).numel()}} distinct values, not both neighbours")
+if torch.equal(a, b):
+    wrong.append(f"seeds {{seed}} and {{seed + 1}} drew the same {{n}} values")
+if not torch.equal(a, again):
+    wrong.append(f"seed {{seed}} drew {{int((a != again).sum())}} of {{n}} values differently the second time")
+for w in wrong:
+    print(w)
+measured = len(wrong)  # promises broken
+allowed = 0"""
+    return FailureRepro(
+        "fp8",
+        what,
+        code,
+        f"exact, up to chance: a correct rounding fails the first two with chance (1/2)^{draws - 1} and "
+        f"(1/2)^{draws}, the third never",
+        {"x": x},
+        needs=("torch", "torchao"),
+    )
+
+
 def cast_outcomes(what: str, cases: Sequence[tuple[str, float, str]], device: str = "cpu") -> FailureRepro:
     """torch's cast of float32 values to fp8 formats, each result described as the check describes
     it (``max``, ``-max``, ``inf``, ``nan`` or the value), against the expected description."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.failure_repro import stochastic_rounding
+from harness.domains.failure_repro import stochastic_draws, stochastic_rounding
 from harness.domains.fp8 import adapters
 from harness.domains.fp8 import stochastic as S
 from harness.numerics.comparison import compare_claim
@@ -95,4 +95,12 @@ def test_draws_differ_between_seeds_and_repeat_with_one(stochastic_rounding_unde
             ),
         ],
         dtype="bfloat16",
+        # torchao's rounding (the default): a script can call it; a rounding of your own keeps none
+        repro_of=lambda _: (
+            stochastic_draws(
+                "torchao's fp32 -> bf16 stochastic rounding: broken promises of randomness and replay", half, 256, SEED
+            )
+            if stochastic_rounding_under_test is adapters.torchao_stochastic_rounding()
+            else None
+        ),
     )

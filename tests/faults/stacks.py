@@ -175,6 +175,19 @@ def sr_round_to_nearest(real: Callable[..., torch.Tensor]) -> Callable[..., torc
     return sr
 
 
+def sr_unseeded(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torchao's fp32 -> bf16 stochastic rounding drawing from a generator of its own, seeded
+    from the operating system: unbiased and random, but a seed no longer replays it."""
+
+    def sr(x: torch.Tensor) -> torch.Tensor:
+        own = torch.Generator(device=x.device)
+        own.seed()
+        noise = torch.randint(0, 1 << 16, x.shape, device=x.device, dtype=torch.int32, generator=own)
+        return ((x.view(torch.int32) + noise) & -65536).view(torch.float32).to(torch.bfloat16)  # torchao's rule
+
+    return sr
+
+
 def f4_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """torchao's float32 -> e2m1 (fp4) cast truncating: where the nearest code lies above the value
     in magnitude, the code one below (sign and magnitude: the low three bits minus one)."""
@@ -425,6 +438,7 @@ STACKS: dict[str, tuple[str, str]] = {
     "fp8_nan_to_zero": ("torch.Tensor.to", "faults.stacks.fp8_nan_to_zero"),
     "finfo_fp16_max_halved": ("torch.finfo", "faults.stacks.finfo_fp16_max_halved"),
     "fp8_sr_round_to_nearest": ("torchao.optim.quant_utils._fp32_to_bf16_sr", "faults.stacks.sr_round_to_nearest"),
+    "fp8_sr_unseeded": ("torchao.optim.quant_utils._fp32_to_bf16_sr", "faults.stacks.sr_unseeded"),
     "fp8_f4_cast_toward_zero": (
         "torchao.prototype.mx_formats.kernels.f32_to_f4_unpacked",
         "faults.stacks.f4_cast_toward_zero",
