@@ -2,18 +2,52 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
-from helpers import assert_caught, inject, run_inner
+from helpers import TESTS, assert_caught, fresh_driver, inject, run_inner
 
+from harness.apps.cli import main
 from harness.domains.distributed import ranks as dist_h
 
 SUITE = "distributed/test_mixed_precision_distributed.py"
+_TORCH_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"
 
 
 def _override(pytester, fixture: str, value: object) -> None:
     inject(pytester, "distributed", fixtures={fixture: repr(value)})
+
+
+def _report(pytester) -> str:
+    return f"--amp-report-dir={pytester.path / 'out'}"
+
+
+@pytest.fixture(scope="module")
+def distributed_scripts() -> dict[Path, tuple[str, str]]:
+    """Each control's scripts, with the edit that stands for the fix (the faulty implementation's
+    line -> torch's own): written by the controls, run by the thorough test at the end."""
+    return {}
+
+
+def _keep_scripts(pytester, capsys, scripts, fix: tuple[str, str], count: int) -> None:
+    """``repro --report`` of the control's run writes ``count`` scripts, one for every failed
+    check (exit 0); each stands alone and names the faulty implementation once."""
+    out = pytester.path / "repro"
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(out)]) == 0, capsys.readouterr()
+    written = sorted(out.glob("*.py"))
+    assert len(written) == count, capsys.readouterr()
+    for path in written:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "harness" not in imported and text.count(fix[0]) == 1, text
+        scripts[path] = fix
 
 
 @pytest.mark.parametrize(
@@ -23,23 +57,29 @@ def _override(pytester, fixture: str, value: object) -> None:
         ("compress_hook_losing_mantissa", "*DDP fp16 compression, tensor *: FAILED: mismatched elements*"),
     ],
 )
-def test_a_broken_compression_hook_fails(pytester, suite_copy, hook, message):
+def test_a_broken_compression_hook_fails(pytester, suite_copy, hook, message, capsys, distributed_scripts):
     suite_copy(SUITE, conftest=False)
     _override(pytester, "ddp_hook", {"fp16": f"faults.distributed:{hook}", "bf16": f"faults.distributed:{hook}"})
-    run = run_inner(pytester, "-k", "compressed and fp16")
+    run = run_inner(pytester, "-k", "compressed and fp16", _report(pytester))
     assert_caught(run, "*::test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allreduce[[]fp16]")
     run.stdout.fnmatch_lines([message], consecutive=False)
+    fix = (f"HOOK = 'faults.distributed:{hook}'", f"HOOK = '{_TORCH_HOOKS}:fp16_compress_hook'")
+    _keep_scripts(pytester, capsys, distributed_scripts, fix, 1)
 
 
-def test_a_lossy_ddp_communication_path_fails_the_single_process_fp32_reference(pytester, suite_copy):
+def test_a_lossy_ddp_communication_path_fails_the_single_process_fp32_reference(
+    pytester, suite_copy, capsys, distributed_scripts
+):
     """DDP's "plain" all-reduce replaced by one that rounds through bf16: the check that holds DDP's
     averaged gradients to the single-process fp32 computation fails (the compression checks, which
     compare DDP with DDP, could not see it)."""
     suite_copy(SUITE, conftest=False)
     _override(pytester, "ddp_plain_hook", "faults.distributed:compress_hook_losing_mantissa")
-    run = run_inner(pytester, "-k", "fp32_allreduce")
+    run = run_inner(pytester, "-k", "fp32_allreduce", _report(pytester))
     assert_caught(run, "*::test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_process")
     run.stdout.fnmatch_lines(["*DDP fp32 all-reduce, tensor *: FAILED: mismatched elements*"], consecutive=False)
+    fix = ("PLAIN_HOOK = 'faults.distributed:compress_hook_losing_mantissa'", "PLAIN_HOOK = None")
+    _keep_scripts(pytester, capsys, distributed_scripts, fix, 1)
 
 
 def test_a_hook_that_does_not_send_its_declared_dtype_fails_the_declared_vs_observed_row(pytester, suite_copy):
@@ -87,12 +127,14 @@ def test_an_ignored_fsdp2_policy_field_fails_naming_it(pytester, suite_copy, fau
     run.stdout.fnmatch_lines([message, "*rank 0: *bfloat16*"], consecutive=False)
 
 
-def test_a_lossy_reduce_that_carries_the_declared_dtype_fails_the_reduce_budgets(pytester, suite_copy):
+def test_a_lossy_reduce_that_carries_the_declared_dtype_fails_the_reduce_budgets(
+    pytester, suite_copy, capsys, distributed_scripts
+):
     """A reduce-scatter that rounds through fp8 while carrying the declared dtypes: the policy rows
     pass (nothing was mislabelled) and both reduces miss their own dtype's budget."""
     suite_copy(SUITE, conftest=False)
     _override(pytester, "fsdp2_shard", "faults.distributed:fully_shard_with_lossy_reduce_scatter")
-    run = run_inner(pytester, "-k", "fsdp2")
+    run = run_inner(pytester, "-k", "fsdp2", _report(pytester))
     assert_caught(run, FSDP2_REDUCE)
     run.stdout.fnmatch_lines(["*FSDP2 reduce float32, tensor *: FAILED*"], consecutive=False)
     failed = {r["metric"].split(",")[0] for r in run.rows if r["outcome"] == "fail"}
@@ -101,17 +143,68 @@ def test_a_lossy_reduce_that_carries_the_declared_dtype_fails_the_reduce_budgets
         "FSDP2 reduce bfloat16 within its own budget",
         "fsdp2.bf16_reduce_exceeds_the_fp32_budget",
     }, failed
+    # a script per reduce dtype (its first failed tensor); the test's other failed rows are covered by them
+    fix = (
+        "SHARD = 'faults.distributed:fully_shard_with_lossy_reduce_scatter'",
+        "SHARD = 'torch.distributed.fsdp:fully_shard'",
+    )
+    _keep_scripts(pytester, capsys, distributed_scripts, fix, 2)
 
 
-def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite_copy):
+def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite_copy, capsys, distributed_scripts):
     suite_copy(SUITE, conftest=False)
     _override(pytester, "sharded_scaler", "faults.distributed:LocalInfScaler")
-    run = run_inner(pytester, "-k", "every_rank_skip")
+    run = run_inner(pytester, "-k", "every_rank_skip", _report(pytester))
     assert_caught(run, "*::test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale")
     run.stdout.fnmatch_lines(
         ["*inf only on rank 0: ranks [[]1[]] stepped anyway*", "*inf only on rank 1: ranks [[]0[]] stepped anyway*"],
         consecutive=False,
     )
+    # one script (the first failed claim's: it runs every case and covers the test's other failed claims)
+    fix = (
+        "SCALER = 'faults.distributed:LocalInfScaler'",
+        "SCALER = 'torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler'",
+    )
+    _keep_scripts(pytester, capsys, distributed_scripts, fix, 1)
+
+
+#: the controls above whose scripts the next test runs (a script per control; FSDP2's: two)
+SCRIPTED = 2 + 1 + 2 + 1
+
+
+@pytest.mark.amp_thorough
+def test_each_distributed_script_exits_1_with_the_fault_and_0_with_torchs_own(distributed_scripts, tmp_path):
+    """Each control's script, its ranks forked from a fresh interpreter that cannot import the
+    harness (``faults`` importable: the faulty implementation is named in it): exit 1 as written,
+    0 with torch's own implementation in the faulty one's place (the edit standing for the fix).
+    Thorough tier: 12 scripts of two gloo ranks each (DDP or FSDP2), about 28 s on 2 cores."""
+    if len(distributed_scripts) < SCRIPTED:
+        pytest.skip("the scripts are written by the controls above (file order): run them first")
+    fixed = []
+    for path, (old, new) in distributed_scripts.items():
+        copy = tmp_path / f"fixed_{len(fixed)}_{path.name}"
+        copy.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+        fixed.append(copy)
+    driver = fresh_driver(f"sys.path.insert(0, {str(TESTS)!r})")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-I", "-c", driver, *map(str, paths)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for paths in (list(distributed_scripts), fixed)
+    ]
+    (faulty, said_faulty), (clean, said_clean) = [_codes(p) for p in procs]
+    assert sorted(faulty.values()) == [1] * len(distributed_scripts), said_faulty[-4000:]
+    assert sorted(clean.values()) == [0] * len(fixed), said_clean[-4000:]
+
+
+def _codes(proc: subprocess.Popen[str]) -> tuple[dict[str, int], str]:
+    stdout, stderr = proc.communicate(timeout=300)
+    line = next((x for x in stdout.splitlines() if x.startswith("CODES ")), None)
+    assert line is not None, stdout[-3000:] + stderr[-3000:]
+    return json.loads(line.removeprefix("CODES ")), stdout + stderr
 
 
 def test_a_crashing_rank_surfaces_its_traceback():

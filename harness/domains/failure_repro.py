@@ -1096,3 +1096,205 @@ allowed = 1.0"""
             f"{name} formula (state: its own roundings; step counts exact)"
         )
     return FailureRepro("scaler", what, code, allowance, tensors, device=device)
+
+
+# -- distributed: ranks forked from the script (gloo on the CPU) --------------------------------
+_DIST_PRELUDE = """import importlib
+import tempfile
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+WORLD = {world}  # ranks, forked from this process (they see its torch as it is): gloo on the CPU
+{specs}
+
+
+def resolve(spec):  # "module:function" -> the function
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def model():  # the distributed suite's model (seed 0)
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)
+    )
+
+
+def batch(rank, n=8):  # each rank's inputs, drawn as the suite draws them
+    g = torch.Generator().manual_seed(rank)
+    return torch.randn(n, 16, generator=g), torch.randn(n, 4, generator=g)
+
+
+def grads(m):
+    return [p.grad.detach().float().flatten() for p in m.parameters()]
+
+
+{program}
+
+
+def _rank(rank, workdir):
+    dist.init_process_group("gloo", init_method=f"file://{{workdir}}/store", rank=rank, world_size=WORLD)
+    try:
+        torch.save(rank_program(rank), f"{{workdir}}/rank{{rank}}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+with tempfile.TemporaryDirectory() as workdir:
+    mp.start_processes(_rank, args=(workdir,), nprocs=WORLD, start_method="fork")
+    ranks = [torch.load(f"{{workdir}}/rank{{r}}.pt", weights_only=True) for r in range(WORLD)]
+U32 = 2.0**-24  # float32's unit roundoff
+
+
+def gamma(k, u):  # the bound on k roundings of unit roundoff u: k u / (1 - k u)
+    return k * u / (1 - k * u)
+
+
+def reduce_in(g, u, eta):  # a reduce of WORLD gradients |g| (ranks x n) in a format of unit roundoff u
+    per_rank = ((2 * u + u * u) * g / WORLD + 2 * eta).sum(0)  # its rounding and /WORLD on each rank
+    return per_rank + gamma(WORLD - 1, u) * (1 + 2 * u) * (g / WORLD).sum(0)  # the sum of WORLD terms
+
+
+def worst(pairs):  # the worst element over (got, expected, bound) pairs, in units of its bound
+    ratios = [float(((got.double() - ref).abs() / bound).max()) for got, ref, bound in pairs]
+    return math.nan if any(r != r for r in ratios) else max(ratios)
+"""
+
+_DDP_PROGRAM = """def rank_program(rank):  # one backward of DDP per communication path, and this rank's own gradients
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    x, y = batch(rank)
+    local = model()
+    F.mse_loss(local(x), y).backward()
+    out = {"local": grads(local)}
+    for name, hook in (("plain", PLAIN_HOOK), ("hooked", HOOK)):
+        ddp = DDP(model())
+        if hook is not None:
+            ddp.register_comm_hook(None, resolve(hook))
+        F.mse_loss(ddp(x), y).backward()
+        out[name] = grads(ddp.module)
+    return out"""
+
+_FSDP2_PROGRAM = """def rank_program(rank):  # FSDP2 (bf16 parameters, the reduce dtype) and the same bf16 computation unsharded
+    import dataclasses
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    x, y = batch(rank)
+    local = model().to(torch.bfloat16)
+    F.mse_loss(local(x.to(torch.bfloat16)).float(), y).backward()
+    inner = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPE, cast_forward_inputs=True)
+    sharded = model()
+    for layer in list(sharded.modules()):
+        if isinstance(layer, torch.nn.Linear):
+            resolve(SHARD)(layer, mp_policy=inner)
+    resolve(SHARD)(sharded, mp_policy=dataclasses.replace(inner, output_dtype=torch.float32))
+    F.mse_loss(sharded(x), y).backward()
+    return {"local": grads(local), "averaged": [p.grad.full_tensor().float().flatten() for p in sharded.parameters()]}"""
+
+_SCALER_PROGRAM = """def rank_program(rank):  # FSDP2 + fp16 autocast; for each rank in turn, an inf in that rank's shard only
+    from torch.distributed.fsdp import fully_shard
+
+    out = []
+    for inf_rank in range(WORLD):
+        sharded = model()
+        fully_shard(sharded)
+        opt = torch.optim.SGD(sharded.parameters(), lr=0.1)
+        scaler = resolve(SCALER)("cpu")
+        x, y = batch(rank)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(sharded(x).float(), y)
+        scaler.scale(loss).backward()
+        if rank == inf_rank:
+            next(sharded.parameters()).grad._local_tensor.view(-1)[0] = math.inf
+        before = [p._local_tensor.detach().clone() for p in sharded.parameters()]
+        scaler.step(opt)
+        scaler.update()
+        stepped = any(not torch.equal(b, p._local_tensor) for b, p in zip(before, sharded.parameters()))
+        out.append([stepped, float(scaler.get_scale())])
+    return out"""
+
+
+def distributed(
+    what: str, check: str, world: int, specs: Mapping[str, str | None], fmt_name: str | None = None
+) -> FailureRepro | None:
+    """A distributed check as a script whose ``world`` ranks are forked from it (gloo, CPU): the
+    rank program and the suite's model and inputs written out, the implementations under test by
+    ``module:function`` name (``specs``: torch's own, or a module of yours the script then needs),
+    the budget derived inline as the check derives it. ``check``: ``ddp_compression`` (the hooked
+    path against DDP's plain all-reduce), ``ddp_allreduce`` (DDP's plain path against the exact mean
+    of the ranks' own gradients), ``fsdp2_reduce`` (FSDP2's reduced gradient against that mean),
+    ``sharded_scaler`` (an inf on any one rank: every rank skips, one scale)."""
+    fmt = format_of(getattr(torch, fmt_name)) if fmt_name else None
+    lines = []
+    for name, spec in specs.items():
+        lines.append(f"{name} = {spec!r}")
+    if check in ("ddp_compression", "ddp_allreduce"):
+        program = _DDP_PROGRAM
+        if check == "ddp_compression":
+            assert fmt is not None
+            reference = f"""# reference: DDP's plain fp32 all-reduce; budget: {fmt.name} rounding and /WORLD per rank, gamma_(WORLD-1)
+# sum in {fmt.name}, plus gamma_WORLD(2^-24) of the fp32 reference (as the check derives it)
+U, ETA = {fmt.unit_roundoff!r}, {fmt.smallest_subnormal / 2!r}  # {fmt.name}: unit roundoff, half its smallest subnormal
+pairs = []
+for i in range(len(ranks[0]["local"])):
+    g = torch.stack([r["local"][i] for r in ranks]).double().abs()
+    bound = reduce_in(g, U, ETA) + gamma(WORLD, U32) * (g / WORLD).sum(0)
+    pairs += [(r["hooked"][i], r["plain"][i].double(), bound) for r in ranks]"""
+        else:
+            reference = """# reference: the exact mean of the ranks' own gradients (float64); budget gamma_WORLD(2^-24) mean|g|
+# plus float32's smallest subnormal, as the check derives it
+pairs = []
+for i in range(len(ranks[0]["local"])):
+    g = torch.stack([r["local"][i] for r in ranks]).double()
+    bound = gamma(WORLD, U32) * g.abs().mean(0) + 2.0**-149
+    pairs += [(r["plain"][i], g.mean(0), bound) for r in ranks]"""
+        reference += """
+measured = worst(pairs)  # the worst element, in units of its bound
+allowed = 1.0"""
+    elif check == "fsdp2_reduce":
+        assert fmt is not None
+        program = _FSDP2_PROGRAM
+        lines.append(f"REDUCE_DTYPE = torch.{fmt_name}  # the declared reduce dtype")
+        own = (
+            "gamma(WORLD, U32) * g.abs().mean(0) + 2.0**-149  # fp32: gamma_WORLD(2^-24) mean|g|"
+            if fmt_name == "float32"
+            else f"reduce_in(g.abs(), {fmt.unit_roundoff!r}, {fmt.smallest_subnormal / 2!r})  # {fmt.name}"
+        )
+        reference = f"""# reference: the exact mean of the ranks' own bf16 gradients (float64); budget: the declared
+# reduce dtype's, as the check derives it
+pairs = []
+for i in range(len(ranks[0]["local"])):
+    g = torch.stack([r["local"][i] for r in ranks]).double()
+    bound = {own}
+    pairs.append((ranks[0]["averaged"][i], g.mean(0), bound))
+measured = worst(pairs)  # the worst element, in units of its bound
+allowed = 1.0"""
+    elif check == "sharded_scaler":
+        program = _SCALER_PROGRAM
+        reference = """# reference: an inf on any one rank makes every rank skip the step with the same scale
+wrong = 0
+for case in range(WORLD):
+    stepped = [r[case][0] for r in ranks]
+    scales = [r[case][1] for r in ranks]
+    if any(stepped) or len(set(scales)) != 1:
+        print(f"inf only on rank {case}: ranks {[r for r, s in enumerate(stepped) if s]} stepped; scales {scales}")
+        wrong += 1
+measured = wrong  # cases where a rank stepped or the scales differ
+allowed = 0"""
+    else:
+        return None
+    prelude = _DIST_PRELUDE.format(world=world, specs="\n".join(lines), program=program)
+    needs = sorted({"torch", *(s.partition(":")[0].split(".")[0] for s in specs.values() if s)})
+    return FailureRepro("distributed", what, prelude + "\n" + reference, _DIST_ALLOWANCE[check], needs=tuple(needs))
+
+
+_DIST_ALLOWANCE = {
+    "ddp_compression": "the compression format's rounding and /W per rank, gamma_(W-1) of its sum, gamma_W(2^-24) of "
+    "the fp32 reference",
+    "ddp_allreduce": "gamma_W(2^-24) mean|g|: an fp32 reduce of W gradients",
+    "fsdp2_reduce": "the declared reduce dtype's: its rounding and /W per rank and gamma_(W-1) of its sum (fp32: "
+    "gamma_W(2^-24) mean|g|)",
+    "sharded_scaler": "exact: a skipped step on every rank, one scale",
+}

@@ -18,6 +18,7 @@ import torch
 
 from harness.domains.distributed import policy
 from harness.domains.distributed import ranks as dist_h
+from harness.domains.failure_repro import distributed as distributed_repro
 from harness.numerics import budgets
 from harness.numerics.comparison import ElementwiseComparison, compare_claim, compare_within, explain
 from harness.numerics.formats import BF16, FP16, torch_dtype
@@ -25,6 +26,9 @@ from harness.numerics.formats import BF16, FP16, torch_dtype
 pytestmark = pytest.mark.amp_capability("distributed")
 
 WORLD = 2
+#: the suite's default sharded scaler is torch's, reached through the harness's rank module
+_HARNESS_SHARDED_SCALER = "harness.domains.distributed.ranks:sharded_grad_scaler"
+_TORCH_SHARDED_SCALER = "torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler"
 
 
 def _nccl() -> bool:
@@ -40,6 +44,12 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
     results = dist_h.launch("harness.domains.distributed.ranks:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
     fmt = FP16 if fmt_name == "fp16" else BF16
     _require_declared(amp_record, f"ddp.{fmt_name}_compression", results, "hooked_observed", torch_dtype(fmt))
+    repro = _repro(
+        f"DDP {fmt_name} compression hook against DDP's plain all-reduce: the worst element over its budget",
+        "ddp_compression",
+        {"HOOK": ddp_hook[fmt_name], "PLAIN_HOOK": None},
+        str(torch_dtype(fmt)).removeprefix("torch."),
+    )
     for tensor_i in range(len(results[0]["plain"])):
         budget = budgets.ddp_compression(torch.tensor([r["local"][tensor_i] for r in results]), fmt, WORLD)
         for rank, r in enumerate(results):
@@ -51,7 +61,7 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
                 budget.origin,
                 what="|compressed - plain all-reduce|",
             )
-            amp_record.require(result, dtype=fmt.name, tags={"world": WORLD, "rank": rank})
+            amp_record.require(result, dtype=fmt.name, tags={"world": WORLD, "rank": rank}, repro=repro)
 
 
 def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_process(ddp_plain_hook, amp_record):
@@ -66,6 +76,11 @@ def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_pro
         plain_hook=ddp_plain_hook,
     )
     _require_declared(amp_record, "ddp.allreduce_hook", results, "hooked_observed", torch.float32)
+    repro = _repro(
+        "DDP's averaged gradients against the exact mean of the ranks' own: the worst element over its budget",
+        "ddp_allreduce",
+        {"HOOK": f"{dist_h.DEFAULT_HOOKS}:allreduce_hook", "PLAIN_HOOK": ddp_plain_hook},
+    )
     for tensor_i in range(len(results[0]["plain"])):
         locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
         budget = budgets.fp32_reduce(locals_, WORLD)
@@ -78,7 +93,7 @@ def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_pro
                 budget.origin,
                 what="|DDP averaged gradient - exact mean of the ranks' local gradients|",
             )
-            amp_record.require(result, dtype="float32", tags={"world": WORLD, "rank": rank})
+            amp_record.require(result, dtype="float32", tags={"world": WORLD, "rank": rank}, repro=repro)
 
 
 def test_ddp_autocast_gradscaler_training_matches_one_process(amp_record):
@@ -113,6 +128,12 @@ def _fsdp2(shard: str) -> dict[str, list]:
                 "harness.domains.distributed.ranks:fsdp2_gradients", world=WORLD, reduce_dtype=rd, shard=shard
             )
     return {rd: _FSDP2_RUNS[(shard, rd)] for rd in REDUCE_DTYPES}
+
+
+def _repro(what: str, check: str, specs: dict[str, str | None], fmt_name: str | None = None):
+    """The check as a script whose ranks fork from it (gloo: on NCCL runs, none): the suite's
+    model, inputs and rank program written out, the implementations under test by name."""
+    return None if _nccl() else distributed_repro(what, check, WORLD, specs, fmt_name)
 
 
 def _require_declared(amp_record, prefix, results, key, declared: torch.dtype) -> None:
@@ -187,6 +208,13 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
     closer than the bf16 one (the bf16 reduce misses the fp32 budget)."""
     worst, missed = {}, []
     for rd, results in _fsdp2(fsdp2_shard).items():
+        repro = _repro(
+            f"FSDP2's {rd} reduce against the exact mean of the ranks' own gradients: the worst element over its "
+            "budget",
+            "fsdp2_reduce",
+            {"SHARD": fsdp2_shard},
+            rd,
+        )
         ratios = []
         for tensor_i in range(len(results[0]["averaged"])):
             locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
@@ -198,8 +226,10 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
                 own = budgets.low_precision_reduce(locals_, BF16, WORLD)
                 name = f"FSDP2 reduce {rd} within its own budget, tensor {tensor_i}"
                 result = _against_exact_mean(name, averaged, locals_, own)
-            if not amp_record.result(result, dtype="bfloat16", tags={"reduce_dtype": rd}):
+            keep = None if result.passed else repro  # the first failed tensor keeps the script (one per reduce)
+            if not amp_record.result(result, dtype="bfloat16", tags={"reduce_dtype": rd}, repro=keep):
                 missed.append(result)
+                repro = None
         worst[rd] = max(ratios)
         amp_record(f"fsdp2.reduce_{rd}.worst_error_over_fp32_budget", worst[rd], allowance=1.0, dtype="bfloat16")
     closer = compare_claim(
@@ -248,5 +278,12 @@ def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharde
                 allowance=0,
             ),
         )
-        missed += [c for c in claims if not amp_record.result(c, tags={"inf_rank": inf_rank, "scales": scales})]
+        repro = _repro(
+            "an inf on one rank of sharded training: cases where a rank stepped or the ranks' scales differ",
+            "sharded_scaler",
+            {"SCALER": _TORCH_SHARDED_SCALER if sharded_scaler == _HARNESS_SHARDED_SCALER else sharded_scaler},
+        )
+        for c in claims:  # the first failed claim keeps the script (it runs every case)
+            if not amp_record.result(c, tags={"inf_rank": inf_rank, "scales": scales}, repro=None if missed else repro):
+                missed.append(c)
     assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
