@@ -144,6 +144,12 @@ CONTROLS = {
         "rounds_to_nearest_even_everywhere and fp16",
         ("*rounds_to_nearest_even_everywhere[[]cpu-fp16]",),
     ),
+    # the same cast against the unit-roundoff bound: the script casts the failing example the same way
+    "fp16_cast_toward_zero/relative_error": (
+        "formats/test_cast_rounding.py",
+        "relative_error and fp16",
+        ("*relative_error_is_at_most_unit_roundoff*[[]cpu-fp16]",),
+    ),
     # autocast's dispatcher kernels: the golden policy table and the hand-cast equality
     "layer_norm_autocast_lowp": (
         "autocast/test_op_policy.py",

@@ -41,6 +41,19 @@ def _ids(f: FloatFormat) -> str:
     return f.short
 
 
+def _script(fmt: FloatFormat, values: list[float], cast_under_test, broke: str):
+    """The failing values as a script: torch's own cast of them against round-to-nearest-even in
+    exact rationals (every property here follows from it, so the script shows any break); a cast
+    of your own keeps none."""
+    if cast_under_test is not cast_bits:
+        return None
+    return cast_rounding(
+        f"torch's float32 -> {fmt.name} cast of the values that {broke}: values not rounded to nearest even",
+        torch.tensor(values, dtype=torch.float32),
+        torch_dtype(fmt),
+    )
+
+
 def _defined(fmt: FloatFormat, x: float) -> bool:
     """Whether the reference defines the cast of x (not an overflow of a format without inf)."""
     return fmt.round_bits(x).bits is not None
@@ -90,6 +103,8 @@ def test_relative_error_is_at_most_unit_roundoff_in_the_normal_range(fmt, amp_de
             worst = max(rel)
             tally.add(len(values), worst)
             result = compare_bound(f"fp32->{fmt.name} worst relative error", worst, u, f"unit roundoff of {fmt.name}")
+            if not result.passed:
+                tally.repro = _script(fmt, values, cast_under_test, "exceeded the unit roundoff")
             assert result.passed, f"{explain(result)}; input {values[rel.index(worst)]!r} -> {got[rel.index(worst)]!r}"
 
         prop()
@@ -115,6 +130,8 @@ def test_cast_is_monotonic(fmt, amp_device, cast_under_test, amp_record):
                 "fl(x_i) <= fl(x_(i+1)) for sorted inputs",
             )
             tally.add(len(xs))
+            if not result.passed:
+                tally.repro = _script(fmt, xs, cast_under_test, "broke monotonicity")
             assert result.passed, explain(result)
 
         prop()
@@ -153,7 +170,12 @@ def test_overflow_threshold_is_exact(fmt, amp_device, cast_under_test, amp_recor
         outcome=result.outcome,
         note="max + ulp(max)/2, derived from the bit layout",
     )
-    amp_record.require(result, dtype=fmt.name, device=amp_device)
+    amp_record.require(
+        result,
+        dtype=fmt.name,
+        device=amp_device,
+        repro=_script(fmt, inputs, cast_under_test, "cross the overflow threshold"),
+    )
 
 
 @pytest.mark.parametrize("fmt", TARGETS, ids=_ids)
@@ -181,6 +203,8 @@ def test_values_below_half_the_smallest_subnormal_flush_to_zero(fmt, amp_device,
                 "signed zero below half the smallest subnormal, smallest subnormal above",
             )
             tally.add(len(xs))
+            if not result.passed:
+                tally.repro = _script(fmt, xs, cast_under_test, "lie at the underflow threshold")
             assert result.passed, explain(result)
 
         prop()
@@ -201,4 +225,6 @@ def test_nan_stays_nan_and_infinities_keep_their_sign(fmt, amp_device, cast_unde
         lambda _x, ge: (math.isnan(ge[0]) and math.isnan(ge[1])) or ge[0] == ge[1],
         "NaN -> NaN; +-inf -> +-inf where the format has inf",
     )
-    amp_record.require(result, dtype=fmt.name, device=amp_device)
+    amp_record.require(
+        result, dtype=fmt.name, device=amp_device, repro=_script(fmt, inputs, cast_under_test, "are NaN or infinite")
+    )
