@@ -693,6 +693,58 @@ allowed = 0"""
     )
 
 
+def mx_scale_codes(
+    what: str, x: torch.Tensor, elem: str, elem_max: float, mode: str, block: int, excused: Sequence[int]
+) -> FailureRepro:
+    """torchao's MX block scales (``to_mx``) of ``x`` against the e8m0 code each block's amax
+    defines (OCP MX: FLOOR, CEIL; RCEIL from the exact ratio to the element's max), with torchao's
+    clamps; ``excused``: blocks a registered finding covers (RCEIL one code low near a power of two)."""
+    code = f"""from fractions import Fraction
+
+from torchao.prototype.mx_formats import config, mx_tensor
+
+BLOCK, MODE = {block}, {mode!r}
+ELEM_MAX = {elem_max!r}  # the element format's largest finite value
+ELEM_EMAX = math.frexp(ELEM_MAX)[1] - 1  # the exponent of its largest power of two
+EXCUSED = {list(excused)!r}  # blocks of torchao's registered finding torchao-rceil-scale-near-power-of-2
+codes, _ = mx_tensor.to_mx(x, {elem}, BLOCK, scaling_mode=config.ScaleCalculationMode(MODE))
+got = codes.view(torch.uint8).flatten().tolist()
+
+
+def ceil_log2(q):  # ceil(log2 q) for a positive rational, exactly
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    while Fraction(2) ** e < q:
+        e += 1
+    while Fraction(2) ** (e - 1) >= q:
+        e -= 1
+    return e
+
+
+def reference(a):  # the block's e8m0 code (bias 127): its scale's exponent, clamped as torchao clamps
+    if a == 0:
+        return 0
+    if MODE == "rceil":  # the smallest power of two at or above amax / elem_max
+        return min(max(ceil_log2(Fraction(a) / Fraction(ELEM_MAX)) + 127, 0), 254)
+    floor = math.frexp(a)[1] - 1  # floor(log2 amax), from the bits
+    e = floor if MODE == "floor" or a == math.ldexp(1.0, floor) else floor + 1
+    return min(max(e - ELEM_EMAX + 127, 0), 255)
+
+
+values = x.tolist()
+wrong = 0
+for i, g in enumerate(got):
+    a = max(abs(v) for v in values[i * BLOCK : (i + 1) * BLOCK])
+    want = reference(a)
+    if g != want and i not in EXCUSED:
+        print(f"block {{i}}, amax {{a!r}}: torchao code {{g}}, by definition {{want}}")
+        wrong += 1
+measured = wrong  # blocks whose scale code differs
+allowed = 0"""
+    return FailureRepro(
+        "fp8", what, code, "exact: the scale code is a function of the block's amax", {"x": x}, ("torch", "torchao")
+    )
+
+
 def cast_outcomes(what: str, cases: Sequence[tuple[str, float, str]], device: str = "cpu") -> FailureRepro:
     """torch's cast of float32 values to fp8 formats, each result described as the check describes
     it (``max``, ``-max``, ``inf``, ``nan`` or the value), against the expected description."""
