@@ -77,6 +77,22 @@ CONTROLS = {
         "leaves_parameters and SGD-for-loop",
         ("*leaves_parameters*[[]cpu-SGD-for-loop]",),
     ),
+    # one unscale_ -> clip_grad_norm_ -> step: the script loads the step's parameters, momentum and gradients
+    "clip_grad_norm_in_bf16": (
+        "scaler/test_clipping.py",
+        "in_float64 and foreach",
+        ("*clipping_in_float64[[]cpu-foreach]",),
+    ),
+    "clip_norm_sentinel": (
+        "scaler/test_clipping.py",
+        "non_finite_norm and for-loop",
+        ("*non_finite_norm_and_gradscaler_skips*[[]cpu-for-loop]",),
+    ),
+    "clip_ignoring_error_if_nonfinite": (
+        "scaler/test_clipping.py",
+        "error_if_nonfinite and for-loop",
+        ("*error_if_nonfinite_raises*[[]cpu-for-loop]",),
+    ),
     "fp8_scale_doubled": (
         "fp8/test_fp8_scaling.py",
         "exact_reference and tensorwise-e4m3]",

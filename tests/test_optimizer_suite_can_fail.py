@@ -63,7 +63,7 @@ def test_a_lossy_clip_grad_norm_fails_the_clipping_check(pytester, suite_copy):
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"torch.nn.utils.clip_grad_norm_": "faults.scalers.clip_grad_norm_in_bf16"},
+        patches={"torch.nn.utils.clip_grad_norm_": "faults.stacks.clip_grad_norm_in_bf16"},
     )
     run = run_inner(pytester, "-k", "reference_state_machine")
     assert_caught(run, "*::test_gradscaler_follows_the_reference_state_machine[[]cpu]")
@@ -82,7 +82,7 @@ CLIP_TESTS = {
 
 def _clipping(pytester, suite_copy, fault):
     suite_copy(CLIPPING, conftest=False)
-    patches = None if fault is None else {"torch.nn.utils.clip_grad_norm_": f"faults.scalers.{fault}"}
+    patches = None if fault is None else {"torch.nn.utils.clip_grad_norm_": f"faults.stacks.{fault}"}
     inject(pytester, "scaler", patches=patches)
     return run_inner(pytester)
 

@@ -1350,3 +1350,130 @@ _DIST_ALLOWANCE = {
     "gamma_W(2^-24) mean|g|)",
     "sharded_scaler": "exact: a skipped step on every rank, one scale",
 }
+
+
+def clip_step(
+    what: str,
+    kind: str,
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    state: Mapping[int, Mapping[str, torch.Tensor]],
+    scale: float,
+    max_norm: float,
+    foreach: bool,
+    *,
+    device: str = "cpu",
+) -> FailureRepro:
+    """One ``unscale_`` -> ``clip_grad_norm_`` -> ``step`` of the clipping suite's SGD (momentum)
+    from the saved parameters, state and scaled gradients. ``kind``: ``float64`` (the returned norm
+    and the clipped gradients against clipping's definition in float64, within gamma_(n+1) and
+    gamma_(n+4) of float32's unit roundoff), ``non_finite`` (a planted inf/NaN: a non-finite norm,
+    the step skipped bitwise, the scale halved) or ``error_if_nonfinite`` (a non-finite norm
+    raises and keeps the gradients; a finite one never raises)."""
+    tensors: dict[str, torch.Tensor] = {}
+    state_src = []
+    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+        tensors[f"p{i}"], tensors[f"g{i}"] = p.detach(), g.detach()
+        for key, value in state.get(i, {}).items():
+            tensors[f"s{i}_{key}"] = value.detach()
+        state_src.append("{" + ", ".join(f"{key!r}: s{i}_{key}" for key in state.get(i, {})) + "}")
+    n = len(params)
+    setup = f"""P0 = [{", ".join(f"p{i}" for i in range(n))}]  # the parameters before the step
+G = [{", ".join(f"g{i}" for i in range(n))}]  # their gradients, scaled, as unscale_ received them
+STATE = [{", ".join(state_src)}]  # SGD's momentum before the step ({{}}: none yet)
+SCALE, MAX_NORM, FOREACH = {scale!r}, {max_norm!r}, {foreach!r}
+params = [torch.nn.Parameter(p.clone()) for p in P0]
+opt = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+for p, st in zip(params, STATE):
+    if st:
+        opt.state[p] = {{k: v.clone() for k, v in st.items()}}
+for p, g in zip(params, G):
+    p.grad = g.clone()
+scaler = torch.amp.GradScaler({device!r}, init_scale=SCALE)
+scaler.scale(torch.zeros((), device={device!r}))  # GradScaler creates its scale on first use
+scaler.unscale_(opt)
+
+
+def same(a, b):  # bitwise, NaN equal to NaN
+    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def untouched():  # what a skipped step must leave as it was: parameters and momentum
+    out = [f"parameter {{i}}" for i, (p, p0) in enumerate(zip(params, P0)) if not same(p.detach(), p0)]
+    for i, (p, st) in enumerate(zip(params, STATE)):
+        for k, v in opt.state.get(p, {{}}).items():
+            if torch.is_tensor(v) and (not same(v, st[k]) if k in st else bool((v != 0).any())):
+                out.append(f"state {{k}} of parameter {{i}}")
+    return out
+"""
+    if kind == "float64":
+        code = f"""{setup}
+norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=FOREACH))
+# reference: clipping by its definition in float64 from the gradients unscaled exactly (SCALE is a
+# power of two): norm = sqrt(sum g^2), coefficient min(1, max_norm / (norm + 1e-6))
+g64 = [g.double() / SCALE for g in G]
+n = sum(g.numel() for g in g64)
+ref_norm = math.sqrt(sum(float((g * g).sum()) for g in g64))
+coef = min(1.0, MAX_NORM / (ref_norm + 1e-6))
+U = 2.0**-24  # float32's unit roundoff
+
+
+def gamma(k):  # the bound on k float32 roundings
+    return k * U / (1 - k * U)
+
+
+# budgets: the norm's n squares, n - 1 sums and root (gamma_(n+1)); each gradient adds the
+# coefficient's sum and quotient and the product (gamma_(n+4)), plus float32's smallest subnormal
+ratios = [abs(norm - ref_norm) / (gamma(n + 1) * ref_norm)]
+print(f"total norm: torch {{norm!r}}, float64 {{ref_norm!r}} (coefficient {{coef:.6g}})")
+for i, (p, g) in enumerate(zip(params, g64)):
+    ref = g * coef
+    ratios.append(float(((p.grad.double() - ref).abs() / (gamma(n + 4) * ref.abs() + 2.0**-149)).max()))
+measured = math.nan if any(r != r for r in ratios) else max(ratios)  # the worst error, in units of its budget
+allowed = 1.0"""
+        allowance = "gamma_(n+1)(2^-24) of the norm; gamma_(n+4)(2^-24) |clipped| of each gradient"
+    elif kind == "non_finite":
+        code = f"""{setup}
+norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=FOREACH))
+scaler.step(opt)
+scaler.update()
+# reference: an inf/NaN gradient has a non-finite norm (never a finite sentinel), GradScaler skips
+# the step (nothing moves, bitwise) and halves the scale
+wrong = [f"clip_grad_norm_ returned a finite norm {{norm!r}}"] if math.isfinite(norm) else []
+wrong += [f"the skipped step changed {{w}}" for w in untouched()]
+if scaler.get_scale() != SCALE * 0.5:
+    wrong.append(f"the scale went {{SCALE!r}} -> {{scaler.get_scale()!r}}, not halved")
+for w in wrong:
+    print(w)
+measured = len(wrong)  # promises broken
+allowed = 0"""
+        allowance = "exact: a non-finite norm, nothing moved, the scale halved"
+    else:
+        code = f"""{setup}
+kept = [p.grad.clone() for p in params]
+planted = any(not bool(g.isfinite().all()) for g in G)
+try:
+    torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=FOREACH, error_if_nonfinite=True)
+    raised = None
+except RuntimeError as exc:
+    raised = str(exc).splitlines()[0]
+if raised is None:
+    scaler.step(opt)
+scaler.update()
+# reference: error_if_nonfinite=True raises on a non-finite norm with the gradients as they were
+# (and the step is skipped); with finite gradients it never raises
+wrong = []
+if planted and raised is None:
+    wrong.append("a non-finite gradient, and no error raised")
+if not planted and raised is not None:
+    wrong.append(f"finite gradients, yet clip_grad_norm_ raised: {{raised}}")
+if planted and not all(same(p.grad, k) for p, k in zip(params, kept)):
+    wrong.append("the gradients changed although clipping refused")
+if planted:
+    wrong += [f"the skipped step changed {{w}}" for w in untouched()]
+for w in wrong:
+    print(w)
+measured = len(wrong)  # promises broken
+allowed = 0"""
+        allowance = "exact: a non-finite norm raises, the gradients and the step untouched; a finite one never raises"
+    return FailureRepro("scaler", what, code, allowance, tensors, device=device)

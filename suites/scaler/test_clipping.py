@@ -25,16 +25,25 @@ IMPLEMENTATIONS = list(C.IMPLEMENTATIONS)
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_clip_grad_norm_after_unscale_is_clipping_in_float64(implementation, amp_device, amp_record):
-    steps = C.observe(C.IMPLEMENTATIONS[implementation], amp_device)
+    foreach = C.IMPLEMENTATIONS[implementation]
+    steps = C.observe(foreach, amp_device)
     actual, expected, budget = [], [], []
     coefficients = []
+    first_over = None  # the first step over its budget: its script
     for o in steps:
         ref = C.clip_reference(o.unscaled, o.max_norm)
         coefficients.append(ref.coefficient)
         # the returned total norm, then every clipped gradient element
-        actual += [torch.tensor([o.norm], dtype=torch.float64), *(c.flatten() for c in o.clipped)]
-        expected += [torch.tensor([ref.total_norm]), *(r.flatten() for r in ref.grads)]
-        budget += [torch.tensor([C.norm_budget(o.unscaled) * ref.total_norm]), *(b.flatten() for b in ref.budgets)]
+        got = torch.cat([torch.tensor([o.norm], dtype=torch.float64), *(c.flatten().double() for c in o.clipped)])
+        want = torch.cat([torch.tensor([ref.total_norm]), *(r.flatten() for r in ref.grads)])
+        bound = torch.cat(
+            [torch.tensor([C.norm_budget(o.unscaled) * ref.total_norm]), *(b.flatten() for b in ref.budgets)]
+        )
+        if first_over is None and not bool(((got - want).abs() <= bound).all()):
+            first_over = o
+        actual.append(got)
+        expected.append(want)
+        budget.append(bound)
     binding = sum(c < 1.0 for c in coefficients)
     amp_record(
         f"clip.{implementation}.coefficients",
@@ -67,6 +76,7 @@ def test_clip_grad_norm_after_unscale_is_clipping_in_float64(implementation, amp
         ),
         device=amp_device,
         tags={"steps": len(steps), "binding": binding},
+        repro=None if first_over is None else C.repro_of(first_over, foreach, "float64", amp_device),
     )
 
 
@@ -74,15 +84,20 @@ def test_clip_grad_norm_after_unscale_is_clipping_in_float64(implementation, amp
 def test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_step(
     implementation, amp_device, amp_record
 ):
-    steps = C.observe(C.IMPLEMENTATIONS[implementation], amp_device, non_finite=True)
+    foreach = C.IMPLEMENTATIONS[implementation]
+    steps = C.observe(foreach, amp_device, non_finite=True)
     problems = []
+    first = None  # the first step that broke a promise: its script
     for t, o in enumerate(steps):
+        before = len(problems)
         if math.isfinite(o.norm):
             problems.append(f"step {t}: {o.planted} planted, clip_grad_norm_ returned a finite norm {o.norm:g}")
         if o.changed:
             problems.append(f"step {t}: {o.planted} planted, the step changed {', '.join(o.changed)}")
         if o.scale_after != o.scale_before * 0.5:
             problems.append(f"step {t}: the scale went {o.scale_before:g} -> {o.scale_after:g}, not halved")
+        if first is None and len(problems) > before:
+            first = o
     amp_record.require(
         compare_claim(
             f"clip.{implementation}.non_finite_norm_skips",
@@ -98,6 +113,7 @@ def test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_
         ),
         device=amp_device,
         tags={"norms": [str(o.norm) for o in steps], "planted": [str(o.planted) for o in steps]},
+        repro=None if first is None else C.repro_of(first, foreach, "non_finite", amp_device),
     )
 
 
@@ -105,16 +121,21 @@ def test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_
 def test_error_if_nonfinite_raises_and_leaves_the_gradients_as_they_were(implementation, amp_device, amp_record):
     foreach = C.IMPLEMENTATIONS[implementation]
     problems = []
+    first = None  # the first step that broke a promise: its script
     for t, o in enumerate(C.observe(foreach, amp_device, non_finite=True, error_if_nonfinite=True)):
+        before = len(problems)
         if o.raised is None:
             problems.append(f"step {t}: {o.planted} planted, no error raised (norm {o.norm:g})")
         if not o.kept_gradients:
             problems.append(f"step {t}: the gradients changed although clipping refused")
         if o.changed:
             problems.append(f"step {t}: the step changed {', '.join(o.changed)}")
+        if first is None and len(problems) > before:
+            first = o
     for t, o in enumerate(C.observe(foreach, amp_device, error_if_nonfinite=True)):
         if o.raised is not None:
             problems.append(f"step {t}: finite gradients, yet clip_grad_norm_ raised: {o.raised}")
+            first = first or o
     amp_record.require(
         compare_claim(
             f"clip.{implementation}.error_if_nonfinite",
@@ -128,4 +149,5 @@ def test_error_if_nonfinite_raises_and_leaves_the_gradients_as_they_were(impleme
             unit="violations",
         ),
         device=amp_device,
+        repro=None if first is None else C.repro_of(first, foreach, "error_if_nonfinite", amp_device),
     )

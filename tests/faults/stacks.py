@@ -48,6 +48,56 @@ def scaler_stepping_on_overflow(real: Callable[..., Any]) -> Callable[..., Any]:
     return _maybe_opt_step
 
 
+def clip_grad_norm_in_bf16(original: Any) -> Any:
+    """``clip_grad_norm_`` whose total norm is accumulated in bf16 (a lossy reduction): its
+    coefficient, and so every clipped gradient, is off by up to bf16's rounding. It honours
+    ``error_if_nonfinite``: the fault is the reduction's precision and nothing else."""
+
+    def lossy(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        params = [p for p in parameters if p.grad is not None]
+        norm: torch.Tensor = torch.stack([p.grad.to(torch.bfloat16).float().norm() for p in params]).norm()
+        if kwargs.get("error_if_nonfinite") and not bool(norm.isfinite()):
+            raise RuntimeError("The total norm is non-finite, so it cannot be clipped.")
+        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        for p in params:
+            p.grad.mul_(coef)
+        return norm
+
+    return lossy
+
+
+def clip_norm_sentinel(original: Any) -> Any:
+    """``clip_grad_norm_`` that turns a non-finite total norm into a -1 sentinel (the bug
+    DeepSpeed's bf16 gradient-norm guard pins): the coefficient max_norm / (-1 + eps) is negative
+    and flips every gradient's sign; a finite norm is reported where the step overflowed."""
+
+    def sentinel(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        params = [p for p in parameters if p.grad is not None]
+        norm: torch.Tensor = torch.stack([p.grad.detach().float().norm() for p in params]).norm()
+        if not bool(norm.isfinite()):
+            if kwargs.get("error_if_nonfinite"):
+                raise RuntimeError("The total norm is non-finite, so it cannot be clipped.")
+            norm = torch.tensor(-1.0)
+        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        for p in params:
+            p.grad.mul_(coef)
+        return norm
+
+    return sentinel
+
+
+def clip_ignoring_error_if_nonfinite(original: Any) -> Any:
+    """``clip_grad_norm_`` that drops ``error_if_nonfinite``: a non-finite norm is clipped (every
+    gradient turned NaN) instead of raising."""
+
+    def ignoring(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        kwargs.pop("error_if_nonfinite", None)
+        out: torch.Tensor = original(parameters, max_norm, *args, **kwargs)
+        return out
+
+    return ignoring
+
+
 def tensor_to_scale_doubled(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """torchao's ``tensor_to_scale`` returning twice its scale (a binade off: saturating casts)."""
 
@@ -418,6 +468,12 @@ STACKS: dict[str, tuple[str, str]] = {
     "scaler_stepping_on_overflow": (
         "torch.amp.GradScaler._maybe_opt_step",
         "faults.stacks.scaler_stepping_on_overflow",
+    ),
+    "clip_grad_norm_in_bf16": ("torch.nn.utils.clip_grad_norm_", "faults.stacks.clip_grad_norm_in_bf16"),
+    "clip_norm_sentinel": ("torch.nn.utils.clip_grad_norm_", "faults.stacks.clip_norm_sentinel"),
+    "clip_ignoring_error_if_nonfinite": (
+        "torch.nn.utils.clip_grad_norm_",
+        "faults.stacks.clip_ignoring_error_if_nonfinite",
     ),
     "fp8_scale_doubled": ("torchao.float8.float8_utils.tensor_to_scale", "faults.stacks.tensor_to_scale_doubled"),
     # Float8Linear's casts take tensor_to_scale as float8_scaling_utils imported it

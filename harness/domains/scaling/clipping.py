@@ -17,10 +17,11 @@ Both of ``clip_grad_norm_``'s implementations run (``foreach=False`` and ``True`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from harness.domains.failure_repro import FailureRepro, clip_step
 from harness.domains.scaling.optimizers import differences, same_bits, small_model, state_of
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
@@ -97,6 +98,11 @@ class ClipObservation:
     #: error_if_nonfinite=True: the error raised (None: none) and whether the gradients were kept
     raised: str | None = None
     kept_gradients: bool = True
+    #: what a script needs to take this step alone: the parameters, the optimizer's state and the
+    #: scaled gradients (the planted element included) before it
+    params_before: tuple[torch.Tensor, ...] = ()
+    state_before: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    grads_scaled: tuple[torch.Tensor, ...] = ()
 
 
 def observe(
@@ -125,7 +131,8 @@ def observe(
             assert grad is not None
             grad.view(-1)[grad.numel() // 2] = planted
         scale = float(scaler.get_scale())
-        unscaled = [p.grad.detach().to(torch.float64) / scale for p in params if p.grad is not None]
+        scaled = tuple(p.grad.detach().clone() for p in params if p.grad is not None)
+        unscaled = [g.to(torch.float64) / scale for g in scaled]
         before = [p.detach().clone() for p in params]
         state_before = state_of(opt, params)
         scaler.unscale_(opt)
@@ -158,6 +165,30 @@ def observe(
                 float(scaler.get_scale()),
                 raised,
                 same,
+                tuple(before),
+                state_before,
+                scaled,
             )
         )
     return out
+
+
+def repro_of(o: ClipObservation, foreach: bool, kind: str, device: torch.device) -> FailureRepro:
+    """Step ``o`` alone as a standalone script (:func:`harness.domains.failure_repro.clip_step`)."""
+    impl = "foreach" if foreach else "for-loop"
+    what = {
+        "float64": f"torch's {impl} unscale_ + clip_grad_norm_({o.max_norm:g}): the worst error over its float32 budget",
+        "non_finite": f"torch's {impl} unscale_ + clip_grad_norm_ with {o.planted} planted: promises broken",
+        "error_if_nonfinite": f"torch's {impl} clip_grad_norm_(error_if_nonfinite=True): promises broken",
+    }[kind]
+    return clip_step(
+        what,
+        kind,
+        list(o.params_before),
+        list(o.grads_scaled),
+        o.state_before,
+        o.scale_before,
+        o.max_norm,
+        foreach,
+        device=device.type,
+    )
