@@ -183,6 +183,12 @@ CONTROLS = {
         "run_by_hand and bf16",
         ("*run_by_hand*[[]cpu-bf16]",),
     ),
+    # the same scaler against the stored golden trace: the script holds the trace to the scaler's rule
+    "scaler_never_backs_off/golden_trace": (
+        "scaler/test_overflow_in_training.py",
+        "golden_trace and not Sharded",
+        ("*matches_the_golden_trace[[]GradScaler-cpu]",),
+    ),
     "scaler_never_backs_off/state_machine": (
         "scaler/test_gradscaler_state_machine.py",
         "reference_state_machine and not Sharded",
@@ -244,6 +250,7 @@ PATCHES = {
 SCRIPTS = {"fp8_mx_scale_binade_high": 3}
 #: suite file -> the folder of its golden tables (copied into the control's run)
 GOLDEN = {
+    "scaler/test_overflow_in_training.py": "scaler",
     "autocast/test_op_policy.py": "autocast",
     "formats/test_fp8_casts.py": "formats",
     "fp8/test_fp8_formats.py": "fp8",

@@ -205,27 +205,28 @@ def scaler_trace(
     what: str,
     scaler_cls: str,
     growth_interval: int,
-    inject_at: int,
+    inject_at: Sequence[int],
     steps: int,
     where: str,
 ) -> FailureRepro | None:
-    """The fp16 loss-scaler trace with one overflow injected (the scaler suite's trainer), against
-    the scaler's rule written out: backoff x0.5 and skip on overflow, x2 after ``growth_interval``
-    clean steps. None when ``scaler_cls`` (module.qualname) cannot be imported standalone."""
+    """The fp16 loss-scaler trace with overflows injected at the steps ``inject_at`` (the scaler
+    suite's trainer), against the scaler's rule written out: backoff x0.5 and skip on overflow, x2
+    after ``growth_interval`` clean steps. None when ``scaler_cls`` (module.qualname) cannot be
+    imported standalone."""
     module, _, qualname = scaler_cls.rpartition(".")
     if not module or "<" in qualname or not (module == "torch" or module.startswith("torch.")):
         return None
     inject = {
         "forward": (
-            "        if s == INJECT_AT:\n            h = h * (65504.0 * 4)  # fp16 activations beyond 65504\n",
+            "        if s in INJECT_AT:\n            h = h * (65504.0 * 4)  # fp16 activations beyond 65504\n",
             "",
             "",
         ),
-        "loss": ("", "    if s == INJECT_AT:\n        loss = loss * math.inf\n", ""),
+        "loss": ("", "    if s in INJECT_AT:\n        loss = loss * math.inf\n", ""),
         "backward": (
             "",
             "",
-            "    if s == INJECT_AT:\n        l2.weight.grad.view(-1)[0] = math.inf  # one scaled gradient\n",
+            "    if s in INJECT_AT:\n        l2.weight.grad.view(-1)[0] = math.inf  # one scaled gradient\n",
         ),
     }
     if where not in inject:
@@ -239,7 +240,7 @@ def scaler_trace(
     )
     code = f"""import {module}
 {group}
-GROWTH_INTERVAL, INJECT_AT, STEPS = {growth_interval}, {inject_at}, {steps}
+GROWTH_INTERVAL, INJECT_AT, STEPS = {growth_interval}, {set(inject_at)!r}, {steps}  # overflows at INJECT_AT
 torch.manual_seed(0)
 l1, l2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 1)
 params = [*l1.parameters(), *l2.parameters()]
@@ -263,7 +264,7 @@ for s in range(STEPS):
 # GROWTH_INTERVAL clean steps in a row)
 expected, scale, clean = [], 2.0**16, 0
 for s in range(STEPS):
-    overflow = s == INJECT_AT
+    overflow = s in INJECT_AT
     expected.append((s, scale, overflow))
     scale, clean = (scale * 0.5, 0) if overflow else ((scale * 2.0, 0) if clean + 1 == GROWTH_INTERVAL else (scale, clean + 1))
 for g_, e_ in zip(got, expected):

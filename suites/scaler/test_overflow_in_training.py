@@ -127,7 +127,7 @@ def test_an_injected_overflow_is_skipped_backs_off_and_training_recovers(
             "scale or skip differ from the scaler's rule",
             f"{scaler_factory.__module__}.{scaler_factory.__qualname__}",
             GROWTH_INTERVAL,
-            INJECT_AT,
+            (INJECT_AT,),
             STEPS,
             where,
         ),
@@ -140,7 +140,22 @@ def test_the_scale_and_skip_trace_matches_the_golden_trace(amp_device, scaler_fa
     trace = [trainer.step() for _ in range(12)]
     golden = [{"step": r["step"], "scale": r["scale"], "skipped": r["skipped"]} for r in trace]
     amp_record("golden_trace.steps", len(golden), device=amp_device, tags={"overflow_steps": sorted(pattern)})
-    amp_baseline.check(f"golden_trace_{amp_device.type}", golden, key=KeyKind.STACK, device=str(amp_device))
+    amp_baseline.check(
+        f"golden_trace_{amp_device.type}",
+        golden,
+        key=KeyKind.STACK,
+        device=str(amp_device),
+        # the golden trace was recorded from the scaler's rule; the script holds the trace to the rule itself
+        repro=lambda _differences, _stored: scaler_trace(
+            f"{scaler_factory.__qualname__} trace with backward overflows at steps {sorted(pattern)}: steps whose "
+            "scale or skip differ from the scaler's rule",
+            f"{scaler_factory.__module__}.{scaler_factory.__qualname__}",
+            GROWTH_INTERVAL,
+            sorted(pattern),
+            len(golden),
+            "backward",
+        ),
+    )
 
 
 # -- hazards: recorded findings, each with a check ----------------------------------------------
