@@ -178,6 +178,18 @@ def test_a_correctly_scaled_tensor_never_relies_on_saturation(spec_id, fp8_scali
             s = torch.broadcast_to(fp8_scaling_under_test.scale(x, spec), x.shape).to(torch.float64)
             worst = float((x.to(torch.float64) * s).abs().max())
             tally.add(x.numel(), worst)
+            if not (worst <= allowed or math.isclose(worst, 0.0)) and isinstance(
+                fp8_scaling_under_test, TorchaoScaling
+            ):
+                # a scale too large for its tensor is unlike its definition: the scale script shows it
+                tally.repro = fp8_scales(
+                    f"torchao's {spec.describe()} scales of a tensor they saturate: scales unlike their definition",
+                    x.cpu(),
+                    torch_dtype(spec.fmt),
+                    spec.fmt.max,
+                    None if spec.granularity is Granularity.TENSOR else spec.axis,
+                    spec.power_of_2,
+                )
             assert worst <= allowed or math.isclose(worst, 0.0), (
                 f"{spec_id}: |x| x scale reaches {worst!r} > fp8_max {spec.fmt.max} x {slack:.9f} on {rows!r}: "
                 "values beyond fp8_max saturate silently; the scale must come from this tensor's own amax"
