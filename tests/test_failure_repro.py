@@ -127,6 +127,13 @@ CONTROLS = {
         "float8_linear and tensorwise",
         ("*float8_linear_output_and_gradients_are_within_budget[[]cpu-tensorwise]",),
     ),
+    # the same fault in float8 training: the failed band names the first linear over budget, whose
+    # products the script takes again from the operands it saw
+    "fp8_linear_scale_doubled/training": (
+        "fp8/test_float8_training.py",
+        "mlp_training and tensorwise",
+        ("*float8_mlp_training_stays_within_the_fp32_seed_band[[]cpu-tensorwise]",),
+    ),
     # the fp8 code tables: the scripts decode all 256 codes, or cast the failing probes
     "fp8_decode_subnormals_flushed": (
         "fp8/test_fp8_formats.py",

@@ -9,12 +9,15 @@ scaling recomputes every scale at every step.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.training import (
     BF16_RULE_FRACTION,
     FP8_PARITY_FRACTION,
+    first_linear_over_budget,
     float8_recipe,
     float8_setup,
     judge_band,
@@ -35,7 +38,7 @@ SEEDS = 5
 OUTLIER_STEP = 25
 
 
-def _judge(amp_record, setup_name, label, run, band, fp32_run, device, tags):
+def _judge(amp_record, setup_name, label, run, band, fp32_run, device, tags, localise=None):
     p = parity(run, fp32_run, band, FP8_PARITY_FRACTION)
     result = RecipeResult(float8_recipe(label), run, fp32_run, p)
     vacuous = conclusive(setup_name, result)
@@ -48,18 +51,52 @@ def _judge(amp_record, setup_name, label, run, band, fp32_run, device, tags):
         tags=tags,
         note="against the training suite's bf16 rule (half the seed band): a finding, not a verdict",
     )
-    amp_record.require(
-        judge_band(
-            f"{setup_name}.float8_{label}.worst_diff_over_allowance",
-            p,
-            f"|L_float8 - L_fp32| at every evaluation checkpoint <= {FP8_PARITY_FRACTION} x the fp32 seed band "
-            f"(median pairwise distance of {band.seeds} seeds)",
-            f"{setup_name} / float8 {label}",
-            f"pytest suites/fp8/test_float8_training.py -k '{label}'",
-        ),
-        device=device,
-        tags=tags,
+    verdict = judge_band(
+        f"{setup_name}.float8_{label}.worst_diff_over_allowance",
+        p,
+        f"|L_float8 - L_fp32| at every evaluation checkpoint <= {FP8_PARITY_FRACTION} x the fp32 seed band "
+        f"(median pairwise distance of {band.seeds} seeds)",
+        f"{setup_name} / float8 {label}",
+        f"pytest suites/fp8/test_float8_training.py -k '{label}'",
     )
+    if not verdict.passed and localise is not None:
+        verdict = dataclasses.replace(verdict, detail=(*verdict.detail, localise(p, amp_record, device, tags)))
+    amp_record.require(verdict, device=device, tags=tags)
+
+
+def _localiser(setup, recipe_name, emulate):
+    """For a run that left its band: the first linear of one float8 step at the first failed
+    checkpoint whose products leave their budget (a row keeping its script), as a line."""
+
+    def localise(p, amp_record, device, tags) -> str:
+        step = next(t for t, d, a in zip(p.steps, p.diffs, p.allowances, strict=True) if not d <= a)
+        try:
+            found, judged = first_linear_over_budget(setup, recipe_name, step, device, emulate)
+        except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
+            return f"(no localisation: {type(exc).__name__}: {exc})"
+        if found is None:
+            return (
+                f"at step {step} no linear's Float8Linear products leave their budget ({judged} judged): the "
+                "departure is the run's, not one product's"
+            )
+        amp_record(
+            f"{setup.name}.float8_{recipe_name}.first_linear_over_budget",
+            found.worst,
+            unit="x bound",
+            allowance=1.0,
+            device=device,
+            tags={
+                **tags,
+                "module": found.module,
+                "gemm": found.gemm,
+                "step": step,
+                **amp_record.repro_tags(found.repro),
+            },
+            note=found.explain(),
+        )
+        return f"at step {step}, {found.explain()}"
+
+    return localise
 
 
 def _emulate(device, amp_record) -> bool:
@@ -85,7 +122,8 @@ def test_float8_mlp_training_stays_within_the_fp32_seed_band(
 ):
     fp = train_cached.fp32(SETUPS["mlp"], SEEDS, amp_device)
     band = seed_band(fp)
-    setup = float8_setup(SETUPS["mlp"], recipe_name, emulate=_emulate(amp_device, amp_record))
+    emulate = _emulate(amp_device, amp_record)
+    setup = float8_setup(SETUPS["mlp"], recipe_name, emulate=emulate)
     converted = linear_count(setup.model(0))
     amp_record.require(
         compare_claim(
@@ -101,7 +139,8 @@ def test_float8_mlp_training_stays_within_the_fp32_seed_band(
         device=amp_device,
     )
     run = train(setup, float8_recipe(recipe_name), 0, amp_device)
-    _judge(amp_record, "mlp", recipe_name, run, band, fp[0], amp_device, {"recipe": recipe_name})
+    localise = _localiser(SETUPS["mlp"], recipe_name, emulate)
+    _judge(amp_record, "mlp", recipe_name, run, band, fp[0], amp_device, {"recipe": recipe_name}, localise)
     bf16 = parity(train_cached(SETUPS["mlp"], BF16, 0, amp_device), fp[0], band, 1.0)
     amp_record("mlp.bf16.worst_diff_over_band", bf16.worst, device=amp_device, note="bf16 autocast, same rule: context")
 
@@ -115,9 +154,11 @@ def test_float8_lm_training_stays_within_the_fp32_seed_band(
     CPU fp8 kernels take minutes per run on some hardware classes (docs/fp8.md)."""
     fp = train_cached.fp32(SETUPS["tiny_lm"], SEEDS, amp_device)
     band = seed_band(fp)
-    setup = float8_setup(SETUPS["tiny_lm"], recipe_name, emulate=amp_device.type == "cpu")
+    emulate = amp_device.type == "cpu"
+    setup = float8_setup(SETUPS["tiny_lm"], recipe_name, emulate=emulate)
     run = train(setup, float8_recipe(recipe_name), 0, amp_device)
-    _judge(amp_record, "tiny_lm", recipe_name, run, band, fp[0], amp_device, {"recipe": recipe_name})
+    localise = _localiser(SETUPS["tiny_lm"], recipe_name, emulate)
+    _judge(amp_record, "tiny_lm", recipe_name, run, band, fp[0], amp_device, {"recipe": recipe_name}, localise)
 
 
 @pytest.mark.parametrize("recipe_name", ["tensorwise", pytest.param("rowwise", marks=pytest.mark.amp_thorough)])
@@ -147,4 +188,5 @@ def test_an_activation_outlier_mid_run_leaves_no_lasting_damage(
         fp[0],
         amp_device,
         {"recipe": recipe_name, "outlier_step": OUTLIER_STEP},
+        _localiser(base, recipe_name, emulate),
     )

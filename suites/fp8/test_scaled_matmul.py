@@ -11,20 +11,15 @@ standard model of rounding error. The bf16 autocast product's SQNR is recorded b
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-
 import pytest
 import torch
 
 from harness.domains.failure_repro import product_against_float64
-from harness.domains.fp8 import adapters, recipes
-from harness.domains.fp8.adapters import import_torchao
-from harness.domains.fp8.conformance import scale_shape
+from harness.domains.fp8 import adapters, linear, recipes
 from harness.domains.fp8.matmul import Operand, budget, sqnr
 from harness.numerics.comparison import compare_bound, compare_within
-from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, FP32, format_of
-from harness.numerics.scaled import CastSpec, Granularity, scales
+from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, format_of
+from harness.numerics.scaled import CastSpec, Granularity
 from harness.platform import kernels
 
 pytestmark = pytest.mark.amp_capability("fp8")
@@ -43,11 +38,6 @@ PAIRS = {
 }
 
 
-def _scale_tensor(x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
-    """The reference's scales of ``x`` (rows: its first dim), shaped to broadcast against it."""
-    return torch.tensor(scales(x.tolist(), spec), dtype=torch.float64).reshape(scale_shape(*x.shape, spec))
-
-
 def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, tags=None, script=None):
     """``script``: (what, source setting ``got`` and ``ref``, its tensors, what it needs), for the
     standalone reproduction of a failure."""
@@ -59,7 +49,15 @@ def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, ta
         repro = product_against_float64(
             what, product, tensors, bud.bound, bud.sqnr_floor_db, bud.origin, needs=needs, device=str(device)
         )
-    amp_record.require(compare_within(name, actual, ref, bud.bound, bud.origin), device=device, tags=tags, repro=repro)
+    _require(
+        amp_record, compare_within(name, actual, ref, bud.bound, bud.origin), actual, ref, bud, device, tags, repro
+    )
+
+
+def _require(amp_record, comparison, actual, ref, bud, device, tags, repro) -> None:
+    """A product's element-wise budget and SQNR floor, each kept with ``repro``; its SQNR recorded."""
+    name = comparison.name
+    amp_record.require(comparison, device=device, tags=tags, repro=repro)
     measured = sqnr(actual.cpu(), ref)
     amp_record.require(
         compare_bound(f"{name}.sqnr_shortfall_db", max(0.0, bud.sqnr_floor_db - measured), 0.0, bud.origin, unit="dB"),
@@ -90,8 +88,8 @@ def test_scaled_mm_is_within_its_error_budget_and_sqnr_floor(
         qa, qb.t(), scale_a=inv_a.to(amp_device), scale_b=inv_b.to(amp_device), out_dtype=getattr(torch, out_dtype)
     )
     a64, b64 = a.double(), b.double().t()
-    opa = Operand(a64, spec_a.fmt, _scale_tensor(a, spec_a))
-    opb = Operand(b64, spec_b.fmt, _scale_tensor(b, spec_b).t())
+    opa = Operand(a64, spec_a.fmt, linear.scale_tensor(a, spec_a))
+    opb = Operand(b64, spec_b.fmt, linear.scale_tensor(b, spec_b).t())
     script = None
     if isinstance(fp8_scaling_under_test, adapters.TorchaoScaling):  # a user's scaling cannot run in a script
         script = (
@@ -113,8 +111,6 @@ def test_scaled_mm_is_within_its_error_budget_and_sqnr_floor(
 def test_float8_linear_output_and_gradients_are_within_budget(name, fp8_torchao, amp_device, amp_record):
     """Float8Linear's three matmuls against float64 on the same input, weight and output gradient,
     with the budget of the operands' casts as the recipe specifies them."""
-    float8 = import_torchao("torchao.float8")
-    spec = recipes.recipe(name)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(M, K, generator=g)
     go = torch.randn(M, N, generator=g)
@@ -125,71 +121,19 @@ def test_float8_linear_output_and_gradients_are_within_budget(name, fp8_torchao,
     # without an fp8 kernel, torchao's emulated matmul: the same casts and scales, the product of the
     # dequantised operands in fp32, which the budget (k products, two divisions by scales) also bounds
     missing = kernels.scaled_mm_missing(amp_device)
-    config = float8.Float8LinearConfig.from_recipe_name(name)
-    if missing is not None:
-        config = dataclasses.replace(config, emulate=True)
-    f8 = float8.convert_to_float8_training(torch.nn.Sequential(copy.deepcopy(lin)), config=config).to(amp_device)
-    xd = x.clone().to(amp_device).requires_grad_(True)
-    y = f8(xd)
-    y.backward(go.to(amp_device))
-    grad_w = f8[0].weight.grad
-    assert xd.grad is not None and grad_w is not None
-
-    def operand(values: torch.Tensor, gemm: str, role: str, transpose: bool) -> Operand:
-        """The operand ``values`` (spec layout) of ``gemm``, transposed into the product if asked."""
-        cast = spec.cast(gemm, role)
-        v = values.double()
-        if cast is None:
-            return Operand(v.t() if transpose else v)
-        s = _scale_tensor(values, cast)
-        return Operand(v.t() if transpose else v, cast.fmt, s.t() if transpose else s)
-
-    # each matmul: (its result, (operand, role, transposed into the product) for a and b)
-    gemms = {
-        "output": (y.detach(), (x, "input", False), (w, "weight", True)),
-        "grad_input": (xd.grad, (go, "grad_output", False), (w, "weight", False)),
-        "grad_weight": (grad_w, (go, "grad_output", True), (x, "input", False)),
-    }
     tags = {"recipe": name, "matmul": "torchao emulated" if missing else "torch._scaled_mm"}
     if missing is not None:
         amp_record(f"float8_linear.{name}.matmul_emulated", True, device=amp_device, tags=tags, note=missing)
-    references = {
-        "output": "x.double() @ w.double().t()",
-        "grad_input": "go.double() @ w.double()",
-        "grad_weight": "go.double().t() @ x.double()",
-    }
-    for gemm, (actual, a, b) in gemms.items():
-        product = f"""import dataclasses
-
-from torchao import float8
-
-config = float8.Float8LinearConfig.from_recipe_name({name!r})
-config = dataclasses.replace(config, emulate={missing is not None!r})  # emulated: no fp8 matmul kernel here
-lin = torch.nn.Linear({K}, {N}, bias=False)
-with torch.no_grad():
-    lin.weight.copy_(w)
-f8 = float8.convert_to_float8_training(torch.nn.Sequential(lin), config=config).to(x.device)
-xd = x.clone().requires_grad_(True)
-y = f8(xd)
-y.backward(go)
-got = {{"output": y.detach(), "grad_input": xd.grad, "grad_weight": f8[0].weight.grad}}[{gemm!r}]
-# reference: the same product of the high-precision operands, in float64
-ref = {references[gemm]}"""
-        _judge(
+    for p in linear.products(name, x, w, go, amp_device, emulate=missing is not None):
+        _require(
             amp_record,
-            f"float8_linear.{name}.{gemm}",
-            actual,
-            operand(a[0], gemm, a[1], a[2]),
-            operand(b[0], gemm, b[1], b[2]),
-            FP32,
+            p.comparison(f"float8_linear.{name}.{p.gemm}"),
+            p.actual,
+            p.reference,
+            p.budget,
             amp_device,
             tags,
-            script=(
-                f"torchao Float8Linear ({name}) {gemm} against float64",
-                product,
-                {"x": x, "w": w, "go": go},
-                ("torch", "torchao"),
-            ),
+            linear.script(name, p, x, w, go, emulate=missing is not None),
         )
     with torch.autocast(amp_device.type, dtype=torch.bfloat16):
         eager = lin.to(amp_device)(x.to(amp_device))

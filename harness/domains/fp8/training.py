@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.domains.fp8 import linear
 from harness.domains.fp8.adapters import import_torchao
+from harness.domains.fp8.linear import Localised
 from harness.domains.training.parity import Parity
 from harness.domains.training.recipes import Batch, BatchFn, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -90,3 +92,28 @@ def with_outlier(setup: Setup, step: int, factor: float = OUTLIER_FACTOR) -> Set
 def linear_count(model: Any) -> int:
     """How many Float8Linear modules a converted model holds (a conversion that did nothing is vacuous)."""
     return sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")
+
+
+def first_linear_over_budget(
+    setup: Setup,
+    recipe_name: str,
+    failed_step: int,
+    device: torch.device | str = "cpu",
+    emulate: bool = False,
+) -> tuple[Localised | None, int]:
+    """Localise a float8 run that left its band: at ``failed_step`` (the fp32 run's weights then,
+    seed 0), one step of ``setup`` with its linears converted for ``recipe_name``, on the evaluation
+    batch; the first linear whose Float8Linear products leave their budget, with its script
+    (:func:`harness.domains.fp8.linear.first_linear_over_budget`), and how many were judged."""
+    from harness.domains.training.batches import to_device
+    from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
+    from harness.domains.training.recipes import FP32
+
+    dev = torch.device(device)
+    weights = train(setup, FP32, 0, dev, keep_weights_at=frozenset({failed_step})).weights[failed_step]
+    model = float8_setup(setup, recipe_name, emulate).model(INIT_SEED).to(dev)
+    model.load_state_dict(weights)
+    inputs, targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+    return linear.first_linear_over_budget(
+        recipe_name, model, lambda: setup.loss_from(setup.forward(model, inputs), targets), dev, emulate
+    )
