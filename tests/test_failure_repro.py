@@ -115,6 +115,13 @@ CONTROLS = {
         "mx_block_scales and e4m3-floor",
         ("*mx_block_scales_equal_the_reference[[]e4m3-floor]",),
     ),
+    # the same fault in block-scaled training: the failed band names the first block-scaled linear over
+    # budget, whose products the script takes again with torchao's calls
+    "fp8_mx_scale_binade_high/training": (
+        "fp8/test_block_training.py",
+        "mlp_training and mxfp8-rceil",
+        ("*block_scaled_mlp_training_stays_within_its_band[[]cpu-mxfp8-rceil]",),
+    ),
     # a tensorwise scaled product: the script calls torch._scaled_mm on the saved fp8 operands
     "fp8_scaled_mm_without_scale_b": (
         "fp8/test_scaled_matmul.py",

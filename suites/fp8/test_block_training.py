@@ -18,6 +18,8 @@ most twice as far from it as the specification's own float32 evaluation).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from harness.domains.fp8.blocktraining import (
@@ -26,12 +28,13 @@ from harness.domains.fp8.blocktraining import (
     block_recipe,
     block_setup,
     converted,
+    first_block_linear_over_budget,
     judge_conformance,
     parity_fraction,
     step_conformance,
 )
 from harness.domains.fp8.nvfp4_recipe import NVFP4RecipeLinear
-from harness.domains.fp8.training import judge_band
+from harness.domains.fp8.training import judge_band, localised_row
 from harness.domains.training import BF16, SETUPS, parity, seed_band
 from harness.domains.training.amp_lane import judge_lane, lane_steps
 from harness.domains.training.parity import RecipeResult, conclusive
@@ -107,18 +110,25 @@ def _judge(
         tags={**tags, "bf16_gap_in_bands": round(bf16_gap, 4)},
         note="the recipe's worst loss gap to fp32 over bf16 autocast's on the same seed: a finding",
     )
-    amp_record.require(
-        judge_band(
-            f"{setup_name}.{label}.worst_diff_over_allowance",
-            p,
-            f"|L_{label} - L_fp32| at every evaluation checkpoint <= {fraction:g} x the fp32 seed band "
-            f"(median pairwise distance of {band.seeds} seeds; float8's rule x u_elem / u_e4m3)",
-            f"{setup_name} / {label} ({linear.name})",
-            f"pytest suites/fp8/test_block_training.py -k '{setup_name} and {select or spec_id}'",
-        ),
-        device=device,
-        tags=tags,
+    verdict = judge_band(
+        f"{setup_name}.{label}.worst_diff_over_allowance",
+        p,
+        f"|L_{label} - L_fp32| at every evaluation checkpoint <= {fraction:g} x the fp32 seed band "
+        f"(median pairwise distance of {band.seeds} seeds; float8's rule x u_elem / u_e4m3)",
+        f"{setup_name} / {label} ({linear.name})",
+        f"pytest suites/fp8/test_block_training.py -k '{setup_name} and {select or spec_id}'",
     )
+    if not verdict.passed:  # the first block-scaled linear over its budget at the first failed checkpoint
+        line = localised_row(
+            amp_record,
+            f"{setup_name}.{label}",
+            p,
+            lambda step: first_block_linear_over_budget(setup, spec_id, linear, step, device),
+            device,
+            tags,
+        )
+        verdict = dataclasses.replace(verdict, detail=(*verdict.detail, line))
+    amp_record.require(verdict, device=device, tags=tags)
 
 
 @pytest.mark.parametrize("spec_id", RECIPES)

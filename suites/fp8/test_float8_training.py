@@ -22,6 +22,7 @@ from harness.domains.fp8.training import (
     float8_setup,
     judge_band,
     linear_count,
+    localised_row,
     with_outlier,
 )
 from harness.domains.training import BF16, SETUPS, parity, seed_band, train
@@ -69,32 +70,14 @@ def _localiser(setup, recipe_name, emulate):
     checkpoint whose products leave their budget (a row keeping its script), as a line."""
 
     def localise(p, amp_record, device, tags) -> str:
-        step = next(t for t, d, a in zip(p.steps, p.diffs, p.allowances, strict=True) if not d <= a)
-        try:
-            found, judged = first_linear_over_budget(setup, recipe_name, step, device, emulate)
-        except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
-            return f"(no localisation: {type(exc).__name__}: {exc})"
-        if found is None:
-            return (
-                f"at step {step} no linear's Float8Linear products leave their budget ({judged} judged): the "
-                "departure is the run's, not one product's"
-            )
-        amp_record(
-            f"{setup.name}.float8_{recipe_name}.first_linear_over_budget",
-            found.worst,
-            unit="x bound",
-            allowance=1.0,
-            device=device,
-            tags={
-                **tags,
-                "module": found.module,
-                "gemm": found.gemm,
-                "step": step,
-                **amp_record.repro_tags(found.repro),
-            },
-            note=found.explain(),
+        return localised_row(
+            amp_record,
+            f"{setup.name}.float8_{recipe_name}",
+            p,
+            lambda step: first_linear_over_budget(setup, recipe_name, step, device, emulate),
+            device,
+            tags,
         )
-        return f"at step {step}, {found.explain()}"
 
     return localise
 

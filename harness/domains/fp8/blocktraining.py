@@ -17,11 +17,21 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.domains.fp8.blocklinear import BlockLinear, EmulatedBlockLinear
+from harness.domains.failure_repro import product_against_float64
+from harness.domains.fp8.blocklinear import (
+    BlockLinear,
+    EmulatedBlockLinear,
+    TorchaoBlockLinear,
+    linear_products,
+    product_budgets,
+    torchao_script,
+)
 from harness.domains.fp8.blockscaled import TorchBlockScaling
+from harness.domains.fp8.linear import Localised, seen_by_linears
 from harness.domains.fp8.training import FP8_PARITY_FRACTION
 from harness.domains.training import amp_lane as L
-from harness.domains.training.loop import Run, step_from, train
+from harness.domains.training.batches import to_device
+from harness.domains.training.loop import EVAL_SEED, INIT_SEED, Run, step_from, train
 from harness.domains.training.recipes import FP32, Recipe, Setup
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -276,3 +286,39 @@ def check_block_steps(
     )
     lane, reference = block_lane(setup, spec_id, linear, run, device=device)
     return L.judge_lane(lane), judge_conformance(step_conformance(setup, spec_id, linear, run, reference, device))
+
+
+def first_block_linear_over_budget(
+    setup: Setup, spec_id: str, linear: BlockLinear, failed_step: int, device: torch.device | str = "cpu"
+) -> tuple[Localised | None, int]:
+    """Localise a block-scaled run that left its band: at ``failed_step`` (the fp32 run's weights
+    then, seed 0), one step of ``setup`` with its convertible linears block-scaled by ``linear``, on
+    the evaluation batch; each block-scaled linear's three products taken again from what it saw,
+    against their budgets (:func:`harness.domains.fp8.blocklinear.product_budgets`). The first over
+    its budget (with torchao's script when ``linear`` is torchao's), and how many were judged."""
+    spec = B.SPECS[spec_id]
+    dev = torch.device(device)
+    weights = train(setup, FP32, 0, dev, keep_weights_at=frozenset({failed_step})).weights[failed_step]
+    model = block_setup(setup, spec_id, linear).model(INIT_SEED).to(dev)
+    model.load_state_dict(weights, strict=False)  # the block-scaled linears hold the same parameters
+    inputs, targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+    seen = seen_by_linears(model, lambda: setup.loss_from(setup.forward(model, inputs), targets), BlockScaledLinear)
+    for s in seen:
+        got = linear_products(linear, s.x, s.w, s.go, spec)
+        for name, (ref, bud) in product_budgets(s.x, s.w, s.go, spec).items():
+            worst = float(((getattr(got, name).detach().double().cpu() - ref).abs() / bud.bound).max())
+            if worst <= 1.0:
+                continue
+            repro = None
+            if type(linear) is TorchaoBlockLinear:  # a script needs nothing of the harness: torchao's calls
+                repro = product_against_float64(
+                    f"torchao block-scaled linear ({spec_id}) {name} of the model's linear {s.path!r} against float64",
+                    torchao_script(spec, name),
+                    {"x": s.x, "w": s.w, "g": s.go},
+                    bud.bound,
+                    bud.sqnr_floor_db,
+                    bud.origin,
+                    needs=("torch", "torchao"),
+                )
+            return Localised(s.path, name, worst, len(seen), repro), len(seen)
+    return None, len(seen)

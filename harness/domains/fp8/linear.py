@@ -137,65 +137,79 @@ ref = {GEMMS[product.gemm][2]}"""
 
 @dataclass(frozen=True)
 class Localised:
-    """The first linear (in forward order) of one float8 step whose product leaves its budget:
-    its module path, the product, the worst element over its bound, and the script."""
+    """The first linear (in forward order) of one low-precision step whose product leaves its
+    budget: its module path, the product, the worst element over its bound, and the script (None:
+    the linear is yours, which a script cannot run)."""
 
     module: str
     gemm: str
     worst: float
     linears: int
-    repro: FailureRepro
+    repro: FailureRepro | None
 
     def explain(self) -> str:
         return (
-            f"first float8 linear over its budget: {self.module} ({self.gemm}: worst element {self.worst:.3g} x its "
+            f"first linear over its budget: {self.module} ({self.gemm}: worst element {self.worst:.3g} x its "
             f"bound), of {self.linears} linears in one step"
         )
 
 
-def first_linear_over_budget(
-    name: str, model: nn.Module, step: Callable[[], torch.Tensor], device: torch.device | str, emulate: bool
-) -> tuple[Localised | None, int]:
-    """Run ``step`` (a forward returning the loss) and its backward on ``model`` (its linears
-    converted by torchao for recipe ``name``), keep what each linear saw (input, weight, output
-    gradient, flattened to matrices), and take each linear's three products again from them:
-    the first over its budget, and how many linears were judged."""
+@dataclass(frozen=True)
+class Seen:
+    """What one linear of a model saw in a step: its input and output gradient (as matrices: the
+    leading dimensions flattened), and its weight."""
+
+    path: str
+    x: torch.Tensor
+    w: torch.Tensor
+    go: torch.Tensor
+
+
+def seen_by_linears(
+    model: nn.Module, step: Callable[[], torch.Tensor], kind: type[nn.Module] = nn.Linear
+) -> list[Seen]:
+    """Run ``step`` (a forward returning the loss) and its backward on ``model``: what each module
+    of ``kind`` saw, in forward order (a module that got no gradient is left out)."""
     seen: dict[str, dict[str, torch.Tensor]] = {}
-    order: list[str] = []
     handles = []
     for path, module in model.named_modules():
-        if not isinstance(module, nn.Linear):
+        if not isinstance(module, kind):
             continue
 
         def keep(mod: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor, path: str = path) -> None:
-            order.append(path)
             seen[path] = {"x": args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()}
 
             def keep_grad(go: torch.Tensor) -> None:  # the output's gradient (a tensor hook: no module hook)
                 seen[path]["go"] = go.detach().reshape(-1, go.shape[-1]).float().cpu()
 
-            out.register_hook(keep_grad)
+            out.register_hook(keep_grad)  # type: ignore[no-untyped-call]
 
         handles.append(module.register_forward_hook(keep))
-        seen[path] = {}
     try:
         step().backward()  # type: ignore[no-untyped-call]
     finally:
         for h in handles:
             h.remove()
     modules = dict(model.named_modules())
-    judged = 0
-    for path in dict.fromkeys(order):
-        got = seen[path]
-        if "go" not in got:
-            continue
+    out = []
+    for path, got in seen.items():
         weight = modules[path].weight
-        assert isinstance(weight, torch.Tensor)
-        w = weight.detach().float().cpu()
-        judged += 1
-        for p in products(name, got["x"], w, got["go"], device, emulate):
+        if "go" in got and isinstance(weight, torch.Tensor):
+            out.append(Seen(path, got["x"], weight.detach().float().cpu(), got["go"]))
+    return out
+
+
+def first_linear_over_budget(
+    name: str, model: nn.Module, step: Callable[[], torch.Tensor], device: torch.device | str, emulate: bool
+) -> tuple[Localised | None, int]:
+    """What each linear of ``model`` (converted by torchao for recipe ``name``) saw in ``step``
+    (:func:`seen_by_linears`), its three products taken again from it: the first over its budget,
+    and how many linears were judged."""
+    seen = seen_by_linears(model, step)
+    for s in seen:
+        for p in products(name, s.x, s.w, s.go, device, emulate):
             worst = float(((p.actual.double().cpu() - p.reference).abs() / p.budget.bound).max())
             if not worst <= 1.0:
-                repro = script(name, p, got["x"], w, got["go"], emulate, where=f" of the model's linear {path!r}")
-                return Localised(path, p.gemm, worst, len(order), repro), judged
-    return None, judged
+                repro = script(name, p, s.x, s.w, s.go, emulate, where=f" of the model's linear {s.path!r}")
+                return Localised(s.path, p.gemm, worst, len(seen), repro), len(seen)
+    return None, len(seen)

@@ -9,11 +9,13 @@ meet bf16's rule (half the band); how far it departs is recorded beside every ve
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
+from harness.domains.failure_repro import FailureRepro
 from harness.domains.fp8 import linear
 from harness.domains.fp8.adapters import import_torchao
 from harness.domains.fp8.linear import Localised
@@ -117,3 +119,45 @@ def first_linear_over_budget(
     return linear.first_linear_over_budget(
         recipe_name, model, lambda: setup.loss_from(setup.forward(model, inputs), targets), dev, emulate
     )
+
+
+class _Record(Protocol):
+    """What :func:`localised_row` uses of the suite's ``amp_record``: a row, and a script's tags."""
+
+    def __call__(self, metric: str, value: float, **kwargs: Any) -> Any: ...
+
+    def repro_tags(self, repro: FailureRepro | None) -> dict[str, Any]: ...
+
+
+def localised_row(
+    record: _Record,
+    metric: str,
+    p: Parity,
+    locate: Callable[[int], tuple[Localised | None, int]],
+    device: torch.device | str,
+    tags: dict[str, Any],
+) -> str:
+    """For a run that left its band (``p``): ``locate`` the first linear over its budget at the
+    first failed checkpoint, record it as ``<metric>.first_linear_over_budget`` (the row keeps its
+    script: ``record`` is the suite's ``amp_record``) and say it in a line for the failure."""
+    step = next(t for t, d, a in zip(p.steps, p.diffs, p.allowances, strict=True) if not d <= a)
+    try:
+        found, judged = locate(step)
+    except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
+        return f"(no localisation: {type(exc).__name__}: {exc})"
+    if found is None:
+        return (
+            f"at step {step} no linear's products leave their budget ({judged} judged): the departure is the "
+            "run's, not one product's"
+        )
+    repro_tags = record.repro_tags(found.repro)
+    record(
+        f"{metric}.first_linear_over_budget",
+        found.worst,
+        unit="x bound",
+        allowance=1.0,
+        device=device,
+        tags={**tags, "module": found.module, "gemm": found.gemm, "step": step, **repro_tags},
+        note=found.explain(),
+    )
+    return f"at step {step}, {found.explain()}"
