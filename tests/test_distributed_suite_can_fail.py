@@ -98,6 +98,20 @@ def test_a_hook_that_does_not_send_its_declared_dtype_fails_the_declared_vs_obse
     assert [r["metric"] for r in failed] == ["ddp.fp16_compression.declared_vs_observed.all_reduce"], failed
 
 
+@pytest.mark.parametrize("hook", ["local_gradients_only_hook", "compress_hook_without_division"])
+def test_a_ddp_path_that_changes_the_gradient_fails_the_one_process_amp_reference(
+    pytester, suite_copy, hook, capsys, distributed_scripts
+):
+    """DDP + AMP against one process: ranks that never communicate (each steps on its half-batch)
+    or a hook that forgets to divide by the world size leave the first step's gradient budget."""
+    suite_copy(SUITE, conftest=False)
+    _override(pytester, "ddp_amp_hook", f"faults.distributed:{hook}")
+    run = run_inner(pytester, "-k", "matches_one_process", _report(pytester))
+    assert_caught(run, "*::test_ddp_autocast_gradscaler_training_matches_one_process")
+    run.stdout.fnmatch_lines(["*first step's gradients, rank 0: FAILED*"], consecutive=False)
+    _keep_scripts(pytester, capsys, distributed_scripts, (f"HOOK = 'faults.distributed:{hook}'", "HOOK = None"), 1)
+
+
 FSDP2_POLICY = "*::test_fsdp2_does_what_its_mixed_precision_policy_declares"
 FSDP2_REDUCE = "*::test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not"
 
@@ -169,7 +183,7 @@ def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite
 
 
 #: the controls above whose scripts the next test runs (a script per control; FSDP2's: two)
-SCRIPTED = 2 + 1 + 2 + 1
+SCRIPTED = 2 + 1 + 2 + 2 + 1
 
 
 @pytest.mark.amp_thorough
@@ -177,7 +191,7 @@ def test_each_distributed_script_exits_1_with_the_fault_and_0_with_torchs_own(di
     """Each control's script, its ranks forked from a fresh interpreter that cannot import the
     harness (``faults`` importable: the faulty implementation is named in it): exit 1 as written,
     0 with torch's own implementation in the faulty one's place (the edit standing for the fix).
-    Thorough tier: 12 scripts of two gloo ranks each (DDP or FSDP2), about 28 s on 2 cores."""
+    Thorough tier: 16 scripts of two gloo ranks each (DDP or FSDP2), in an interpreter of its own, about 60 s on 2 cores."""
     if len(distributed_scripts) < SCRIPTED:
         pytest.skip("the scripts are written by the controls above (file order): run them first")
     fixed = []
@@ -185,19 +199,27 @@ def test_each_distributed_script_exits_1_with_the_fault_and_0_with_torchs_own(di
         copy = tmp_path / f"fixed_{len(fixed)}_{path.name}"
         copy.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
         fixed.append(copy)
+    # one interpreter per script, as a user runs it: a script's ranks fork from it, and a fork after
+    # another script's parallel region in the same interpreter can hang in the OpenMP runtime
     driver = fresh_driver(f"sys.path.insert(0, {str(TESTS)!r})")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-I", "-c", driver, *map(str, paths)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for paths in (list(distributed_scripts), fixed)
-    ]
-    (faulty, said_faulty), (clean, said_clean) = [_codes(p) for p in procs]
-    assert sorted(faulty.values()) == [1] * len(distributed_scripts), said_faulty[-4000:]
-    assert sorted(clean.values()) == [0] * len(fixed), said_clean[-4000:]
+    codes, said = {}, ""
+    paths = [*distributed_scripts, *fixed]
+    for pair in (paths[i : i + 2] for i in range(0, len(paths), 2)):  # two at a time: two cores
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-I", "-c", driver, str(path)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for path in pair
+        ]
+        for proc in procs:
+            got, text = _codes(proc)
+            codes.update(got)
+            said += text
+    assert [codes[str(p)] for p in distributed_scripts] == [1] * len(distributed_scripts), said[-4000:]
+    assert [codes[str(p)] for p in fixed] == [0] * len(fixed), said[-4000:]
 
 
 def _codes(proc: subprocess.Popen[str]) -> tuple[dict[str, int], str]:

@@ -1269,6 +1269,49 @@ _SCALER_PROGRAM = """def rank_program(rank):  # FSDP2 + fp16 autocast; for each 
     return out"""
 
 
+_AMP_TRAINING_PROGRAM = """STEPS, B = 6, 16  # steps, samples of the global batch (each rank takes its share)
+
+
+def global_batch(step):  # the global batch of a step, drawn as the suite draws it
+    g = torch.Generator().manual_seed(1000 * step)
+    return torch.randn(B, 16, generator=g), torch.randn(B, 4, generator=g)
+
+
+def amp_loop(m, take, reduce_loss):  # SGD under fp16 autocast and GradScaler: losses, first step's gradients
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu")
+    losses, first = [], None
+    for s in range(STEPS):
+        x, y = take(s)
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(m(x).float(), y)
+        scaler.scale(loss).backward()
+        scale = float(scaler.get_scale())
+        grads = [p.grad.detach().double().flatten() / scale for p in m.parameters()]
+        if first is None and all(bool(g.isfinite().all()) for g in grads):
+            first = torch.cat(grads)
+        scaler.step(opt)
+        scaler.update()
+        losses.append(reduce_loss(loss.detach().item()))
+    return {"losses": torch.tensor(losses, dtype=torch.float64), "first": first}
+
+
+def rank_program(rank):  # DDP over the ranks' shares of every global batch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model())
+    if HOOK is not None:
+        ddp.register_comm_hook(None, resolve(HOOK))
+
+    def mean_all(v):
+        t = torch.tensor([v], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t) / WORLD
+
+    return amp_loop(ddp, lambda s: tuple(t.chunk(WORLD)[rank] for t in global_batch(s)), mean_all)"""
+
+
 def distributed(
     what: str, check: str, world: int, specs: Mapping[str, str | None], fmt_name: str | None = None
 ) -> FailureRepro | None:
@@ -1324,6 +1367,29 @@ for i in range(len(ranks[0]["local"])):
     pairs.append((ranks[0]["averaged"][i], g.mean(0), bound))
 measured = worst(pairs)  # the worst element, in units of its bound
 allowed = 1.0"""
+    elif check == "ddp_amp_training":
+        program = _AMP_TRAINING_PROGRAM
+        reference = """single = amp_loop(model(), global_batch, lambda v: v)  # the same training in one process
+# reference: one process. The first step's gradients (same weights) within the reordered batch's
+# roundings: each sample's contribution through at most 4 fp16 roundings per module (5 modules) and
+# one in the batch sum, gamma_(B + 20)(2^-11) x sum_i |g_i| (per-sample gradients in float64); the
+# losses within gamma_(B x (s+1))(2^-11) |L_s| (the same reordering, compounded over the steps)
+U16 = 2.0**-11
+m64 = model().double()
+x0, y0 = global_batch(0)
+magnitudes = 0
+for i in range(B):
+    m64.zero_grad()
+    (F.mse_loss(m64(x0[i : i + 1].double()), y0[i : i + 1].double()) / B).backward()
+    magnitudes = magnitudes + torch.cat([p.grad.flatten().abs() for p in m64.parameters()])
+pairs = []
+for r in ranks:
+    pairs.append((r["first"], single["first"], gamma(B + 4 * 5, U16) * magnitudes))
+    steps = torch.arange(1, STEPS + 1, dtype=torch.float64)
+    bound = torch.tensor([gamma(int(B * s), U16) for s in steps.tolist()], dtype=torch.float64) * single["losses"].abs()
+    pairs.append((r["losses"], single["losses"], bound))
+measured = worst(pairs)  # the worst element, in units of its bound
+allowed = 1.0"""
     elif check == "sharded_scaler":
         program = _SCALER_PROGRAM
         reference = """# reference: an inf on any one rank makes every rank skip the step with the same scale
@@ -1350,6 +1416,8 @@ _DIST_ALLOWANCE = {
     "fsdp2_reduce": "the declared reduce dtype's: its rounding and /W per rank and gamma_(W-1) of its sum (fp32: "
     "gamma_W(2^-24) mean|g|)",
     "sharded_scaler": "exact: a skipped step on every rank, one scale",
+    "ddp_amp_training": "the batch reduced in another order: gamma_(B + 4 x modules)(2^-11) sum_i |g_i| of the first "
+    "step's gradients, gamma_(B x steps)(2^-11) |L| of the losses",
 }
 
 

@@ -263,6 +263,20 @@ def reordered_batch_losses(losses: torch.Tensor, batch: int, fmt: FloatFormat) -
     )
 
 
+def reordered_batch_gradient(magnitudes: torch.Tensor, batch: int, modules: int, fmt: FloatFormat) -> Budget:
+    """A gradient of one step from the same weights with the batch reduced in another order (per
+    rank, then across ranks): each of the ``batch`` per-sample contributions reaches the gradient
+    through at most 4 roundings in ``fmt`` per module (the forward output, the input gradient, the
+    weight-gradient product and the bias sum) and the batch sum adds one per sample:
+    gamma_(B + 4 x modules)(u) x sum_i |g_i| (``magnitudes``, float64)."""
+    n = batch + 4 * modules
+    return Budget(
+        gamma(n, _u(fmt)) * magnitudes.to(torch.float64),
+        f"gamma_(B + 4 x {modules} modules)({fmt.name} u) x sum_i |g_i|, B={batch}: each sample's contribution "
+        "through the model's roundings, the batch summed in another order",
+    )
+
+
 def fp32_reduce(locals_: torch.Tensor, world: int) -> Budget:
     """An fp32 reduce(-scatter) of W gradients against their exact mean: gamma_W(2^-24) mean|g|
     (plus fp32's smallest subnormal for zeros)."""

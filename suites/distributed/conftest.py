@@ -16,6 +16,12 @@ def ddp_plain_hook() -> str | None:
 
 
 @pytest.fixture
+def ddp_amp_hook() -> str | None:
+    """DDP's communication path in the AMP training check: None is DDP's own all-reduce."""
+    return None
+
+
+@pytest.fixture
 def ddp_hook() -> dict[str, str]:
     """DDP gradient-compression hooks, by format."""
     return {"fp16": f"{_TORCH_HOOKS}:fp16_compress_hook", "bf16": f"{_TORCH_HOOKS}:bf16_compress_hook"}

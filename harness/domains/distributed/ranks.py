@@ -198,13 +198,17 @@ def ddp_gradients(rank: int, world: int, hook: str, plain_hook: str | None = Non
     return out
 
 
-def ddp_amp_training(rank: int, world: int, steps: int) -> list[float]:
-    """DDP + fp16 autocast + GradScaler, each rank on its half of every batch: the global losses."""
+def ddp_amp_training(rank: int, world: int, steps: int, hook: str | None = None) -> dict[str, Any]:
+    """DDP + fp16 autocast + GradScaler, each rank on its half of every batch: the global losses
+    and the first step's unscaled gradients (:func:`_amp_loop`). ``hook``: DDP's communication
+    hook (``module:function``; None: its own all-reduce)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dev = _device(rank)
     model = DDP(_model().to(dev), device_ids=[rank] if dev.type == "cuda" else None)
+    if hook is not None:
+        model.register_comm_hook(None, resolve(hook))
     return _amp_loop(model, dev, steps, lambda s: _shard(_global_batch(s), rank, world), lambda v: _mean_all(v, dist))
 
 
@@ -232,26 +236,54 @@ def _amp_loop(
     steps: int,
     batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
     reduce_loss: Callable[[float], float],
-) -> list[float]:
+) -> dict[str, Any]:
+    """``steps`` steps of SGD under fp16 autocast and GradScaler: the losses, and the gradients of
+    the first step taken (scaled ones divided by the scale: exact, a power of two) as lists."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = torch.amp.GradScaler(dev.type)
-    losses = []
+    losses: list[float] = []
+    first: list[list[float]] | None = None
     for s in range(steps):
         x, y = batch(s)
         opt.zero_grad()
         with torch.autocast(dev.type, dtype=torch.float16):
             loss = torch.nn.functional.mse_loss(model(x.to(dev)).float(), y.to(dev))
         scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        scale = float(scaler.get_scale())
+        grads = [(p.grad.detach().double() / scale).flatten() for p in model.parameters() if p.grad is not None]
+        if first is None and all(bool(g.isfinite().all()) for g in grads):
+            first = [g.cpu().tolist() for g in grads]
         scaler.step(opt)
         scaler.update()
         losses.append(reduce_loss(loss.detach().item()))
-    return losses
+    return {"losses": losses, "first_grads": first}
 
 
-def single_process_amp_training(steps: int) -> list[float]:
+def single_process_amp_training(steps: int) -> dict[str, Any]:
     """The same training in one process on the whole batch (the DDP reference)."""
     dev = torch.device("cpu")
     return _amp_loop(_model().to(dev), dev, steps, _global_batch, lambda v: v)
+
+
+#: Modules of the distributed suite's model (:func:`_model`): three linears, two tanh
+MODEL_MODULES = 5
+
+
+def per_sample_gradient_magnitudes(step: int = 0) -> list[torch.Tensor]:
+    """sum_i |g_i| per parameter element, in float64: g_i the contribution of sample i of the
+    global batch at ``step`` to the gradient of the batch's mean loss (1/B of its own gradient),
+    at the initial weights; what the budget of a reordered batch reduction is a multiple of."""
+    model = _model().double()
+    x, y = _global_batch(step)
+    total = [torch.zeros_like(p, dtype=torch.float64).flatten() for p in model.parameters()]
+    for i in range(x.shape[0]):
+        model.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x[i : i + 1].double()), y[i : i + 1].double()) / x.shape[0]
+        loss.backward()  # type: ignore[no-untyped-call]
+        for t, p in zip(total, model.parameters(), strict=True):
+            assert p.grad is not None
+            t += p.grad.flatten().abs()
+    return total
 
 
 #: FSDP2's sharding function (``module:function``): what the ranks wrap the model with.
