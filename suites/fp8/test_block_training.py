@@ -25,6 +25,7 @@ import pytest
 from harness.domains.fp8.blocktraining import (
     block_lane,
     block_lane_reference,
+    block_linear_over_budget,
     block_recipe,
     block_setup,
     converted,
@@ -34,7 +35,7 @@ from harness.domains.fp8.blocktraining import (
     step_conformance,
 )
 from harness.domains.fp8.nvfp4_recipe import NVFP4RecipeLinear
-from harness.domains.fp8.training import judge_band, localised_row
+from harness.domains.fp8.training import first_failed_step, judge_band, localised_row
 from harness.domains.training import BF16, SETUPS, parity, seed_band
 from harness.domains.training.amp_lane import judge_lane, lane_steps
 from harness.domains.training.parity import RecipeResult, conclusive
@@ -122,8 +123,8 @@ def _judge(
         line = localised_row(
             amp_record,
             f"{setup_name}.{label}",
-            p,
-            lambda step: first_block_linear_over_budget(setup, spec_id, linear, step, device),
+            first_failed_step(p),
+            lambda: first_block_linear_over_budget(setup, spec_id, linear, first_failed_step(p), device),
             device,
             tags,
         )
@@ -195,10 +196,32 @@ def test_block_scaled_steps_are_as_accurate_as_correctly_rounded_ones(
 ):
     """The AMP lane's rule: from each checkpoint, the step's error against float64 is at most twice
     (one element significand bit fewer) the correctly rounded block-scaled step's."""
-    _, _, lane, _ = _lane(setup_name, spec_id, block_linear_under_test, train_cached, block_lane_references, amp_device)
-    amp_record.require(
-        judge_lane(lane), device=amp_device, tags={"implementation": block_linear_under_test.name, "seed": 0}
+    setup, run, lane, _ = _lane(
+        setup_name, spec_id, block_linear_under_test, train_cached, block_lane_references, amp_device
     )
+    tags = {"implementation": block_linear_under_test.name, "seed": 0}
+    verdict = judge_lane(lane)
+    if not verdict.passed:
+        worst = max(lane.errors, key=lambda e: e.ratio).step
+        verdict = _localised(verdict, setup, spec_id, block_linear_under_test, run, worst, amp_device, amp_record, tags)
+    amp_record.require(verdict, device=amp_device, tags=tags)
+
+
+def _localised(verdict, setup, spec_id, linear, run, step, device, amp_record, tags):
+    """A failed step claim with the first block-scaled linear over its budget in the step taken
+    from the run's kept state ``step`` (a row keeping its script), as a line of its detail."""
+    state = run.states.get(step)
+    if state is None:
+        return verdict
+    line = localised_row(
+        amp_record,
+        f"{setup.name}.{spec_id}.step_{step + 1}",
+        step,
+        lambda: block_linear_over_budget(setup, spec_id, linear, state.model, state.next_batch, device),
+        device,
+        tags,
+    )
+    return dataclasses.replace(verdict, detail=(*verdict.detail, line))
 
 
 @pytest.mark.parametrize(("setup_name", "spec_id"), STEPS)
@@ -213,6 +236,9 @@ def test_block_scaled_steps_are_the_specifications_up_to_float32(
     )
     c = step_conformance(setup, spec_id, block_linear_under_test, run, reference, amp_device)
     rerun = f"seed 0, pytest suites/fp8/test_block_training.py -k '{setup_name} and {spec_id} and specification'"
-    amp_record.require(
-        judge_conformance(c, rerun), device=amp_device, tags={"implementation": block_linear_under_test.name, "seed": 0}
-    )
+    tags = {"implementation": block_linear_under_test.name, "seed": 0}
+    verdict = judge_conformance(c, rerun)
+    if not verdict.passed:
+        worst = c.steps[max(range(len(c.steps)), key=lambda i: c.ratios[i])]
+        verdict = _localised(verdict, setup, spec_id, block_linear_under_test, run, worst, amp_device, amp_record, tags)
+    amp_record.require(verdict, device=amp_device, tags=tags)

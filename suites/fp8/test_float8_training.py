@@ -17,6 +17,7 @@ from harness.domains.fp8 import recipes
 from harness.domains.fp8.training import (
     BF16_RULE_FRACTION,
     FP8_PARITY_FRACTION,
+    first_failed_step,
     first_linear_over_budget,
     float8_recipe,
     float8_setup,
@@ -73,8 +74,8 @@ def _localiser(setup, recipe_name, emulate):
         return localised_row(
             amp_record,
             f"{setup.name}.float8_{recipe_name}",
-            p,
-            lambda step: first_linear_over_budget(setup, recipe_name, step, device, emulate),
+            first_failed_step(p),
+            lambda: first_linear_over_budget(setup, recipe_name, first_failed_step(p), device, emulate),
             device,
             tags,
         )

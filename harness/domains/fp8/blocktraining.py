@@ -13,6 +13,7 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,7 +28,7 @@ from harness.domains.fp8.blocklinear import (
     torchao_script,
 )
 from harness.domains.fp8.blockscaled import TorchBlockScaling
-from harness.domains.fp8.linear import Localised, seen_by_linears
+from harness.domains.fp8.linear import Localised, over_budget, seen_by_linears
 from harness.domains.fp8.training import FP8_PARITY_FRACTION
 from harness.domains.training import amp_lane as L
 from harness.domains.training.batches import to_device
@@ -291,22 +292,36 @@ def check_block_steps(
 def first_block_linear_over_budget(
     setup: Setup, spec_id: str, linear: BlockLinear, failed_step: int, device: torch.device | str = "cpu"
 ) -> tuple[Localised | None, int]:
-    """Localise a block-scaled run that left its band: at ``failed_step`` (the fp32 run's weights
-    then, seed 0), one step of ``setup`` with its convertible linears block-scaled by ``linear``, on
-    the evaluation batch; each block-scaled linear's three products taken again from what it saw,
-    against their budgets (:func:`harness.domains.fp8.blocklinear.product_budgets`). The first over
-    its budget (with torchao's script when ``linear`` is torchao's), and how many were judged."""
-    spec = B.SPECS[spec_id]
+    """Localise a block-scaled run that left its band: at ``failed_step``, from the fp32 run's
+    weights then (seed 0), on the evaluation batch (:func:`block_linear_over_budget`)."""
     dev = torch.device(device)
     weights = train(setup, FP32, 0, dev, keep_weights_at=frozenset({failed_step})).weights[failed_step]
+    batch = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
+    return block_linear_over_budget(setup, spec_id, linear, weights, batch, dev)
+
+
+def block_linear_over_budget(
+    setup: Setup,
+    spec_id: str,
+    linear: BlockLinear,
+    weights: dict[str, torch.Tensor],
+    batch: Any,
+    device: torch.device | str = "cpu",
+) -> tuple[Localised | None, int]:
+    """One step of ``setup`` at ``weights`` on ``batch`` with its convertible linears block-scaled
+    by ``linear``: each block-scaled linear's three products taken again from what it saw, against
+    their budgets (:func:`harness.domains.fp8.blocklinear.product_budgets`). The first over its
+    budget (with torchao's script when ``linear`` is torchao's), and how many were judged."""
+    spec = B.SPECS[spec_id]
+    dev = torch.device(device)
     model = block_setup(setup, spec_id, linear).model(INIT_SEED).to(dev)
     model.load_state_dict(weights, strict=False)  # the block-scaled linears hold the same parameters
-    inputs, targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+    inputs, targets = to_device(batch, dev)
     seen = seen_by_linears(model, lambda: setup.loss_from(setup.forward(model, inputs), targets), BlockScaledLinear)
     for s in seen:
         got = linear_products(linear, s.x, s.w, s.go, spec)
         for name, (ref, bud) in product_budgets(s.x, s.w, s.go, spec).items():
-            worst = float(((getattr(got, name).detach().double().cpu() - ref).abs() / bud.bound).max())
+            worst = over_budget(getattr(got, name), ref, bud)
             if worst <= 1.0:
                 continue
             repro = None

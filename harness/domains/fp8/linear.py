@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ from harness.domains.failure_repro import FailureRepro, product_against_float64
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.adapters import import_torchao
 from harness.domains.fp8.conformance import scale_shape
-from harness.domains.fp8.matmul import Operand, ScaledBudget, budget
+from harness.domains.fp8.matmul import Operand, ScaledBudget, budget, sqnr
 from harness.numerics.comparison import ElementwiseComparison, compare_within
 from harness.numerics.formats import FP32
 from harness.numerics.scaled import CastSpec, scales
@@ -135,6 +136,15 @@ ref = {GEMMS[product.gemm][2]}"""
     )
 
 
+def over_budget(actual: torch.Tensor, reference: torch.Tensor, bud: ScaledBudget) -> float:
+    """How far a product is over its budget, as its script measures it: the worst element in units
+    of its bound, or the SQNR floor over the SQNR reached, whichever is larger (at most 1: within)."""
+    got = actual.detach().double().cpu()
+    worst = float(((got - reference).abs() / bud.bound).max())
+    measured = sqnr(got, reference)
+    return max(worst, bud.sqnr_floor_db / measured if measured > 0 else math.inf)
+
+
 @dataclass(frozen=True)
 class Localised:
     """The first linear (in forward order) of one low-precision step whose product leaves its
@@ -208,7 +218,7 @@ def first_linear_over_budget(
     seen = seen_by_linears(model, step)
     for s in seen:
         for p in products(name, s.x, s.w, s.go, device, emulate):
-            worst = float(((p.actual.double().cpu() - p.reference).abs() / p.budget.bound).max())
+            worst = over_budget(p.actual, p.reference, p.budget)
             if not worst <= 1.0:
                 repro = script(name, p, s.x, s.w, s.go, emulate, where=f" of the model's linear {s.path!r}")
                 return Localised(s.path, p.gemm, worst, len(seen), repro), len(seen)

@@ -129,26 +129,30 @@ class _Record(Protocol):
     def repro_tags(self, repro: FailureRepro | None) -> dict[str, Any]: ...
 
 
+def first_failed_step(p: Parity) -> int:
+    """The first checkpoint of a run that left its band."""
+    return next(t for t, d, a in zip(p.steps, p.diffs, p.allowances, strict=True) if not d <= a)
+
+
 def localised_row(
     record: _Record,
     metric: str,
-    p: Parity,
-    locate: Callable[[int], tuple[Localised | None, int]],
+    step: int,
+    locate: Callable[[], tuple[Localised | None, int]],
     device: torch.device | str,
     tags: dict[str, Any],
 ) -> str:
-    """For a run that left its band (``p``): ``locate`` the first linear over its budget at the
-    first failed checkpoint, record it as ``<metric>.first_linear_over_budget`` (the row keeps its
-    script: ``record`` is the suite's ``amp_record``) and say it in a line for the failure."""
-    step = next(t for t, d, a in zip(p.steps, p.diffs, p.allowances, strict=True) if not d <= a)
+    """For a failed training claim: ``locate`` the first linear over its budget at ``step``,
+    record it as ``<metric>.first_linear_over_budget`` (the row keeps its script: ``record`` is
+    the suite's ``amp_record``) and say it in a line for the failure."""
     try:
-        found, judged = locate(step)
+        found, judged = locate()
     except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
         return f"(no localisation: {type(exc).__name__}: {exc})"
     if found is None:
         return (
-            f"at step {step} no linear's products leave their budget ({judged} judged): the departure is the "
-            "run's, not one product's"
+            f"at step {step} no linear's products leave their budget ({judged} judged): what failed is not one "
+            "product's error beyond its formats' budget"
         )
     repro_tags = record.repro_tags(found.repro)
     record(
