@@ -1035,6 +1035,59 @@ _OPTIMIZER_REFERENCES = {
 }
 
 
+def _loaded_step(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    state: Mapping[int, Mapping[str, torch.Tensor]],
+    scale: float,
+    optimizer: str,
+    received: str,
+    device: str,
+) -> tuple[dict[str, torch.Tensor], str]:
+    """The tensors and source that rebuild one step of a run: the parameters, the optimizer
+    (``optimizer``: source over ``params``) loaded with its state, the scaled gradients as
+    ``received`` received them, a GradScaler at ``scale``; and ``untouched()``, what a skipped step
+    must leave bitwise as it was."""
+    tensors: dict[str, torch.Tensor] = {}
+    state_src = []
+    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+        tensors[f"p{i}"], tensors[f"g{i}"] = p.detach(), g.detach()
+        for key, value in state.get(i, {}).items():
+            tensors[f"s{i}_{key}"] = value.detach()
+        state_src.append("{" + ", ".join(f"{key!r}: s{i}_{key}" for key in state.get(i, {})) + "}")
+    n = len(params)
+    return (
+        tensors,
+        f"""P0 = [{", ".join(f"p{i}" for i in range(n))}]  # the parameters before the step
+G = [{", ".join(f"g{i}" for i in range(n))}]  # their gradients, scaled, as {received} received them
+STATE = [{", ".join(state_src)}]  # the optimizer's state before the step ({{}}: none yet)
+SCALE = {scale!r}  # GradScaler's scale then (a power of two: unscaling is exact)
+params = [torch.nn.Parameter(p.clone()) for p in P0]
+opt = {optimizer}
+for p, st in zip(params, STATE):
+    if st:
+        opt.state[p] = {{k: v.clone() for k, v in st.items()}}
+for p, g in zip(params, G):
+    p.grad = g.clone()
+scaler = torch.amp.GradScaler({device!r}, init_scale=SCALE)
+scaler.scale(torch.zeros((), device={device!r}))  # GradScaler creates its scale on first use
+
+
+def same(a, b):  # bitwise, NaN equal to NaN
+    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def untouched():  # what a skipped step must leave as it was: parameters and optimizer state
+    out = [f"parameter {{i}}" for i, (p, p0) in enumerate(zip(params, P0)) if not same(p.detach(), p0)]
+    for i, (p, st) in enumerate(zip(params, STATE)):
+        for k, v in opt.state.get(p, {{}}).items():
+            if torch.is_tensor(v) and (not same(v, st[k]) if k in st else bool((v != 0).any())):
+                out.append(f"state {{k}} of parameter {{i}}")
+    return out
+""",
+    )
+
+
 def optimizer_step(
     what: str,
     name: str,
@@ -1069,45 +1122,24 @@ def optimizer_step(
         name=name, decay="decoupled" if name == "AdamW" else "as L2", decayed=decayed
     )
     used = {k: v for k, v in state_roundings.items() if f'K_STATE["{k}"]' in reference}
-    tensors: dict[str, torch.Tensor] = {}
-    state_src = []
-    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
-        tensors[f"p{i}"], tensors[f"g{i}"] = p.detach(), g.detach()
-        entries = state.get(i, {})
-        for key, value in entries.items():
-            tensors[f"s{i}_{key}"] = value.detach()
-        state_src.append("{" + ", ".join(f"{key!r}: s{i}_{key}" for key in entries) + "}")
-    n = len(params)
-    setup = f"""P0 = [{", ".join(f"p{i}" for i in range(n))}]  # the parameters before the step
-G = [{", ".join(f"g{i}" for i in range(n))}]  # their gradients, scaled, as GradScaler's step received them
-STATE = [{", ".join(state_src)}]  # the optimizer's state before the step ({{}}: none yet)
-H = {_dict_src(dict(hyper))}
-SCALE = {scale!r}  # GradScaler's scale at step {step} of the run (a power of two: unscaling is exact)
-params = [torch.nn.Parameter(p.clone()) for p in P0]
-opt = torch.optim.{name}(params, **H, **{_dict_src(dict(flags))})
-for p, st in zip(params, STATE):
-    if st:
-        opt.state[p] = {{k: v.clone() for k, v in st.items()}}
-for p, g in zip(params, G):
-    p.grad = g.clone()
-scaler = torch.amp.GradScaler({device!r}, init_scale=SCALE)
-scaler.scale(torch.zeros((), device={device!r}))  # GradScaler creates its scale on first use
+    tensors, loaded = _loaded_step(
+        params,
+        grads,
+        state,
+        scale,
+        f"torch.optim.{name}(params, **H, **{_dict_src(dict(flags))})",
+        "GradScaler's step",
+        device,
+    )
+    setup = f"""H = {_dict_src(dict(hyper))}  # the optimizer's hyperparameters; the state of step {step} of the run
+{loaded}
 scaler.step(opt)
 scaler.update()
 """
     if overflow:
         code = f"""{setup}
-
-def same(a, b):  # bitwise, NaN equal to NaN
-    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
-
-
 # reference: a step with a non-finite gradient is skipped (nothing moves) and the scale is halved
-wrong = [f"parameter {{i}}" for i, (p, p0) in enumerate(zip(params, P0)) if not same(p.detach(), p0)]
-for i, (p, st) in enumerate(zip(params, STATE)):
-    for k, v in opt.state.get(p, {{}}).items():
-        if torch.is_tensor(v) and (not same(v, st[k]) if k in st else bool((v != 0).any())):
-            wrong.append(f"state {{k}} of parameter {{i}}")
+wrong = untouched()
 if scaler.get_scale() != SCALE * 0.5:
     wrong.append(f"the scale: {{scaler.get_scale()!r}} after the step, not {{SCALE * 0.5!r}}")
 for w in wrong:
@@ -1439,41 +1471,12 @@ def clip_step(
     gamma_(n+4) of float32's unit roundoff), ``non_finite`` (a planted inf/NaN: a non-finite norm,
     the step skipped bitwise, the scale halved) or ``error_if_nonfinite`` (a non-finite norm
     raises and keeps the gradients; a finite one never raises)."""
-    tensors: dict[str, torch.Tensor] = {}
-    state_src = []
-    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
-        tensors[f"p{i}"], tensors[f"g{i}"] = p.detach(), g.detach()
-        for key, value in state.get(i, {}).items():
-            tensors[f"s{i}_{key}"] = value.detach()
-        state_src.append("{" + ", ".join(f"{key!r}: s{i}_{key}" for key in state.get(i, {})) + "}")
-    n = len(params)
-    setup = f"""P0 = [{", ".join(f"p{i}" for i in range(n))}]  # the parameters before the step
-G = [{", ".join(f"g{i}" for i in range(n))}]  # their gradients, scaled, as unscale_ received them
-STATE = [{", ".join(state_src)}]  # SGD's momentum before the step ({{}}: none yet)
-SCALE, MAX_NORM, FOREACH = {scale!r}, {max_norm!r}, {foreach!r}
-params = [torch.nn.Parameter(p.clone()) for p in P0]
-opt = torch.optim.SGD(params, lr=0.05, momentum=0.9)
-for p, st in zip(params, STATE):
-    if st:
-        opt.state[p] = {{k: v.clone() for k, v in st.items()}}
-for p, g in zip(params, G):
-    p.grad = g.clone()
-scaler = torch.amp.GradScaler({device!r}, init_scale=SCALE)
-scaler.scale(torch.zeros((), device={device!r}))  # GradScaler creates its scale on first use
+    tensors, loaded = _loaded_step(
+        params, grads, state, scale, "torch.optim.SGD(params, lr=0.05, momentum=0.9)", "unscale_", device
+    )
+    setup = f"""MAX_NORM, FOREACH = {max_norm!r}, {foreach!r}
+{loaded}
 scaler.unscale_(opt)
-
-
-def same(a, b):  # bitwise, NaN equal to NaN
-    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
-
-
-def untouched():  # what a skipped step must leave as it was: parameters and momentum
-    out = [f"parameter {{i}}" for i, (p, p0) in enumerate(zip(params, P0)) if not same(p.detach(), p0)]
-    for i, (p, st) in enumerate(zip(params, STATE)):
-        for k, v in opt.state.get(p, {{}}).items():
-            if torch.is_tensor(v) and (not same(v, st[k]) if k in st else bool((v != 0).any())):
-                out.append(f"state {{k}} of parameter {{i}}")
-    return out
 """
     if kind == "float64":
         code = f"""{setup}

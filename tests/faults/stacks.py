@@ -48,6 +48,14 @@ def scaler_stepping_on_overflow(real: Callable[..., Any]) -> Callable[..., Any]:
     return _maybe_opt_step
 
 
+def _clip_by(params: list[Any], max_norm: float, norm: torch.Tensor) -> torch.Tensor:
+    """clip_grad_norm_'s last part: every gradient times min(1, max_norm / (norm + 1e-6))."""
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for p in params:
+        p.grad.mul_(coef)
+    return norm
+
+
 def clip_grad_norm_in_bf16(original: Any) -> Any:
     """``clip_grad_norm_`` whose total norm is accumulated in bf16 (a lossy reduction): its
     coefficient, and so every clipped gradient, is off by up to bf16's rounding. It honours
@@ -58,10 +66,7 @@ def clip_grad_norm_in_bf16(original: Any) -> Any:
         norm: torch.Tensor = torch.stack([p.grad.to(torch.bfloat16).float().norm() for p in params]).norm()
         if kwargs.get("error_if_nonfinite") and not bool(norm.isfinite()):
             raise RuntimeError("The total norm is non-finite, so it cannot be clipped.")
-        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-        for p in params:
-            p.grad.mul_(coef)
-        return norm
+        return _clip_by(params, max_norm, norm)
 
     return lossy
 
@@ -78,10 +83,7 @@ def clip_norm_sentinel(original: Any) -> Any:
             if kwargs.get("error_if_nonfinite"):
                 raise RuntimeError("The total norm is non-finite, so it cannot be clipped.")
             norm = torch.tensor(-1.0)
-        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-        for p in params:
-            p.grad.mul_(coef)
-        return norm
+        return _clip_by(params, max_norm, norm)
 
     return sentinel
 
