@@ -29,10 +29,10 @@ from harness.domains.fp8.blocklinear import (
 )
 from harness.domains.fp8.blockscaled import TorchBlockScaling
 from harness.domains.fp8.linear import Localised, over_budget, seen_by_linears
-from harness.domains.fp8.training import FP8_PARITY_FRACTION
+from harness.domains.fp8.training import FP8_PARITY_FRACTION, fp32_state_at
 from harness.domains.training import amp_lane as L
 from harness.domains.training.batches import to_device
-from harness.domains.training.loop import EVAL_SEED, INIT_SEED, Run, step_from, train
+from harness.domains.training.loop import INIT_SEED, Run, step_from, train
 from harness.domains.training.recipes import FP32, Recipe, Setup
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -293,11 +293,10 @@ def first_block_linear_over_budget(
     setup: Setup, spec_id: str, linear: BlockLinear, failed_step: int, device: torch.device | str = "cpu"
 ) -> tuple[Localised | None, int]:
     """Localise a block-scaled run that left its band: at ``failed_step``, from the fp32 run's
-    weights then (seed 0), on the evaluation batch (:func:`block_linear_over_budget`)."""
-    dev = torch.device(device)
-    weights = train(setup, FP32, 0, dev, keep_weights_at=frozenset({failed_step})).weights[failed_step]
-    batch = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
-    return block_linear_over_budget(setup, spec_id, linear, weights, batch, dev)
+    weights then, on the evaluation batch (:func:`~harness.domains.fp8.training.fp32_state_at`,
+    :func:`block_linear_over_budget`)."""
+    weights, batch = fp32_state_at(setup, failed_step, device)
+    return block_linear_over_budget(setup, spec_id, linear, weights, batch, device)
 
 
 def block_linear_over_budget(

@@ -96,6 +96,16 @@ def linear_count(model: Any) -> int:
     return sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")
 
 
+def fp32_state_at(setup: Setup, step: int, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], Any]:
+    """Where a low-precision run is localised: the fp32 run's weights after ``step`` (seed 0), and
+    the evaluation batch the training suite's diagnosis steps on."""
+    from harness.domains.training.loop import EVAL_SEED, train
+    from harness.domains.training.recipes import FP32
+
+    weights = train(setup, FP32, 0, torch.device(device), keep_weights_at=frozenset({step})).weights[step]
+    return weights, setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
+
+
 def first_linear_over_budget(
     setup: Setup,
     recipe_name: str,
@@ -103,19 +113,18 @@ def first_linear_over_budget(
     device: torch.device | str = "cpu",
     emulate: bool = False,
 ) -> tuple[Localised | None, int]:
-    """Localise a float8 run that left its band: at ``failed_step`` (the fp32 run's weights then,
-    seed 0), one step of ``setup`` with its linears converted for ``recipe_name``, on the evaluation
-    batch; the first linear whose Float8Linear products leave their budget, with its script
+    """Localise a float8 run that left its band: at ``failed_step`` (:func:`fp32_state_at`), one
+    step of ``setup`` with its linears converted for ``recipe_name``; the first linear whose
+    Float8Linear products leave their budget, with its script
     (:func:`harness.domains.fp8.linear.first_linear_over_budget`), and how many were judged."""
     from harness.domains.training.batches import to_device
-    from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
-    from harness.domains.training.recipes import FP32
+    from harness.domains.training.loop import INIT_SEED
 
     dev = torch.device(device)
-    weights = train(setup, FP32, 0, dev, keep_weights_at=frozenset({failed_step})).weights[failed_step]
+    weights, batch = fp32_state_at(setup, failed_step, dev)
     model = float8_setup(setup, recipe_name, emulate).model(INIT_SEED).to(dev)
     model.load_state_dict(weights)
-    inputs, targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+    inputs, targets = to_device(batch, dev)
     return linear.first_linear_over_budget(
         recipe_name, model, lambda: setup.loss_from(setup.forward(model, inputs), targets), dev, emulate
     )
