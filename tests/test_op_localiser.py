@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from faults.training import lossy_gelu_kernel
 from helpers import assert_caught, inject, run_inner
 
@@ -68,3 +69,46 @@ def test_first_difference_names_the_first_op_that_parts():
     assert O.first_difference(a, a) is None
     assert O.first_difference(a, b) == (a[1], b[1])
     assert O.first_difference(a, a[:2]) == (a[2], None)
+
+
+class _Float8Activation(torch.nn.Module):
+    """A "fast" activation storing its output through float8 under autocast only: every cast is
+    correctly rounded, yet the bf16 step keeps 3 significand bits there."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.gelu(x)
+        return y.to(torch.float8_e4m3fn).to(y.dtype) if torch.is_autocast_enabled("cpu") else y
+
+
+def _step_ops(floor: torch.dtype | None, activation: torch.nn.Module) -> list[O.OpPrint]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), activation, torch.nn.Linear(64, 8))
+    x = torch.randn(64, 32)
+
+    def step() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x).float().square().mean()
+
+    return O.record_step(model, step, floor)
+
+
+def test_a_cast_to_a_format_narrower_than_the_recipe_is_named_in_u_of_the_recipe():
+    first = O.first_over_budget(_step_ops(torch.bfloat16, _Float8Activation()))
+    assert first is not None and (first.op, first.module, first.dtype, first.unit) == (
+        "_to_copy",
+        "1",
+        "float8_e4m3fn",
+        "bfloat16",
+    ), first
+    assert "(the recipe's dtype; float8_e4m3fn is narrower)" in first.describe(), first.describe()
+    # its script judges the cast against its input, in u of bf16
+    repro = O.repro_of(first)
+    assert repro is not None and "ref = t0.double()" in repro.code and "unit roundoff of bfloat16" in repro.code
+    # negative controls: judged in its own format the forward cast is one correct rounding (the
+    # backward's gradient cast flushes to zero, a loss even in float8's own unit); without the
+    # activation the bf16 step's casts all stay within budget
+    own = [o for o in _step_ops(None, _Float8Activation()) if o.module == "1" and o.cast]
+    assert own and not any(o.over_budget for o in own), own
+    clean = _step_ops(torch.bfloat16, torch.nn.GELU())
+    casts = [o for o in clean if o.cast]
+    assert casts and O.first_over_budget(clean) is None and max(o.error_u or 0.0 for o in casts) <= 1.0

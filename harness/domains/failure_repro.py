@@ -180,22 +180,30 @@ def op_local_error(
     what: str,
     call: str,
     tensors: Mapping[str, torch.Tensor],
-    out_dtype: torch.dtype,
+    unit_dtype: torch.dtype,
     budget_u: float,
     origin: str,
     *,
     device: str = "cpu",
+    cast: bool = False,
 ) -> FailureRepro:
     """One aten op of a training step, on the inputs it saw, against itself in float64: its local
-    error ``max |out - ref| / max |ref|`` in units of its output format's unit roundoff."""
-    u = format_of(out_dtype).unit_roundoff
-    code = f"""got = {call}
-got = got[0] if isinstance(got, (tuple, list)) else got  # an op with several outputs: the first
-# reference: the same op on the same inputs upcast exactly to float64
+    error ``max |out - ref| / max |ref|`` in units of ``unit_dtype``'s unit roundoff (the op's
+    output format, or the recipe's where the output's is narrower). ``cast``: a cast, whose exact
+    result is its input (``t0``)."""
+    u = format_of(unit_dtype).unit_roundoff
+    reference = (
+        "# reference: a cast's exact result is its input\nref = t0.double()"
+        if cast
+        else f"""# reference: the same op on the same inputs upcast exactly to float64
 {_upcast(tensors)}
 ref = {call}
-ref = ref[0] if isinstance(ref, (tuple, list)) else ref
-U = {u!r}  # unit roundoff of {str(out_dtype).removeprefix("torch.")}
+ref = ref[0] if isinstance(ref, (tuple, list)) else ref"""
+    )
+    code = f"""got = {call}
+got = got[0] if isinstance(got, (tuple, list)) else got  # an op with several outputs: the first
+{reference}
+U = {u!r}  # unit roundoff of {str(unit_dtype).removeprefix("torch.")}
 measured = float((got.double() - ref).abs().max() / ref.abs().max()) / U  # the op's own error, in u
 allowed = {budget_u!r}"""
     return FailureRepro("op", what, code, origin, dict(tensors), device=device)

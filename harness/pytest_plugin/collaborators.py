@@ -351,14 +351,14 @@ class TrainingChecks:
 
     def _record_first_op(self, metric: str, o: OpPrint) -> None:
         """The row of the first aten op of an AMP step whose own error leaves its budget."""
-        from harness.domains.training.ops import OP_BUDGET_U, repro_of
+        from harness.domains.training.ops import repro_of
 
         repro = repro_of(o, self._device)
         self._record(
             metric,
             o.error_u,
             unit="u",
-            allowance=OP_BUDGET_U,
+            allowance=o.budget_u,
             device=self._device,
             dtype=o.dtype,
             tags={

@@ -332,4 +332,4 @@ def localise(
         with torch.autocast(dev.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
             return setup.loss_from(setup.forward(model, inputs), targets)
 
-    return record_step(model, step)
+    return record_step(model, step, recipe.dtype)

@@ -8,7 +8,12 @@ op's output dtype, is what the op itself adds, whatever error its inputs already
 at one op shows there, not smeared over everything downstream). An op computed correctly and
 rounded once to its output dtype errs by at most 1 u this way; :data:`OP_BUDGET_U` allows for the
 kernels that round intermediates in their own dtype (measured on the harness's models: see the
-constant). Views, casts, copies and random ops are not judged. Each op is recorded with the module
+constant). A cast between floating dtypes is judged against its input: it is one rounding
+(:data:`CAST_BUDGET_U`). The
+unit is never coarser than the recipe's own dtype (``floor``): an op or cast that stores a value
+in a narrower format than the recipe promises (a float8 activation in a bf16 step) loses
+precision the recipe does not allow, and is judged in u of the recipe's dtype. Views, copies and
+random ops are not judged. Each op is recorded with the module
 it ran in (forward; backward ops as ``(backward)``), its output dtype and shape, a hash of its
 output's bytes (what :func:`first_difference` compares between two runs), and its local error.
 
@@ -40,6 +45,10 @@ if TYPE_CHECKING:
 #: fp16 autocast: at most 3.8 u (cnn_bn fp16, convolution_backward; tiny LM 2.8 u, MLP 0.8 u;
 #: tests/test_op_localiser.py keeps the clean maximum below the budget). About twice that.
 OP_BUDGET_U = 8.0
+
+#: A cast's error against its input: one rounding to nearest errs by less than 1 u of the value,
+#: so of the tensor's largest (no intermediates: nothing else to allow for).
+CAST_BUDGET_U = 1.0
 
 #: Ops that move or reinterpret data without computing: never judged.
 NOT_COMPUTED = frozenset(
@@ -143,18 +152,29 @@ class OpPrint:
     dtype: str
     shape: tuple[int, ...]
     digest: str
-    #: local error in units of u of ``dtype``; None where the op is not judged
+    #: local error in units of u of ``unit`` (``dtype``, or the recipe's dtype where ``dtype`` is
+    #: narrower); None where the op is not judged
     error_u: float | None
     #: the first op over its budget only: the call, as source, and its tensor inputs (by the names
     #: the source uses), kept so that ``amp-harness repro`` can run it alone
     call: OpCall | None = field(default=None, compare=False, repr=False)
+    #: the dtype whose unit roundoff ``error_u`` counts in ("" : ``dtype``'s)
+    unit: str = ""
+    #: a cast: judged against its input (the reproduction's reference too)
+    cast: bool = False
+
+    @property
+    def budget_u(self) -> float:
+        return CAST_BUDGET_U if self.cast else OP_BUDGET_U
 
     @property
     def over_budget(self) -> bool:
-        return self.error_u is not None and self.error_u > OP_BUDGET_U
+        return self.error_u is not None and self.error_u > self.budget_u
 
     def describe(self) -> str:
-        err = "" if self.error_u is None else f", its own error {self.error_u:.3g} u (budget {OP_BUDGET_U:g} u)"
+        unit = self.unit or self.dtype
+        of = "" if unit == self.dtype else f" of {unit} (the recipe's dtype; {self.dtype} is narrower)"
+        err = "" if self.error_u is None else f", its own error {self.error_u:.3g} u{of} (budget {self.budget_u:g} u)"
         return f"op #{self.index} aten.{self.op} in {self.module} -> {self.dtype}{list(self.shape)}{err}"
 
 
@@ -168,19 +188,38 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
 
 def _digest(t: torch.Tensor) -> str:
     data = t.detach().contiguous().cpu()
-    if data.dtype == torch.bfloat16:
-        data = data.view(torch.int16)
+    if data.dtype.is_floating_point and data.dtype not in (torch.float16, torch.float32, torch.float64):
+        # numpy has no bfloat16 or float8: hash the bits (float4's packed pairs are one byte too)
+        data = data.view({1: torch.uint8, 2: torch.int16}[data.element_size()])
     return hashlib.sha1(data.numpy().tobytes()).hexdigest()[:16]
+
+
+#: aten's cast between dtypes (``Tensor.to``): judged against its input
+CAST = "_to_copy"
+
+
+def unit_of(dtype: torch.dtype, floor: torch.dtype | None) -> torch.dtype | None:
+    """The dtype whose unit roundoff an op's error counts in: its output's, or the recipe's own
+    (``floor``) where the output's format is coarser; None for a format the harness does not know."""
+    try:
+        u = format_of(dtype).unit_roundoff
+        if floor is not None and format_of(floor).unit_roundoff < u:
+            return floor
+    except ValueError:
+        return None
+    return dtype
 
 
 class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records :class:`OpPrint` of every aten op while active; ``module_of`` names the module
-    running now (a stack kept by module hooks)."""
+    running now (a stack kept by module hooks); ``floor``: the recipe's dtype, the coarsest unit
+    an op is judged in (None: each op's own output dtype)."""
 
-    def __init__(self, module_of: Callable[[], str]) -> None:
+    def __init__(self, module_of: Callable[[], str], floor: torch.dtype | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[OpPrint] = []
         self._module_of = module_of
+        self._floor = floor
         self._captured = False  # the first op over its budget keeps its call (OpPrint.call)
 
     def __torch_dispatch__(
@@ -193,8 +232,13 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             and torch.Tag.nondeterministic_seeded not in func.tags
             and any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in (*args, *kwargs.values()))
         )
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        cast = name == CAST and source is not None and source.is_floating_point()
         ref = None
-        if judged:
+        if cast:
+            assert source is not None
+            ref = source.detach().double()  # a cast's exact result is its input
+        elif judged:
             try:  # before the op runs: an in-place op overwrites its inputs
                 up = tree_map(
                     lambda a: a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a, args
@@ -210,17 +254,18 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if first is None or not first.is_floating_point():
             return out
         error = None
-        if ref is not None and ref.shape == first.shape:
+        unit = unit_of(first.dtype, self._floor)
+        if ref is not None and unit is not None and ref.shape == first.shape:
             r, o = ref.detach().double(), first.detach().double()
             scale = float(r.abs().max()) if r.numel() else 0.0
             diff = float((o - r).abs().max()) if r.numel() else 0.0
             if math.isfinite(scale) and scale > 0:
-                error = (diff / scale) / format_of(first.dtype).unit_roundoff
+                error = (diff / scale) / format_of(unit).unit_roundoff
             elif diff == 0.0:
                 error = 0.0
             else:
                 error = math.inf
-        over = error is not None and error > OP_BUDGET_U and not self._captured
+        over = error is not None and error > (CAST_BUDGET_U if cast else OP_BUDGET_U) and not self._captured
         # its inputs as they were: an op that wrote into them (in place, out=) is not kept
         call = op_call(func, args, kwargs) if over and not name.endswith("_") and "out" not in kwargs else None
         self._captured |= over
@@ -234,12 +279,14 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 _digest(first),
                 error,
                 call,
+                "" if unit in (None, first.dtype) else str(unit).removeprefix("torch."),
+                cast,
             )
         )
         return out
 
 
-def record_step(model: nn.Module, step: Callable[[], torch.Tensor]) -> list[OpPrint]:
+def record_step(model: nn.Module, step: Callable[[], torch.Tensor], floor: torch.dtype | None = None) -> list[OpPrint]:
     """Every aten op of ``step()`` (a forward returning the loss; its backward is run here) on
     ``model``, with the module each forward op ran in."""
     stack: list[str] = []
@@ -255,7 +302,7 @@ def record_step(model: nn.Module, step: Callable[[], torch.Tensor]) -> list[OpPr
 
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
-    recorder = OpRecorder(lambda: stack[-1] if stack else phase[0])
+    recorder = OpRecorder(lambda: stack[-1] if stack else phase[0], floor)
     try:
         with recorder:
             loss = step()
@@ -274,28 +321,35 @@ def repro_of(o: OpPrint | None, device: torch.device | str = "cpu") -> FailureRe
         return None
     from harness.domains.failure_repro import op_local_error
 
-    dtype = getattr(torch, o.dtype)
+    unit = o.unit or o.dtype
     return op_local_error(
-        f"{o.describe()}: its own error against float64 on the inputs it saw, in u of {o.dtype}",
+        f"{o.describe()}: its own error against float64 on the inputs it saw, in u of {unit}",
         o.call.source,
         o.call.tensors,
-        dtype,
-        OP_BUDGET_U,
-        "OP_BUDGET_U: 1 u for rounding the output once, plus what kernels keeping low-precision intermediates "
+        getattr(torch, unit),
+        o.budget_u,
+        "CAST_BUDGET_U: one rounding to nearest errs by less than 1 u"
+        if o.cast
+        else "OP_BUDGET_U: 1 u for rounding the output once, plus what kernels keeping low-precision intermediates "
         "add (measured clean at most 3.8 u on the harness's models: about twice that)",
         device=str(device),
+        cast=o.cast,
     )
 
 
 def first_over_budget(ops: Sequence[OpPrint]) -> OpPrint | None:
-    """The first op, in execution order, whose own error leaves :data:`OP_BUDGET_U`."""
+    """The first op, in execution order, whose own error leaves its budget (:data:`OP_BUDGET_U`, a
+    cast :data:`CAST_BUDGET_U`)."""
     return next((o for o in ops if o.over_budget), None)
 
 
 def localised(first: OpPrint | None, ops: int) -> str:
     """What a failure message says of a step's ops: the first over its budget, or that none is."""
     if first is None:
-        return f"every one of the step's {ops} aten ops stays within {OP_BUDGET_U:g} u of float64"
+        return (
+            f"every one of the step's {ops} aten ops stays within {OP_BUDGET_U:g} u of float64 "
+            f"(a cast within {CAST_BUDGET_U:g} u of its input)"
+        )
     return f"first op over its budget (of {ops}): {first.describe()}"
 
 
