@@ -418,6 +418,33 @@ def test_a_failed_compiled_checks_script_exits_1_on_the_faulty_compiler_and_0_on
     assert clean[str(scripts[0])] == 0, said_clean
 
 
+@pytest.mark.amp_thorough  # three ops compiled in the suite, then in each interpreter: about 20 s
+def test_a_failed_compiled_catalogue_sweep_writes_a_script_of_the_ops_that_differ(
+    pytester, suite_copy, tmp_path, capsys
+):
+    suite_copy("compiled/test_compiled_policy.py")
+    patches = {
+        **PATCHES["compile_outputs_in_float32"],
+        "harness.domains.compiled.catalogue.CATALOGUE": "faults.compiled.catalogue_sample",
+    }
+    inject(pytester, "", patches=patches, imports=("faults.stacks", "faults.compiled", "torch"))
+    sweep = "test_every_catalogue_op_keeps_its_eager_dtype_when_compiled[cpu-bf16]"
+    run = run_inner(pytester, "-k", sweep, "--amp-tier=thorough", f"--amp-report-dir={pytester.path / 'out'}")
+    assert_caught(run, f"*{sweep.replace('[', '[[]')}")
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
+    scripts = sorted(tmp_path.glob("*.py"))
+    assert len(scripts) == 1, capsys.readouterr()
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(
+        [{p: ["compile_outputs_in_float32"] for p in scripts}, {p: [] for p in scripts}]
+    )
+    assert faulty[str(scripts[0])] == 1, said_faulty
+    for op in ("torch.mm", "F.linear"):  # the two low-precision ops; layer_norm stays float32 either way
+        assert f"{op}: compiled float32, eager bfloat16   <- differs" in said_faulty, said_faulty
+    assert "F.layer_norm" not in said_faulty
+    assert clean[str(scripts[0])] == 0, said_clean
+
+
 def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):
     from harness.storage import report as rp
 

@@ -91,4 +91,5 @@ def test_every_catalogue_op_keeps_its_eager_dtype_when_compiled(
         ),
         dtype=amp_dtype,
         device=amp_device,
+        repro=catalogue.repro_of(ops, amp_device, amp_dtype, amp_compile_backend),
     )

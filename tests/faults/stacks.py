@@ -309,6 +309,15 @@ def _softmax_in_float32(out: Any) -> Any:
 compile_softmax_in_float32 = _compiled_returning(_softmax_in_float32)
 
 
+def _tensor_in_float32(out: Any) -> Any:
+    return out.float() if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+
+#: ``torch.compile`` returning every floating tensor result in float32 (a compiler dropping
+#: autocast's low-precision choice for every op compiled alone)
+compile_outputs_in_float32 = _compiled_returning(_tensor_in_float32)
+
+
 def _region_out_in_low_precision(out: Any) -> Any:
     if isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
         return out[0], out[1].to(out[0].dtype)
@@ -504,6 +513,7 @@ STACKS: dict[str, tuple[str, str]] = {
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),
     "compile_softmax_in_float32": ("torch.compile", "faults.stacks.compile_softmax_in_float32"),
     "compile_region_in_low_precision": ("torch.compile", "faults.stacks.compile_region_in_low_precision"),
+    "compile_outputs_in_float32": ("torch.compile", "faults.stacks.compile_outputs_in_float32"),
 }
 
 

@@ -9,12 +9,18 @@ as agreeing: the claim counts only ops that went through the backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
-from harness.domains.autocast.probe import dtype_name, run_op
+from harness.domains.autocast.probe import dtype_name, replay, run_op
+from harness.domains.autocast.repro import MAX_CASES
+from harness.domains.call_capture import Captured, NotReplayable
 from harness.domains.compiled.runs import Backend, compile_fn
+
+if TYPE_CHECKING:
+    from harness.domains.failure_repro import FailureRepro
 
 
 @dataclass(frozen=True)
@@ -49,3 +55,35 @@ def sweep(device: torch.device, dtype: torch.dtype, backend: Backend) -> list[Co
     """Every catalogue op of ``device``, compiled one by one."""
     found = [observe(c, device, dtype, backend) for c in CATALOGUE if device.type in c.devices]
     return [f for f in found if f is not None]
+
+
+def repro_of(ops: list[CompiledOp], device: torch.device, dtype: torch.dtype, backend: Backend) -> FailureRepro | None:
+    """The standalone reproduction of a failed sweep: the ops whose compiled dtype is not eager's
+    (at most ``MAX_CASES``), replayed from their captured calls, eager and compiled with the same
+    backend. None where nothing differs, no call could be written, or the backend is a function of
+    your own (the script would need your code)."""
+    from harness.domains.failure_repro import compiled_dtypes
+
+    if not isinstance(backend, str):
+        return None
+    by_name = {c.name: c for c in CATALOGUE}
+    cases: list[tuple[str, Captured]] = []
+    for o in ops:
+        if o.compiled is None or o.compiled == o.eager:
+            continue
+        try:
+            cases.append((o.name, replay(by_name[o.name], device, dtype)))
+        except NotReplayable:
+            continue
+        if len(cases) == MAX_CASES:
+            break
+    if not cases:
+        return None
+    return compiled_dtypes(
+        f"catalogue ops whose output dtype under {device.type} autocast ({dtype}) compiled with {backend} is not "
+        "eager's",
+        cases,
+        str(device),
+        dtype,
+        backend,
+    )
