@@ -115,6 +115,19 @@ CONTROLS = {
         "mx_block_scales and e4m3-floor",
         ("*mx_block_scales_equal_the_reference[[]e4m3-floor]",),
     ),
+    # the same fault against the block-scaled bits: the script holds torchao's bits to the
+    # specification written out in exact rationals
+    "fp8_mx_scale_binade_high/bits": (
+        "fp8/test_block_scaling.py",
+        "bits_equal_the_exact_reference and mxfp8-rceil",
+        ("*bits_equal_the_exact_reference[[]mxfp8-rceil]",),
+    ),
+    # NVFP4's elements truncated: the script's reference with float32 evaluation's windows
+    "fp8_nvfp4_elements_toward_zero": (
+        "fp8/test_block_scaling.py",
+        "bits_equal_the_exact_reference and nvfp4",
+        ("*bits_equal_the_exact_reference[[]nvfp4]",),
+    ),
     # the same fault in block-scaled training: the failed band names the first block-scaled linear over
     # budget, whose products the script takes again with torchao's calls
     "fp8_mx_scale_binade_high/training": (
@@ -332,6 +345,7 @@ def test_a_failed_check_writes_a_standalone_script(
             "torchao.prototype.mx_formats.mx_tensor",
             "torchao.optim.quant_utils",
             "torchao.prototype.mx_formats.kernels",
+            "torchao.prototype.mx_formats.nvfp4_tensor",
         )
     inject(
         pytester,

@@ -784,6 +784,191 @@ allowed = 0"""
     )
 
 
+def block_bits(
+    what: str,
+    x: torch.Tensor,
+    spec: Mapping[str, Any],
+    excused_blocks: Sequence[tuple[int, int]],
+    excused_elements: Sequence[tuple[int, int]],
+) -> FailureRepro:
+    """torchao's block-scaled bits of ``x`` (MX: ``MXTensor.to_mx``; NVFP4: ``NVFP4Tensor.to_nvfp4``
+    with its per-tensor scale) against the specification in exact rationals: the per-tensor scale,
+    each block's scale code and each element's code. ``spec``: ``block`` (rows, cols), ``scale``
+    ("e8m0" or "e4m3"), ``mode`` (MX), ``per_tensor``, ``elem`` (``ebits``, ``mbits``, ``max``,
+    ``torch``: its torch dtype's name); the excused cells are those a registered torchao finding
+    covers."""
+    br, bc = spec["block"]
+    elem = spec["elem"]
+    fp4 = elem["ebits"] + elem["mbits"] == 3
+    unpack = (
+        "\n\n\ndef unpack(p):  # two e2m1 codes per byte, low nibble first (torchao's packing)\n"
+        "    p = p.view(torch.uint8)\n"
+        "    return torch.stack((p & 0xF, p >> 4), dim=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)\n"
+        if fp4
+        else ""
+    )
+    as_codes = "unpack(t.qdata)" if fp4 else "t.qdata.view(torch.uint8)"
+    if spec["scale"] == "e8m0":
+        quantize = f"""from torchao.prototype.mx_formats import config, mx_tensor
+{unpack}
+t = mx_tensor.MXTensor.to_mx(x, torch.{elem["torch"]}, {bc}, config.ScaleCalculationMode({spec["mode"]!r}))
+got_tensor_scale = None"""
+    else:
+        pts = "nv.per_tensor_amax_to_scale(x.abs().max())" if spec["per_tensor"] else "None"
+        quantize = f"""from torchao.prototype.mx_formats import nvfp4_tensor as nv
+{unpack}
+pts = {pts}
+t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=pts)
+got_tensor_scale = None if pts is None else float(pts)"""
+    code = f"""from fractions import Fraction
+
+{quantize}
+rows, cols = x.shape
+got_scales = t.scale.view(torch.uint8).reshape(rows, cols // {bc}).tolist()
+got_codes = {as_codes}.reshape(rows, cols).tolist()
+
+# the specification, in exact rationals
+F = Fraction
+EBITS, MBITS, EMAX_VALUE = {elem["ebits"]}, {elem["mbits"]}, F({elem["max"]!r})  # the element format
+BLOCK = ({br}, {bc})
+# covered by torchao's registered findings: block scales (judged with torchao's), and elements
+EXCUSED_BLOCKS = {sorted(excused_blocks)!r}
+EXCUSED_ELEMENTS = {sorted(excused_elements)!r}
+
+
+def floor_log2(q):  # floor(log2 q) for a positive rational, exactly
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    while F(2) ** e > q:
+        e -= 1
+    while F(2) ** (e + 1) <= q:
+        e += 1
+    return e
+
+
+def rne(q, mbits, emin):  # q >= 0 to nearest with mbits fraction bits, subnormal below 2^emin, ties to even
+    if q == 0:
+        return F(0)
+    quantum = F(2) ** (max(floor_log2(q), emin) - mbits)
+    return round(q / quantum) * quantum  # Fraction's round: half to even
+
+
+def encode(v, ebits, mbits):  # a representable v >= 0 as its code (sign bit clear)
+    emin = 2 - 2 ** (ebits - 1)
+    if v < F(2) ** emin:
+        return int(v / F(2) ** (emin - mbits))
+    e = floor_log2(v)
+    return (e - emin + 1) << mbits | int(v / F(2) ** (e - mbits)) - (1 << mbits)
+
+
+def element(x, decode):  # x / decode to nearest even, saturating; the sign is x's
+    emin = 2 - 2 ** (EBITS - 1)
+    v = min(rne(F(abs(x)) / decode, MBITS, emin), EMAX_VALUE)
+    return (1 << (EBITS + MBITS) if math.copysign(1.0, x) < 0 else 0) | encode(v, EBITS, MBITS)
+
+
+def f32(q):  # a rational to float32, to nearest even (normal range)
+    return float(rne(q, 23, -126))
+
+
+def e4m3(q):  # an e4m3 block scale: clamped to [2^-6, 448], to nearest even
+    return encode(rne(min(max(q, F(2) ** -6), F(448)), 3, -6), 4, 3)
+
+
+def e4m3_value(c):
+    e, m = c >> 3, c & 7
+    return F(m, 8) * F(2) ** -6 if e == 0 else (1 + F(m, 8)) * F(2) ** (e - 7)
+{_BLOCK_SCALE[spec["scale"]].format(mode=spec["mode"], emax=elem["max"])}
+
+values = x.tolist()
+wrong = 0
+tensor_scale = {"f32(F(max(abs(v) for r in values for v in r)) / 2688)" if spec["per_tensor"] else "None"}
+SHOWN = 12  # mismatches printed (all are counted)
+if tensor_scale != got_tensor_scale:
+    print(f"per-tensor scale {{got_tensor_scale!r}}, by definition amax / 2688 = {{tensor_scale!r}}")
+    wrong += 1
+for i in range(rows // BLOCK[0]):
+    for j in range(cols // BLOCK[1]):
+        cells = [(r, c) for r in range(i * BLOCK[0], (i + 1) * BLOCK[0]) for c in range(j * BLOCK[1], (j + 1) * BLOCK[1])]
+        if tensor_scale == 0:  # a tensor of zeros (or below float32 once divided): nothing to scale
+            continue
+        g, (want, accepted) = got_scales[i][j], scale_codes(max(abs(values[r][c]) for r, c in cells), tensor_scale)
+        if g not in accepted and (i, j) not in EXCUSED_BLOCKS:
+            wrong += 1
+            if wrong <= SHOWN:
+                print(f"block ({{i}}, {{j}}): scale code {{g:#04x}}, by definition {{want:#04x}}")
+        use = g if g in accepted or (i, j) in EXCUSED_BLOCKS else want
+        for r, c in cells:  # each element with the scale the quantiser chose, where that one was right
+            if (r, c) in EXCUSED_ELEMENTS:
+                continue
+            w, ok = element_codes(values[r][c], decode(use, tensor_scale))
+            if got_codes[r][c] not in ok:
+                wrong += 1
+                if wrong <= SHOWN:
+                    print(f"element ({{r}}, {{c}}) = {{values[r][c]!r}}: code {{got_codes[r][c]:#x}}, by definition {{w:#x}}")
+if wrong > SHOWN:
+    print(f"... and {{wrong - SHOWN}} more")
+measured = wrong  # the per-tensor scale, block scales and element codes unlike the definition
+allowed = 0"""
+    return FailureRepro(
+        "fp8",
+        what,
+        code,
+        "exact: the bits are a function of the tensor"
+        + (
+            " (either neighbour where the exact ratio lies within float32 evaluation's rounding of a tie: two "
+            "roundings for a block scale, three for an element)"
+            if spec["scale"] == "e4m3"
+            else ""
+        ),
+        {"x": x},
+        ("torch", "torchao"),
+    )
+
+
+#: each block-scale family's reference: ``scale_codes(block_amax, tensor_scale)`` -> (the code, the
+#: codes accepted), ``decode(code, tensor_scale)``, ``element_codes(x, decode)`` -> (code, accepted)
+_BLOCK_SCALE = {
+    "e8m0": """
+
+def scale_codes(a, _):  # the block's e8m0 code (bias 127), clamped as torchao clamps
+    if a == 0:
+        return 0, (0,)
+    if {mode!r} == "rceil":  # the smallest power of two at or above amax / elem_max
+        e = floor_log2(F(a) / EMAX_VALUE)
+        e += F(2) ** e < F(a) / EMAX_VALUE
+        code = min(max(e + 127, 0), 254)
+    else:
+        floor = math.frexp(a)[1] - 1  # floor(log2 amax), from the bits
+        e = floor if {mode!r} == "floor" or a == math.ldexp(1.0, floor) else floor + 1
+        code = min(max(e - (math.frexp({emax!r})[1] - 1) + 127, 0), 255)
+    return code, (code,)
+
+
+def decode(code, _):
+    return F(2) ** (code - 127)
+
+
+def element_codes(x, d):  # dividing by a power of two is exact: one code
+    c = element(x, d)
+    return c, (c,)""",
+    "e4m3": """
+W_SCALE, W_ELEMENT = (1 + F(1, 2**24)) ** 2 - 1, (1 + F(1, 2**24)) ** 3 - 1  # float32 evaluation's windows
+
+
+def scale_codes(a, ts):  # NVFP4: e4m3(block_amax / 6 / s_t), and its neighbours within W_SCALE
+    q = F(a) / 6 / (F(ts) if ts is not None else 1)
+    return e4m3(q), (e4m3(q), e4m3(q * (1 - W_SCALE)), e4m3(q * (1 + W_SCALE)))
+
+
+def decode(code, ts):
+    return e4m3_value(code) * (F(ts) if ts is not None else 1)
+
+
+def element_codes(x, d):
+    return element(x, d), (element(x, d), element(x, d / (1 - W_ELEMENT)), element(x, d / (1 + W_ELEMENT)))""",
+}
+
+
 def cast_outcomes(what: str, cases: Sequence[tuple[str, float, str]], device: str = "cpu") -> FailureRepro:
     """torch's cast of float32 values to fp8 formats, each result described as the check describes
     it (``max``, ``-max``, ``inf``, ``nan`` or the value), against the expected description."""

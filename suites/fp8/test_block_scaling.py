@@ -28,6 +28,7 @@ from harness.domains.fp8.blockscaled import (
     TorchaoBlockScaling,
     TorchBlockScaling,
     check_block_scaling,
+    repro_of,
 )
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
@@ -164,6 +165,14 @@ def _judge(impl, spec_id: str, amp_record) -> None:
             counts["smallest"] += result.smallest_scale_finding
             counts["overflow"] += result.reciprocal_overflow_finding
             tally.add(result.elements)
+            findings_failed = (SMALLEST_ISSUE.id not in excused and result.smallest_scale_finding) or (
+                OVERFLOW_ISSUE.id not in excused and result.reciprocal_overflow_finding
+            )
+            if not result.passed or findings_failed:
+                kept = {"rceil"} | {
+                    k for k, i in (("smallest", SMALLEST_ISSUE), ("overflow", OVERFLOW_ISSUE)) if i.id in excused
+                }
+                tally.repro = repro_of(impl, rows, spec, result, kept)
             assert result.passed, f"{spec_id} ({impl.name}): {result.explain()}; tensor {rows!r}"
             assert SMALLEST_ISSUE.id in excused or not result.smallest_scale_finding, (
                 f"{spec_id} ({impl.name}): {result.smallest_scale_finding} block(s) at e8m0 scale code 0 (2^-127) "

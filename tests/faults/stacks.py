@@ -510,6 +510,11 @@ STACKS: dict[str, tuple[str, str]] = {
         "torchao.prototype.mx_formats.kernels.f32_to_f4_unpacked",
         "faults.stacks.f4_cast_toward_zero",
     ),
+    # NVFP4's quantiser takes the same kernel as nvfp4_tensor imported it
+    "fp8_nvfp4_elements_toward_zero": (
+        "torchao.prototype.mx_formats.nvfp4_tensor.f32_to_f4_unpacked",
+        "faults.stacks.f4_cast_toward_zero",
+    ),
     "compile_rounding_softmax": ("torch.compile", "faults.stacks.compile_rounding_softmax"),
     "compile_softmax_in_float32": ("torch.compile", "faults.stacks.compile_softmax_in_float32"),
     "compile_region_in_low_precision": ("torch.compile", "faults.stacks.compile_region_in_low_precision"),

@@ -11,9 +11,10 @@ suite does, and is the correctly rounded recipe the block-scaled training steps 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -21,6 +22,9 @@ from harness.domains.fp8.adapters import import_torchao
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32, FloatFormat
 from harness.numerics.scaled import E8M0_BIAS, MxScaleMode, amax, emax, near_power_of_2
+
+if TYPE_CHECKING:
+    from harness.domains.failure_repro import FailureRepro
 
 
 @dataclass(frozen=True)
@@ -292,6 +296,11 @@ class BlockConformance:
     #: NVFP4 elements of a tensor whose per-tensor scale has no finite float32 reciprocal, stored as
     #: torchao stores them (nonzero: +-6, zero: the NaN code): ``torchao-nvfp4-tiny-tensor-reciprocal-overflow``
     reciprocal_overflow_finding: int = 0
+    #: where each finding was seen: "rceil" blocks (scale accepted), "smallest" and "overflow"
+    #: elements (a reproduction excuses those whose finding the check excuses)
+    finding_cells: dict[str, list[tuple[int, int]]] = field(
+        default_factory=lambda: {"rceil": [], "smallest": [], "overflow": []}
+    )
 
     @property
     def passed(self) -> bool:
@@ -341,6 +350,7 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
             and near_power_of_2(block_amax / spec.elem.max)
         ):
             result.rceil_finding += 1
+            result.finding_cells["rceil"].append((i, j))
             accepted[i][j] = g
             continue
         result.problems.append(f"block ({i}, {j}) amax {block_amax!r}: scale code {g:#04x}, expected {w:#04x}")
@@ -358,6 +368,7 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
             and _smallest_scale_block(spec, rows, cells, codes)
         ):
             result.smallest_scale_finding += 1
+            result.finding_cells["smallest"].extend(cells)
             continue
         for r, c in cells:
             g, w = codes[r][c], exact.codes[r][c]
@@ -368,6 +379,40 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
                 continue
             if overflows and _overflow_element(rows[r][c], g):
                 result.reciprocal_overflow_finding += 1
+                result.finding_cells["overflow"].append((r, c))
                 continue
             result.problems.append(f"element ({r}, {c}) = {rows[r][c]!r}: code {g:#x}, expected {w:#x}")
     return result
+
+
+def repro_of(
+    impl: BlockScaling, rows: list[list[float]], spec: B.BlockSpec, result: BlockConformance, excused: Collection[str]
+) -> FailureRepro | None:
+    """The standalone reproduction of a failed bit check on torchao's quantiser (None for another:
+    the script would need its code): torchao's bits of ``rows`` against the specification written
+    out in exact rationals. ``excused``: the findings ("rceil", "smallest", "overflow") the check
+    excused for this torchao, whose cells the script excuses too."""
+    from harness.domains.failure_repro import block_bits
+
+    if not isinstance(impl, TorchaoBlockScaling):
+        return None
+    cells = {k: v for k, v in result.finding_cells.items() if k in excused}
+    elem = {
+        "ebits": spec.elem.exponent_bits,
+        "mbits": spec.elem.mantissa_bits,
+        "max": spec.elem.max,
+        "torch": str(torch_elem_dtype(spec)).removeprefix("torch."),
+    }
+    return block_bits(
+        f"torchao's {spec.name} bits ({spec.describe()}) of the failing tensor against the specification",
+        torch.tensor(rows, dtype=torch.float32),
+        {
+            "block": spec.block,
+            "scale": spec.scale_format,
+            "mode": None if spec.mode is None else spec.mode.value,
+            "per_tensor": spec.per_tensor,
+            "elem": elem,
+        },
+        cells.get("rceil", []),
+        [*cells.get("smallest", []), *cells.get("overflow", [])],
+    )
