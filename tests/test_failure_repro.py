@@ -459,6 +459,25 @@ def test_a_failed_compiled_catalogue_sweep_writes_a_script_of_the_ops_that_diffe
     assert clean[str(scripts[0])] == 0, said_clean
 
 
+@pytest.mark.amp_thorough  # the MLP trained compiled in the suite, then twice per interpreter: about 90 s
+def test_a_failed_compiled_training_check_writes_the_whole_run_as_a_script(pytester, suite_copy, tmp_path, capsys):
+    suite_copy("compiled/test_compiled_training.py")
+    inject(pytester, "", patches=PATCHES["compile_output_scaled_off"], imports=("faults.stacks", "torch"))
+    check = "test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread[cpu-mlp-bf16]"
+    run = run_inner(pytester, "-k", "mlp-bf16", f"--amp-report-dir={pytester.path / 'out'}")
+    assert_caught(run, f"*{check.replace('[', '[[]')}")
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
+    scripts = sorted(tmp_path.glob("*.py"))
+    # both failed claims (against eager, against fp32) keep the same run: one script each
+    assert scripts and all((tmp_path / f"{p.stem}.pt").is_file() for p in scripts), capsys.readouterr()
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(
+        [{scripts[0]: ["compile_output_scaled_off"]}, {scripts[0]: []}]
+    )
+    assert faulty[str(scripts[0])] == 1 and "compiled" in said_faulty, said_faulty
+    assert clean[str(scripts[0])] == 0, said_clean
+
+
 def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):
     from harness.storage import report as rp
 

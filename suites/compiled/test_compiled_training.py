@@ -12,11 +12,13 @@ state (scale before every step, skipped steps, final scale) identical to eager's
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import pytest
 
 from harness.domains import training as T
+from harness.domains.compiled import training as CT
 from harness.numerics.comparison import compare_claim, compare_data, explain
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
@@ -40,7 +42,7 @@ def _scaler_state(run: T.Run) -> dict[str, object]:
 
 @pytest.mark.parametrize(("setup_name", "recipe"), CASES, ids=lambda v: getattr(v, "name", v))
 def test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread(
-    setup_name, recipe, amp_device, compiler, amp_record
+    setup_name, recipe, amp_device, compiler, amp_compile_backend, amp_record
 ):
     setup = T.SETUPS[setup_name]
     # mid-run, once the scaler has settled: the skip is the injected overflow's, not calibration's
@@ -52,6 +54,8 @@ def test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread(
     reference = T.reference_for(setup, recipe, compiled, fp32[0], amp_device)
     tags = {"setup": setup_name, "recipe": recipe.name, "skipped_at": compiled.skipped_at, "band_seeds": band.seeds}
     failures = []
+    # a failed claim keeps the whole run as a script (written once, only when one fails)
+    script = functools.cache(lambda: CT.repro_of(setup, recipe, overflow, band, amp_compile_backend, amp_device))
     if recipe.scaler:
         injected = sorted(overflow)
         if not set(injected) <= set(eager.skipped_at):
@@ -72,12 +76,16 @@ def test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread(
             _scaler_state(eager),
             _scaler_state(compiled),
         )
-        if not amp_record.result(state, dtype=recipe.dtype, device=amp_device, tags=tags):
+        if not amp_record.result(
+            state, dtype=recipe.dtype, device=amp_device, tags=tags, repro=None if state.passed else script()
+        ):
             failures.append(state)
     for against, ref in (("eager", eager), ("fp32", reference)):
         named = replace(recipe, name=f"compiled {recipe.name} vs {against}")
         verdict = T.judge(setup_name, T.RecipeResult(named, compiled, ref, T.parity(compiled, ref, band)))
-        if not amp_record.result(verdict, dtype=recipe.dtype, device=amp_device, tags=tags):
+        if not amp_record.result(
+            verdict, dtype=recipe.dtype, device=amp_device, tags=tags, repro=None if verdict.passed else script()
+        ):
             failures.append(verdict)
     if failures:
         raise AssertionError("\n".join(explain(f) for f in failures))

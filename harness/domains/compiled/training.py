@@ -1,0 +1,203 @@
+"""The standalone reproduction of a failed compiled-training check.
+
+A training run is not one op, and Inductor fuses the ops a dispatch mode would see, so the
+smallest faithful script is the run itself: the built-in model's source, its initial weights and
+the run's batches saved beside the script, trained eagerly and through ``torch.compile`` under
+the same autocast (and GradScaler, with the same overflow injected inside the forward pass), and
+in fp32 as the reference. The allowance is the check's: half the fp32 seed band at each
+checkpoint, a measured seed-to-seed spread written into the script with its origin (re-deriving
+it would mean training every seed). Recipes with accumulation, clipping, a loss factor or an
+emulation, setups with a schedule, an optimizer factory or a scaler of their own, and backend
+functions keep no script: the script would need code it cannot carry.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from harness.domains.compiled.runs import Backend
+from harness.domains.training import Recipe, Setup
+from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED
+from harness.domains.training.parity import PARITY_FRACTION, Band
+
+if TYPE_CHECKING:
+    from harness.domains.failure_repro import FailureRepro
+
+
+def _sources(fn: Callable[..., Any]) -> str | None:
+    """``fn``'s source and that of the classes and functions of its module it reaches (a model's
+    modules), dependencies first; None where some source cannot be read."""
+    module = inspect.getmodule(fn)
+    if module is None:
+        return None
+    parts: list[str] = []
+    seen: set[int] = set()
+    todo: list[Any] = [fn]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        try:
+            src = textwrap.dedent(inspect.getsource(obj))
+        except (OSError, TypeError):
+            return None
+        parts.append(src.rstrip())
+        for name in dict.fromkeys(re.findall(r"\b[A-Za-z_]\w*\b", src)):
+            v = getattr(module, name, None)
+            if (inspect.isclass(v) or inspect.isfunction(v)) and v.__module__ == module.__name__:
+                todo.append(v)
+    return "\n\n\n".join(reversed(parts))
+
+
+def _loss_source(loss: Callable[..., Any]) -> str | None:
+    """``LOSS``: a ``torch.nn.functional`` loss by name, else its source renamed."""
+    if getattr(loss, "__module__", None) == "torch.nn.functional":
+        return f"LOSS = F.{loss.__name__}"
+    src = _sources(loss)
+    return None if src is None else f"{src}\n\n\nLOSS = {loss.__name__}"
+
+
+def unsupported(setup: Setup, recipe: Recipe, backend: Backend) -> str | None:
+    """Why no script can reproduce this run standalone, or None."""
+    if not isinstance(backend, str):
+        return "a backend function of your own"
+    if not isinstance(setup.optimizer, str) or setup.schedule is not None or setup.scaler is not None:
+        return "an optimizer factory, schedule or scaler of the setup's own"
+    plain = recipe.micro_batches == 1 and recipe.clip is None and recipe.loss_factor == 1.0
+    if not plain or any(
+        v is not None
+        for v in (recipe.static_scale, recipe.grad_accum_dtype, recipe.emulate, recipe.params_dtype, recipe.grad_noise)
+    ):
+        return f"recipe {recipe.name}: accumulation, clipping, scaling or emulation the script does not write out"
+    if setup.loss is None or type(setup).forward is not Setup.forward:
+        return "a model's own loss or forward"
+    return None
+
+
+def repro_of(
+    setup: Setup,
+    recipe: Recipe,
+    overflow: frozenset[int],
+    band: Band,
+    backend: Backend,
+    device: torch.device,
+) -> FailureRepro | None:
+    """The whole run, eager and compiled, against fp32 and each other (None: see :func:`unsupported`,
+    or a model or loss whose source cannot be read, or batches that are not two tensors)."""
+    from harness.domains.failure_repro import FailureRepro
+
+    if unsupported(setup, recipe, backend) is not None:
+        return None
+    model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
+    gen = torch.Generator().manual_seed(DATA_SEED_OFFSET)
+    batches = [setup.batch(step, gen) for step in range(setup.steps)]
+    eval_batch = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
+    if model_src is None or loss_src is None:
+        return None
+    if not all(isinstance(t, torch.Tensor) for b in (*batches, eval_batch) for t in b):
+        return None
+    weights = setup.model(INIT_SEED).state_dict()
+    names = list(weights)
+    tensors: dict[str, torch.Tensor] = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
+    tensors.update(
+        xs=torch.stack([b[0] for b in batches]),
+        ys=torch.stack([b[1] for b in batches]),
+        ex=eval_batch[0],
+        ey=eval_batch[1],
+    )
+    allowed = {t: PARITY_FRACTION * band.per_step[t] for t in sorted(band.per_step)}
+    low = str(recipe.dtype).removeprefix("torch.")
+    opt = {
+        "sgd": "torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WD)",
+        "adamw": "torch.optim.AdamW(params, lr=LR, weight_decay=WD)",
+        "adam": "torch.optim.Adam(params, lr=LR, weight_decay=WD)",
+    }.get(str(setup.optimizer))
+    if opt is None:
+        return None
+    code = f"""from torch import nn
+
+{model_src}
+
+
+{loss_src}
+WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
+DEVICE, BACKEND, STEPS, LR, WD = {device.type!r}, {backend!r}, {setup.steps}, {setup.lr!r}, {setup.weight_decay!r}
+SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
+OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
+# half the fp32 seed band per checkpoint: the median distance between the eval losses of {band.seeds}
+# fp32 seeds (other data orders), measured by the check
+ALLOWED = {allowed!r}
+
+
+def overflow_gate(model):  # the first module with parameters: its output times a gate (inf to overflow)
+    first = next(m for m in model.modules() if next(m.parameters(recurse=False), None) is not None)
+    gate, inner = torch.ones((), device=DEVICE), first.forward
+    first.forward = lambda *a, **k: inner(*a, **k) * gate
+    return gate
+
+
+def train(dtype, compiled, skip=()):  # eval losses at the checkpoints; the scaler's scales and skips
+    torch.manual_seed({INIT_SEED})
+    model = {setup.model.__name__}({INIT_SEED})
+    model.load_state_dict(WEIGHTS)
+    model = model.to(DEVICE)
+    params = [p for p in model.parameters() if p.requires_grad]
+    gate = overflow_gate(model) if OVERFLOW and dtype is not None else None
+    torch._dynamo.reset()
+    forward = torch.compile(model, backend=BACKEND) if compiled else model
+    opt = {opt}
+    scaler = torch.amp.GradScaler(DEVICE) if SCALER and dtype is not None else None
+    evals, scales, skipped = {{}}, [], []
+    for step in range(STEPS):
+        if gate is not None:
+            gate.fill_(math.inf if step in OVERFLOW else 1.0)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            out = forward(xs[step].to(DEVICE))
+            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), ys[step].to(DEVICE))
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scales.append(scaler.get_scale())
+            scaler.step(opt)
+            scaler.update()
+            if scaler.get_scale() < scales[-1]:
+                skipped.append(step)
+        elif step not in skip:
+            opt.step()
+        if step in ALLOWED:
+            with torch.no_grad():
+                evals[step] = float(LOSS(model(ex.to(DEVICE)), ey.to(DEVICE)))
+    return evals, (scales, skipped, scaler.get_scale() if scaler else None)
+
+
+eager, eager_scaler = train(torch.{low}, compiled=False)
+compiled, compiled_scaler = train(torch.{low}, compiled=True)
+fp32, _ = train(None, compiled=False, skip=compiled_scaler[1])  # reference: fp32, skipped steps replayed
+worst = 0.0
+for t, a in ALLOWED.items():
+    for name, ref in (("eager", eager), ("fp32", fp32)):
+        d = abs(compiled[t] - ref[t])
+        worst = max(worst, d / a if d == d else math.inf)
+        print(f"step {{t}}: compiled {{compiled[t]:.6g}}, {{name}} {{ref[t]:.6g}}, |diff| {{d:.3g}} (allowed {{a:.3g}})")
+if compiled_scaler != eager_scaler:  # the GradScaler's state must be eager's exactly
+    print(f"GradScaler (scales, skipped steps, final scale): compiled {{compiled_scaler}}, eager {{eager_scaler}}")
+    worst = math.inf
+measured = worst  # the worst |diff| over its allowance
+allowed = 1.0"""
+    return FailureRepro(
+        "compiled",
+        f"{setup.name} trained {setup.steps} steps under {recipe.name} with the model compiled ({backend}): "
+        "eval losses against eager AMP and fp32, and the GradScaler's state against eager",
+        code,
+        f"{PARITY_FRACTION} x the fp32 seed band (median pairwise distance of {band.seeds} seeds' eval losses), "
+        "measured by the check; the scaler's state exactly",
+        tensors,
+        device=str(device),
+    )
