@@ -4,10 +4,13 @@ check, with both sides shown."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from helpers import InnerRun, assert_caught, assert_clean, inject, run_inner
 
+from harness.apps.cli import main
 from harness.domains.autocast import oracle
 
 SUITE = "autocast/test_upstream_lists.py"
@@ -37,11 +40,11 @@ AGREES = "*::test_observed_policy_agrees_with_pytorchs_own_lists[[]cpu-bf16]"
 REACHES = "*::test_the_catalogue_reaches_every_op_pytorch_lists[[]cpu]"
 
 
-def _run(pytester, suite_copy, lists: Path | None, **faults) -> InnerRun:
+def _run(pytester, suite_copy, lists: Path | None, report: Path | None = None, **faults) -> InnerRun:
     suite_copy(SUITE, conftest=False)
     fixtures = {"autocast_lists_source": f"pathlib.Path({str(lists)!r})" if lists else "None"}
     inject(pytester, "autocast", fixtures=fixtures, **faults)
-    return run_inner(pytester, "-k", "bf16 or reaches")
+    return run_inner(pytester, "-k", "bf16 or reaches", *([f"--amp-report-dir={report}"] if report else []))
 
 
 def test_the_oracle_passes_on_the_installed_lists(pytester, suite_copy):
@@ -57,11 +60,24 @@ def test_an_op_moved_between_the_lists_fails_with_both_sides(pytester, suite_cop
     )
 
 
-def test_an_op_the_catalogue_does_not_reach_fails_the_coverage_check(pytester, suite_copy, tmp_path):
+def test_an_op_the_catalogue_does_not_reach_fails_the_coverage_check(pytester, suite_copy, tmp_path, capsys):
     lists = _lists_with(tmp_path, {"frobnicate": oracle.Expectation.LOWER_PRECISION})
-    result = _run(pytester, suite_copy, lists)
+    result = _run(pytester, suite_copy, lists, report=pytester.path / "out")
     assert_caught(result, REACHES)
     result.stdout.fnmatch_lines(["*not reached: frobnicate*"], consecutive=False)
+    # its script reads the same lists file and names the op (exit 1); on the installed lists, whose
+    # every op the catalogue reaches, it exits 0
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "--check", "reaches", "-o", str(tmp_path / "s")]) == 0
+    (script,) = (tmp_path / "s").glob("*.py")
+    ran = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1 and "not reached by the harness's catalogue: ['frobnicate']" in ran.stdout, ran
+    installed = script.read_text(encoding="utf-8").replace(
+        f"Path({str(lists)!r})", f"Path({str(oracle.installed_lists())!r})"
+    )
+    script.write_text(installed, encoding="utf-8")
+    ran = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran
 
 
 def test_a_policy_regression_disagrees_with_pytorchs_lists(pytester, suite_copy):

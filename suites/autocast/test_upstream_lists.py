@@ -17,7 +17,7 @@ import torch
 
 from harness.domains.autocast import oracle
 from harness.domains.autocast.probe import policy_table
-from harness.domains.autocast.repro import lists_repro
+from harness.domains.autocast.repro import coverage_repro, lists_repro
 from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
 
@@ -41,6 +41,9 @@ def test_the_catalogue_reaches_every_op_pytorch_lists(amp_device, amp_record, au
         ),
         device=amp_device,
         tags={"listed": len(expectations)},
+        repro=coverage_repro(amp_device.type, list(expectations), uncovered, autocast_lists_source)
+        if uncovered
+        else None,
     )
 
 

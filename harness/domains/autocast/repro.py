@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -153,3 +154,51 @@ allowed = 0"""
         "the catalogue's coverage" if missing_only else "the golden list stored by the harness from a run"
     )
     return FailureRepro("autocast", what, code, origin)
+
+
+def coverage_repro(
+    device_type: str, listed: Sequence[str], uncovered: Sequence[str], source: Path | None = None
+) -> FailureRepro:
+    """The ops PyTorch's autocast test lists name for ``device_type`` against those the catalogue
+    reaches (or a table explains) as the check found them: the script reads the installed torch's
+    lists as the check does (an AST walk, nothing imported), so it names each op the harness's
+    catalogue needs a row for. ``source``: a lists file the check was given instead of the
+    installed torch's."""
+    from harness.domains.autocast.oracle import CLASSES, LISTS
+
+    reached = sorted(set(listed) - set(uncovered))
+    wrapped = textwrap.fill(", ".join(repr(o) for o in reached), 96, initial_indent="    ", subsequent_indent="    ")
+    where = (
+        f"path = Path({str(source)!r})  # the lists file the check was given"
+        if source is not None
+        else 'spec = importlib.util.find_spec("torch")  # the installed torch\'s lists\n'
+        'path = Path(next(iter(spec.submodule_search_locations))) / "testing" / "_internal" / "autocast_test_lists.py"'
+    )
+    code = f"""import ast
+import importlib.util
+from pathlib import Path
+
+{where}
+cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == {CLASSES[device_type]!r})
+LISTS = {sorted(LISTS)!r}  # the lists of ops with an expected autocast behaviour
+listed = {{
+    str(e.elts[0].value)
+    for n in ast.walk(cls)
+    if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Attribute) and n.targets[0].attr in LISTS
+    for e in getattr(n.value, "elts", [])
+    if isinstance(e, ast.Tuple) and e.elts and isinstance(e.elts[0], ast.Constant)
+}}
+# reference: the ops the harness's catalogue reaches (or explains) on {device_type}, as the check found them
+REACHED = [
+{wrapped}
+]
+new = sorted(listed - set(REACHED))
+print(f"{{path.name}} ({{len(listed)}} ops for {device_type}): not reached by the harness's catalogue: {{new}}")
+measured = len(new)  # listed ops without a catalogue row
+allowed = 0"""
+    return FailureRepro(
+        "autocast",
+        f"ops PyTorch's {CLASSES[device_type]} lists that amp-harness's op catalogue does not reach",
+        code,
+        "exact: the catalogue's coverage (a failure here asks for a catalogue row, not an upstream fix)",
+    )
