@@ -263,6 +263,12 @@ CONTROLS = {
         ("*match_torch_finfo[[]fp16]",),
     ),
     # a kernel regression in one op of the tiny LM: the script runs that op alone on its inputs
+    # a parity failure no single op explains: the script trains the whole run (the built-in MLP)
+    "scaler_scaling_a_quarter_high": (
+        "training/test_loss_parity.py",
+        "matches_fp32 and mlp-fp16+scaler and not accum4 and not clip and not small",
+        ("*matches_fp32_well_inside_the_seed_spread[[]cpu-mlp-fp16+scaler]",),
+    ),
     "lossy_gelu": (
         "training/test_op_fingerprints.py",
         "within_its_budget and tiny_lm-bf16",

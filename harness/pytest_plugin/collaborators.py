@@ -206,6 +206,7 @@ class TrainingChecks:
         """Record one recipe's parity verdict (and, when it fails, its diagnosis); the failure
         message, or None when it passed."""
         from harness.domains import training as T
+        from harness.domains.training import standalone
         from harness.domains.training.diagnosis import diagnose
         from harness.domains.training.result import Kind
         from harness.numerics.comparison import explain
@@ -227,10 +228,16 @@ class TrainingChecks:
             Kind.CLIPPING, recipe, clipping, device=self._device, dtype=dtype, tags={"norms": result.run.clip_norms}
         ):
             unclipped = explain(clipping)
-        if self._judged(Kind.PARITY, recipe, verdict, device=self._device, dtype=dtype, tags=base):
+        # a failed AMP recipe keeps its whole run as a script (the built-in models; the step's first
+        # op over its budget, when the diagnosis finds one, keeps its own)
+        failed = verdict.outcome is Outcome.FAIL and not result.recipe.control
+        run_script = None
+        if failed and standalone.unsupported(setup, result.recipe) is None:
+            run_script = standalone.repro_of(setup, result.recipe, band, self._device)
+        if self._judged(Kind.PARITY, recipe, verdict, device=self._device, dtype=dtype, tags=base, repro=run_script):
             return unclipped
         message = explain(verdict) if unclipped is None else f"{explain(verdict)}\n{unclipped}"
-        if verdict.outcome is Outcome.FAIL and not result.recipe.control:
+        if failed:
             try:
                 diagnosis = diagnose(setup, result, band, self._device)
             except Exception as exc:  # the verdict stands; a diagnosis that cannot run must not hide it

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 
 from harness.domains import training as T
-from harness.domains.compiled import training as CT
+from harness.domains.training import standalone
 from harness.numerics.comparison import compare_claim, compare_data, explain
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
@@ -55,7 +55,13 @@ def test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread(
     tags = {"setup": setup_name, "recipe": recipe.name, "skipped_at": compiled.skipped_at, "band_seeds": band.seeds}
     failures = []
     # a failed claim keeps the whole run as a script (written once, only when one fails)
-    script = functools.cache(lambda: CT.repro_of(setup, recipe, overflow, band, amp_compile_backend, amp_device))
+    script = functools.cache(
+        lambda: (
+            None
+            if standalone.unsupported(setup, recipe, amp_compile_backend)
+            else standalone.repro_of(setup, recipe, band, amp_device, backend=amp_compile_backend, overflow=overflow)
+        )
+    )
     if recipe.scaler:
         injected = sorted(overflow)
         if not set(injected) <= set(eager.skipped_at):

@@ -1,13 +1,14 @@
-"""The standalone reproduction of a failed compiled-training check.
+"""A failed training-parity claim as a standalone script: the whole run.
 
-A training run is not one op, and Inductor fuses the ops a dispatch mode would see, so the
-smallest faithful script is the run itself: the built-in model's source, its initial weights and
-the run's batches saved beside the script, trained eagerly and through ``torch.compile`` under
-the same autocast (and GradScaler, with the same overflow injected inside the forward pass), and
-in fp32 as the reference. The allowance is the check's: half the fp32 seed band at each
-checkpoint, a measured seed-to-seed spread written into the script with its origin (re-deriving
-it would mean training every seed). Recipes with accumulation, clipping, a loss factor or an
-emulation, setups with a schedule, an optimizer factory or a scaler of their own, and backend
+Where no single op of a step leaves its budget (the op localiser's script), or Inductor fuses
+the ops a dispatch mode would see (compiled training), the smallest faithful script is the run
+itself: the built-in model's source, its initial weights and the run's batches saved beside the
+script, trained under the recipe's autocast (and GradScaler, with any overflow injected inside
+the forward pass), eagerly or through ``torch.compile`` and then also eagerly, and in fp32 as the
+reference. The allowance is the check's: half the fp32 seed band at each checkpoint, a measured
+seed-to-seed spread written into the script with its origin (re-deriving it would mean training
+every seed). Your own models, recipes with accumulation, clipping, a loss factor or an emulation,
+setups with a schedule, an optimizer factory or a scaler of their own, and compile backend
 functions keep no script: the script would need code it cannot carry.
 """
 
@@ -21,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.domains.compiled.runs import Backend
-from harness.domains.training import Recipe, Setup
 from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED
 from harness.domains.training.parity import PARITY_FRACTION, Band
+from harness.domains.training.recipes import Recipe, Setup
 
 if TYPE_CHECKING:
     from harness.domains.failure_repro import FailureRepro
@@ -64,10 +64,18 @@ def _loss_source(loss: Callable[..., Any]) -> str | None:
     return None if src is None else f"{src}\n\n\nLOSS = {loss.__name__}"
 
 
-def unsupported(setup: Setup, recipe: Recipe, backend: Backend) -> str | None:
-    """Why no script can reproduce this run standalone, or None."""
-    if not isinstance(backend, str):
+#: where the built-in models live: a model of yours needs your code (imports, constants) a script
+#: cannot carry
+BUILT_IN = "harness.domains.training.models"
+
+
+def unsupported(setup: Setup, recipe: Recipe, backend: Any = None) -> str | None:
+    """Why no script can reproduce this run standalone, or None (``backend``: the compile
+    backend of a compiled run)."""
+    if backend is not None and not isinstance(backend, str):
         return "a backend function of your own"
+    if getattr(setup.model, "__module__", None) != BUILT_IN:
+        return "a model of your own"
     if not isinstance(setup.optimizer, str) or setup.schedule is not None or setup.scaler is not None:
         return "an optimizer factory, schedule or scaler of the setup's own"
     plain = recipe.micro_batches == 1 and recipe.clip is None and recipe.loss_factor == 1.0
@@ -84,13 +92,15 @@ def unsupported(setup: Setup, recipe: Recipe, backend: Backend) -> str | None:
 def repro_of(
     setup: Setup,
     recipe: Recipe,
-    overflow: frozenset[int],
     band: Band,
-    backend: Backend,
     device: torch.device,
+    *,
+    backend: str | None = None,
+    overflow: frozenset[int] = frozenset(),
 ) -> FailureRepro | None:
-    """The whole run, eager and compiled, against fp32 and each other (None: see :func:`unsupported`,
-    or a model or loss whose source cannot be read, or batches that are not two tensors)."""
+    """The whole run against fp32, and, compiled with ``backend``, against eager too (None: see
+    :func:`unsupported`, or a model or loss whose source cannot be read, or batches that are not
+    two tensors)."""
     from harness.domains.failure_repro import FailureRepro
 
     if unsupported(setup, recipe, backend) is not None:
@@ -129,6 +139,7 @@ def repro_of(
 {loss_src}
 WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
 DEVICE, BACKEND, STEPS, LR, WD = {device.type!r}, {backend!r}, {setup.steps}, {setup.lr!r}, {setup.weight_decay!r}
+COMPILED = BACKEND is not None  # the model compiled for the run under test
 SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
 OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
 # half the fp32 seed band per checkpoint: the median distance between the eval losses of {band.seeds}
@@ -177,27 +188,34 @@ def train(dtype, compiled, skip=()):  # eval losses at the checkpoints; the scal
     return evals, (scales, skipped, scaler.get_scale() if scaler else None)
 
 
-eager, eager_scaler = train(torch.{low}, compiled=False)
-compiled, compiled_scaler = train(torch.{low}, compiled=True)
-fp32, _ = train(None, compiled=False, skip=compiled_scaler[1])  # reference: fp32, skipped steps replayed
-worst = 0.0
+run, run_scaler = train(torch.{low}, compiled=COMPILED)
+fp32, _ = train(None, compiled=False, skip=run_scaler[1])  # reference: fp32, skipped steps replayed
+references = [("fp32", fp32)]
+if COMPILED:  # compiled AMP against eager AMP too, whose GradScaler state it must equal exactly
+    eager, eager_scaler = train(torch.{low}, compiled=False)
+    references.append(("eager", eager))
+    if run_scaler != eager_scaler:
+        print(f"GradScaler (scales, skipped steps, final scale): compiled {{run_scaler}}, eager {{eager_scaler}}")
+worst = math.inf if COMPILED and run_scaler != eager_scaler else 0.0
 for t, a in ALLOWED.items():
-    for name, ref in (("eager", eager), ("fp32", fp32)):
-        d = abs(compiled[t] - ref[t])
+    for name, ref in references:
+        d = abs(run[t] - ref[t])
         worst = max(worst, d / a if d == d else math.inf)
-        print(f"step {{t}}: compiled {{compiled[t]:.6g}}, {{name}} {{ref[t]:.6g}}, |diff| {{d:.3g}} (allowed {{a:.3g}})")
-if compiled_scaler != eager_scaler:  # the GradScaler's state must be eager's exactly
-    print(f"GradScaler (scales, skipped steps, final scale): compiled {{compiled_scaler}}, eager {{eager_scaler}}")
-    worst = math.inf
+        print(f"step {{t}}: {{'compiled' if COMPILED else 'AMP'}} {{run[t]:.6g}}, {{name}} {{ref[t]:.6g}}, |diff| {{d:.3g}} (allowed {{a:.3g}})")
 measured = worst  # the worst |diff| over its allowance
 allowed = 1.0"""
-    return FailureRepro(
-        "compiled",
+    what = (
         f"{setup.name} trained {setup.steps} steps under {recipe.name} with the model compiled ({backend}): "
-        "eval losses against eager AMP and fp32, and the GradScaler's state against eager",
+        "eval losses against eager AMP and fp32, and the GradScaler's state against eager"
+        if backend is not None
+        else f"{setup.name} trained {setup.steps} steps under {recipe.name}: eval losses against fp32"
+    )
+    return FailureRepro(
+        "compiled" if backend is not None else "training",
+        what,
         code,
         f"{PARITY_FRACTION} x the fp32 seed band (median pairwise distance of {band.seeds} seeds' eval losses), "
-        "measured by the check; the scaler's state exactly",
+        "measured by the check" + ("; the scaler's state exactly" if backend is not None else ""),
         tensors,
         device=str(device),
     )
