@@ -399,24 +399,28 @@ def _observe(device: str, dtype: torch.dtype) -> str:
     return "no error" if out is None else str(out.dtype).removeprefix("torch.")"""
 
 
+def _observed_cases(
+    cases: Sequence[tuple[str, Captured]], extra: Sequence[str], device: str, dtype: torch.dtype
+) -> tuple[str, dict[str, torch.Tensor]]:
+    """The cases' functions, ``observe`` and ``CASES = [(label, case_i, inputs<extra>), ...]``."""
+    defs, calls, tensors = _cases(cases)
+    rows = "\n".join(
+        f"    ({label!r}, {call}{more})," for (label, _), call, more in zip(cases, calls, extra, strict=True)
+    )
+    nl = "\n\n\n"
+    return f"{nl.join(defs)}\n\n\n{_observe(device, dtype)}\n\n\nCASES = [\n{rows}\n]", tensors
+
+
 def autocast_dtypes(
     what: str, cases: Sequence[tuple[str, Captured, str]], device: str, dtype: torch.dtype, origin: str
 ) -> FailureRepro:
     """Each case's calls under autocast: the output dtype (or the error's first line) against the
     ``expected`` one (the golden table's, or the rule's)."""
-    defs, calls, tensors = _cases([(label, cap) for label, cap, _ in cases])
-    rows = "\n".join(f"    ({label!r}, {call}, {exp!r})," for (label, _, exp), call in zip(cases, calls, strict=True))
-    nl = "\n\n\n"
-    code = f"""{nl.join(defs)}
-
-
-{_observe(device, dtype)}
-
-
-# reference: what the check expected (output dtype, or the start of the error's first line)
-CASES = [
-{rows}
-]
+    prelude, tensors = _observed_cases(
+        [(label, cap) for label, cap, _ in cases], [f", {exp!r}" for _, _, exp in cases], device, dtype
+    )
+    reference = "# reference: what the check expected (output dtype, or the start of the error's first line)\nCASES = ["
+    code = f"""{prelude.replace("CASES = [", reference, 1)}
 measured = 0
 for label, run, inputs, expected in CASES:
     seen = observe(run, inputs)
@@ -432,18 +436,8 @@ def compiled_dtypes(
 ) -> FailureRepro:
     """Each case's calls under autocast, eager and through ``torch.compile(backend=...)``: the
     compiled output dtype (or the error's first line) against eager's, computed beside it."""
-    defs, calls, tensors = _cases(cases)
-    rows = "\n".join(f"    ({label!r}, {call})," for (label, _), call in zip(cases, calls, strict=True))
-    nl = "\n\n\n"
-    code = f"""{nl.join(defs)}
-
-
-{_observe(device, dtype)}
-
-
-CASES = [
-{rows}
-]
+    prelude, tensors = _observed_cases(cases, ["" for _ in cases], device, dtype)
+    code = f"""{prelude}
 measured = 0
 for label, run, inputs in CASES:
     eager = observe(run, inputs)  # reference: the same calls, eager, under the same autocast

@@ -4,9 +4,9 @@ table, or whose autocast result is not the hand-cast op's, replayed from their c
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -27,6 +27,7 @@ from harness.numerics.comparison import DataComparison
 MAX_CASES = 8
 
 _BY_NAME: dict[str, OpCase] = {c.name: c for c in CATALOGUE}
+P = TypeVar("P")
 _WORDS = {"fp32_in": "fp32 inputs", "lowp_in": "low-precision inputs", "mixed_in": "mixed inputs"}
 
 
@@ -36,21 +37,33 @@ def _split(path: str) -> tuple[str, str] | None:
     return (op, inputs) if op in _BY_NAME and inputs in INPUT_KINDS else None
 
 
-def policy_repro(differences: DataComparison, device: torch.device, dtype: torch.dtype) -> FailureRepro | None:
-    """The golden-table observations that changed, each replayed under autocast against the
-    table's value (ops new to or gone from the table have nothing to replay)."""
-    cases: list[tuple[str, Captured, str]] = []
-    for d in differences.differences:
-        split = _split(d.path)
-        if split is None or not isinstance(d.expected, str) or d.actual is None:
-            continue
-        op, inputs = split
+def replayed(
+    wanted: Iterable[tuple[str, str, str, P]], device: torch.device, dtype: torch.dtype
+) -> list[tuple[str, Captured, P]]:
+    """``(label, catalogue op, input kind, payload)`` -> ``(label, its captured calls, payload)``,
+    at most :data:`MAX_CASES`; an op whose calls cannot be written (or unknown) is left out."""
+    cases: list[tuple[str, Captured, P]] = []
+    for label, op, inputs, payload in wanted:
         try:
-            cases.append((f"{op} with {_WORDS[inputs]}", replay(_BY_NAME[op], device, dtype, inputs), d.expected))
-        except NotReplayable:
+            cases.append((label, replay(_BY_NAME[op], device, dtype, inputs), payload))
+        except (NotReplayable, KeyError):
             continue
         if len(cases) == MAX_CASES:
             break
+    return cases
+
+
+def policy_repro(differences: DataComparison, device: torch.device, dtype: torch.dtype) -> FailureRepro | None:
+    """The golden-table observations that changed, each replayed under autocast against the
+    table's value (ops new to or gone from the table have nothing to replay)."""
+    changed = [
+        (d, split)
+        for d in differences.differences
+        if (split := _split(d.path)) is not None and isinstance(d.expected, str) and d.actual is not None
+    ]
+    cases = replayed(
+        ((f"{op} with {_WORDS[inputs]}", op, inputs, str(d.expected)) for d, (op, inputs) in changed), device, dtype
+    )
     if not cases:
         return None
     return autocast_dtypes(
@@ -64,17 +77,12 @@ def policy_repro(differences: DataComparison, device: torch.device, dtype: torch
 
 def hand_cast_repro(ops: Sequence[str], device: torch.device, dtype: torch.dtype) -> FailureRepro | None:
     """The ops whose autocast result differs from the hand-cast run, replayed."""
-    cases: list[tuple[str, Captured]] = []
-    for op in ops[:MAX_CASES]:
-        try:
-            cases.append((op, replay(_BY_NAME[op], device, dtype)))
-        except (NotReplayable, KeyError):
-            continue
+    cases = replayed(((op, op, "fp32_in", None) for op in ops), device, dtype)
     if not cases:
         return None
     return autocast_hand_cast(
         f"ops whose {device.type} autocast result ({dtype}) is not the op run by hand on inputs cast to its choice",
-        cases,
+        [(label, cap) for label, cap, _ in cases],
         str(device),
         dtype,
     )

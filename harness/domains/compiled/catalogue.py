@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
-from harness.domains.autocast.probe import dtype_name, replay, run_op
-from harness.domains.autocast.repro import MAX_CASES
-from harness.domains.call_capture import Captured, NotReplayable
+from harness.domains.autocast.probe import dtype_name, run_op
+from harness.domains.autocast.repro import replayed
 from harness.domains.compiled.runs import Backend, compile_fn
 
 if TYPE_CHECKING:
@@ -59,24 +58,18 @@ def sweep(device: torch.device, dtype: torch.dtype, backend: Backend) -> list[Co
 
 def repro_of(ops: list[CompiledOp], device: torch.device, dtype: torch.dtype, backend: Backend) -> FailureRepro | None:
     """The standalone reproduction of a failed sweep: the ops whose compiled dtype is not eager's
-    (at most ``MAX_CASES``), replayed from their captured calls, eager and compiled with the same
+    (at most ``MAX_CASES`` of :mod:`harness.domains.autocast.repro`), replayed from their captured calls, eager and compiled with the same
     backend. None where nothing differs, no call could be written, or the backend is a function of
     your own (the script would need your code)."""
     from harness.domains.failure_repro import compiled_dtypes
 
     if not isinstance(backend, str):
         return None
-    by_name = {c.name: c for c in CATALOGUE}
-    cases: list[tuple[str, Captured]] = []
-    for o in ops:
-        if o.compiled is None or o.compiled == o.eager:
-            continue
-        try:
-            cases.append((o.name, replay(by_name[o.name], device, dtype)))
-        except NotReplayable:
-            continue
-        if len(cases) == MAX_CASES:
-            break
+    differing = (o for o in ops if o.compiled is not None and o.compiled != o.eager)
+    cases = [
+        (label, cap)
+        for label, cap, _ in replayed(((o.name, o.name, "fp32_in", None) for o in differing), device, dtype)
+    ]
     if not cases:
         return None
     return compiled_dtypes(
