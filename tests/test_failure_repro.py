@@ -269,6 +269,12 @@ CONTROLS = {
         "matches_fp32 and mlp-fp16+scaler and not accum4 and not clip and not small",
         ("*matches_fp32_well_inside_the_seed_spread[[]cpu-mlp-fp16+scaler]",),
     ),
+    # the source text's claims: the row that reads torch keeps the torch expression
+    "finfo_fp16_max_halved/claims": (
+        "formats/test_source_claims.py",
+        "fp16_range",
+        ("*claim_holds[[]fp16_range]",),
+    ),
     "lossy_gelu": (
         "training/test_op_fingerprints.py",
         "within_its_budget and tiny_lm-bf16",

@@ -963,6 +963,22 @@ def element_codes(x, d):
 }
 
 
+def torch_values(what: str, cases: Sequence[tuple[str, str, float]], origin: str) -> FailureRepro:
+    """torch expressions (source text) against the exact values a check expected of them."""
+    rows = "\n".join(f"    ({name!r}, lambda: {src}, {_float_src(expected)})," for name, src, expected in cases)
+    code = f"""# reference: the values the check expected, exactly
+CASES = [
+{rows}
+]
+measured = 0
+for name, value, expected in CASES:
+    got = float(value())
+    print(f"{{name}}: {{got!r}}; expected {{expected!r}}" + ("" if got == expected else "   <- differs"))
+    measured += got != expected  # values unlike the expected ones
+allowed = 0"""
+    return FailureRepro("formats", what, code, origin)
+
+
 def cast_outcomes(what: str, cases: Sequence[tuple[str, float, str]], device: str = "cpu") -> FailureRepro:
     """torch's cast of float32 values to fp8 formats, each result described as the check describes
     it (``max``, ``-max``, ``inf``, ``nan`` or the value), against the expected description."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from harness.domains.failure_repro import torch_values
 from harness.numerics.comparison import AnyComparison, compare_bound, compare_scalar, explain
 from harness.numerics.formats import BF16, FP16, FP32, tensor_bits
 from harness.numerics.tolerance import EXACT, QUOTED_TO_ONE_DECIMAL, Tolerance
@@ -33,6 +34,9 @@ class Claim:
     text: str
     check: Callable[[], list[AnyComparison]]
     correction: str = ""
+    #: the rows that read torch, as (row, torch expression, expected): a failed one keeps a script
+    #: (a failed row of the harness's own reference keeps none: the text or the harness is wrong)
+    torch_rows: tuple[tuple[str, str, float], ...] = ()
 
 
 def _fp16_cast(x: float) -> float:
@@ -48,6 +52,10 @@ CLAIMS = [
             compare_scalar("fp16.max (torch.finfo)", torch.finfo(torch.float16).max, 65504.0, EXACT),
             compare_scalar("fp16.cast(65504)", _fp16_cast(65504.0), 65504.0, EXACT),
         ],
+        torch_rows=(
+            ("fp16.max (torch.finfo)", "torch.finfo(torch.float16).max", 65504.0),
+            ("fp16.cast(65504)", "torch.tensor([65504.0]).half().item()", 65504.0),
+        ),
     ),
     Claim(
         "fp16_smallest_positive",
@@ -58,6 +66,7 @@ CLAIMS = [
             compare_scalar("fp16.cast(2^-24)", _fp16_cast(2.0**-24), 2.0**-24, EXACT),
         ],
         correction="values below 2^-25 (2.98e-8), not 5.96e-8, become 0; between them they round up to 2^-24",
+        torch_rows=(("fp16.cast(2^-24)", "torch.tensor([2.0**-24]).half().item()", 2.0**-24),),
     ),
     Claim(
         "fp16_underflow_to_zero",
@@ -67,6 +76,14 @@ CLAIMS = [
             compare_scalar("fp16.cast(2^-25 + ulp)", _fp16_cast(FP32.decode(0x33000001)), 2.0**-24, EXACT),
         ],
         correction="the flush point is half the smallest subnormal, 2^-25 ~ 2.98e-8",
+        torch_rows=(
+            ("fp16.cast(1e-8)", "torch.tensor([1e-8]).half().item()", 0.0),
+            (
+                "fp16.cast(2^-25 + ulp)",
+                "torch.tensor([0x33000001], dtype=torch.int32).view(torch.float32).half().item()",
+                2.0**-24,
+            ),
+        ),
     ),
     Claim(
         "fp16_digits",
@@ -97,6 +114,7 @@ CLAIMS = [
             f"same exponent range, but bf16.max = {BF16.max:.5g} is {100 * (1 - BF16.max / FP32.max):.2f}% below "
             f"fp32.max = {FP32.max:.5g}; the smallest positive bf16 is the subnormal {BF16.smallest_subnormal:.3g}"
         ),
+        torch_rows=(("torch bf16 finfo.max vs reference", "torch.finfo(torch.bfloat16).max", BF16.max),),
     ),
     Claim(
         "bf16_fewer_digits_than_fp16",
@@ -119,6 +137,7 @@ CLAIMS = [
                 "torch.amp.GradScaler default init_scale", torch.amp.GradScaler("cpu").get_scale(), 2.0**16, EXACT
             )
         ],
+        torch_rows=(("torch.amp.GradScaler default init_scale", "torch.amp.GradScaler('cpu').get_scale()", 2.0**16),),
     ),
     Claim(
         "gradients_in_bf16_normal_range",
@@ -149,7 +168,23 @@ CLAIMS = [
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
 def test_source_text_claim_holds(claim: Claim, amp_record):
     results = claim.check()
-    failed = [r for r in results if not amp_record.result(r, check=f"claim:{claim.id}", tags={"claim": claim.text})]
+    by_row = {name: (name, src, expected) for name, src, expected in claim.torch_rows}
+    failed = [
+        r
+        for r in results
+        if not amp_record.result(
+            r,
+            check=f"claim:{claim.id}",
+            tags={"claim": claim.text},
+            repro=torch_values(
+                f"the torch value behind the source text's claim {claim.id!r}",
+                [by_row[r.name]],
+                "exact: the value the format's bit layout (or torch's documented default) gives",
+            )
+            if r.name in by_row and not r.passed
+            else None,
+        )
+    ]
     if claim.correction:
         amp_record(
             f"{claim.id}.correction", None, check=f"claim:{claim.id}", note=claim.correction, tags={"claim": claim.text}
