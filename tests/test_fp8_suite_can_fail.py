@@ -8,11 +8,15 @@ asserts exactly which checks catch the fault.
 from __future__ import annotations
 
 import fnmatch
+import json
+import subprocess
+import sys
 
 import pytest
 from faults.fp8 import NO_FP8_KERNEL
-from helpers import assert_caught, assert_clean, inject, run_inner
+from helpers import TESTS, assert_caught, assert_clean, fresh_driver, inject, run_inner
 
+from harness.apps.cli import main
 from harness.domains.fp8.blocklinear import PRODUCTS
 from harness.platform import kernels
 
@@ -323,19 +327,42 @@ def test_a_users_quantiser_with_torchaos_tiny_value_findings_fails(pytester, sui
     run.stdout.fnmatch_lines(["*nvfp4 (a user's adapter over torchao): * per-tensor scale / block scale overflows *"])
 
 
-@pytest.mark.amp_thorough  # two ranks launched inside an inner run (~7 s); by default the check's own
-# claim is exact equality, which any changed bit fails
-def test_a_float8_all_gather_that_scales_each_shard_by_its_own_amax_fails(pytester, suite_copy):
+@pytest.mark.amp_thorough  # two ranks launched inside an inner run, then by the script twice (~20 s); by
+# default the check's own claim is exact equality, which any changed bit fails
+def test_a_float8_all_gather_that_scales_each_shard_by_its_own_amax_fails(pytester, suite_copy, capsys, tmp_path):
     """torchao with the amax all-reduce of its float8 all-gather forgotten: each rank casts its shard
-    with its own scale and the gathered weight is decoded with one, so training departs at once."""
+    with its own scale and the gathered weight is decoded with one, so training departs at once.
+    The failure's script forks two gloo ranks itself: exit 1 naming the faulty sharding, 0 with
+    torch's ``fully_shard`` in its place (the edit standing for the fix)."""
+    faulty = "faults.distributed:fully_shard_with_local_float8_amax"
     run = _run(
         pytester,
         suite_copy,
         "fp8/test_float8_all_gather.py",
-        fsdp_shard='"faults.fp8:fully_shard_with_local_float8_amax"',
+        fsdp_shard=repr(faulty),
+        args=(f"--amp-report-dir={pytester.path / 'out'}",),
     )
     assert_caught(run, "*::test_float8_all_gather_under_fsdp2_trains_bit_for_bit_as_without_it[[]cpu]")
     assert _failed_rows(run) == {"fsdp2.float8_all_gather.max_loss_diff", "fsdp2.float8_all_gather.max_weight_diff"}
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0, capsys.readouterr()
+    (script,) = tmp_path.glob("*.py")
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(
+        script.read_text(encoding="utf-8").replace(repr(faulty), repr("torch.distributed.fsdp:fully_shard")),
+        encoding="utf-8",
+    )
+    driver = fresh_driver(f"sys.path.insert(0, {str(TESTS)!r})")
+    codes = {}
+    for path in (script, fixed):  # one interpreter each: each forks its own ranks
+        ran = subprocess.run(
+            [sys.executable, "-I", "-c", driver, str(path)], capture_output=True, text=True, timeout=300
+        )
+        line = next((x for x in ran.stdout.splitlines() if x.startswith("CODES ")), None)
+        assert line is not None, ran.stdout[-3000:] + ran.stderr[-3000:]
+        codes.update(json.loads(line.removeprefix("CODES ")))
+        assert "final shards differ" in ran.stdout or path == fixed, ran.stdout[-3000:]
+    assert codes == {str(script): 1, str(fixed): 0}, codes
 
 
 LINEAR = "fp8/test_block_linear.py"

@@ -1577,8 +1577,54 @@ def rank_program(rank):  # DDP over the ranks' shares of every global batch
     return amp_loop(ddp, lambda s: tuple(t.chunk(WORLD)[rank] for t in global_batch(s)), mean_all)"""
 
 
+_F8_GATHER_PROGRAM = """BATCH, WIDTH, HIDDEN = 32, 32, 64  # global batch, features: every weight shard is whole rows
+
+
+def train(rank, all_gather):  # the float8 MLP (torchao, tensorwise) sharded by SHARD, as the suite trains it
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchao's CUDA-only extensions do not load on a CPU host
+        from torchao import float8
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(
+        torch.nn.Linear(WIDTH, HIDDEN), torch.nn.GELU(), torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.GELU(),
+        torch.nn.Linear(HIDDEN, WIDTH),
+    )
+    config = float8.Float8LinearConfig(emulate=EMULATE, enable_fsdp_float8_all_gather=all_gather)
+    float8.convert_to_float8_training(m, config=config)
+    for layer in m:
+        if type(layer).__name__ == "Float8Linear":
+            resolve(SHARD)(layer)
+    resolve(SHARD)(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    losses = []
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(1000 + step)
+        x, y = torch.randn(BATCH, WIDTH, generator=g), torch.randn(BATCH, WIDTH, generator=g)
+        loss = F.mse_loss(m(x.chunk(WORLD)[rank]), y.chunk(WORLD)[rank])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(total.item() / WORLD)
+    local = [p.to_local().detach() for p in m.parameters()]
+    shards = [getattr(t, "_tensor", t).float().flatten() for t in local]  # all-gather wraps a shard
+    return {"losses": torch.tensor(losses, dtype=torch.float64), "shards": shards}
+
+
+def rank_program(rank):  # without, then with float8 all-gather
+    return {"plain": train(rank, False), "all_gather": train(rank, True)}"""
+
+
 def distributed(
-    what: str, check: str, world: int, specs: Mapping[str, str | None], fmt_name: str | None = None
+    what: str,
+    check: str,
+    world: int,
+    specs: Mapping[str, str | None],
+    fmt_name: str | None = None,
+    settings: Mapping[str, object] | None = None,
 ) -> FailureRepro | None:
     """A distributed check as a script whose ``world`` ranks are forked from it (gloo, CPU): the
     rank program and the suite's model and inputs written out, the implementations under test by
@@ -1586,11 +1632,14 @@ def distributed(
     the budget derived inline as the check derives it. ``check``: ``ddp_compression`` (the hooked
     path against DDP's plain all-reduce), ``ddp_allreduce`` (DDP's plain path against the exact mean
     of the ranks' own gradients), ``fsdp2_reduce`` (FSDP2's reduced gradient against that mean),
-    ``sharded_scaler`` (an inf on any one rank: every rank skips, one scale)."""
+    ``sharded_scaler`` (an inf on any one rank: every rank skips, one scale), ``float8_all_gather``
+    (torchao's float8 MLP under FSDP2 without and with float8 all-gather: bit for bit; ``settings``:
+    ``STEPS`` and ``EMULATE``)."""
     fmt = format_of(getattr(torch, fmt_name)) if fmt_name else None
     lines = []
     for name, spec in specs.items():
         lines.append(f"{name} = {spec!r}")
+    lines += [f"{name} = {value!r}" for name, value in (settings or {}).items()]
     if check in ("ddp_compression", "ddp_allreduce"):
         program = _DDP_PROGRAM
         if check == "ddp_compression":
@@ -1667,10 +1716,28 @@ for case in range(WORLD):
         wrong += 1
 measured = wrong  # cases where a rank stepped or the scales differ
 allowed = 0"""
+    elif check == "float8_all_gather":
+        program = _F8_GATHER_PROGRAM
+        reference = """# reference: the same training without float8 all-gather, bit for bit (torchao promises it)
+wrong = 0
+for r, out in enumerate(ranks):
+    plain, gathered = out["plain"], out["all_gather"]
+    if not torch.equal(plain["losses"], gathered["losses"]):
+        print(f"rank {r}: losses without {plain['losses'].tolist()}, with {gathered['losses'].tolist()}")
+        wrong += 1
+    for i, (a, b) in enumerate(zip(plain["shards"], gathered["shards"])):
+        if not torch.equal(a, b):
+            print(f"rank {r}, parameter {i}: final shards differ by up to {float((a - b).abs().max())!r}")
+            wrong += 1
+measured = wrong  # losses and final weight shards unlike the run without it
+allowed = 0"""
     else:
         return None
     prelude = _DIST_PRELUDE.format(world=world, specs="\n".join(lines), program=program)
-    needs = sorted({"torch", *(s.partition(":")[0].split(".")[0] for s in specs.values() if s)})
+    needs = sorted(
+        {"torch", *(s.partition(":")[0].split(".")[0] for s in specs.values() if s)}
+        | ({"torchao"} if check == "float8_all_gather" else set())
+    )
     return FailureRepro("distributed", what, prelude + "\n" + reference, _DIST_ALLOWANCE[check], needs=tuple(needs))
 
 
@@ -1681,6 +1748,7 @@ _DIST_ALLOWANCE = {
     "fsdp2_reduce": "the declared reduce dtype's: its rounding and /W per rank and gamma_(W-1) of its sum (fp32: "
     "gamma_W(2^-24) mean|g|)",
     "sharded_scaler": "exact: a skipped step on every rank, one scale",
+    "float8_all_gather": "exact: torchao promises identical numerics with float8 all-gather",
     "ddp_amp_training": "the batch reduced in another order: gamma_(B + 4 x modules)(2^-11) sum_i |g_i| of the first "
     "step's gradients, gamma_(B x steps)(2^-11) |L| of the losses",
 }

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from harness.domains.distributed import ranks as dist_h
+from harness.domains.failure_repro import distributed
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("fp8")
@@ -67,4 +68,17 @@ def test_float8_all_gather_under_fsdp2_trains_bit_for_bit_as_without_it(
         ],
         device=amp_device,
         tags={"world": WORLD, "shard": float8_fsdp_shard, "emulated_matmul": amp_device.type == "cpu"},
+        # a failure keeps a script forking two gloo ranks (an NCCL run keeps none)
+        # (one script: on the loss row, or on the weight row where only the weights differ)
+        repro_of=lambda result: (
+            None
+            if amp_device.type != "cpu" or (loss_diff != 0.0 and not result.name.endswith("max_loss_diff"))
+            else distributed(
+                "float8 all-gather under FSDP2 against the same training without it",
+                "float8_all_gather",
+                WORLD,
+                {"SHARD": float8_fsdp_shard},
+                settings={"STEPS": ALL_GATHER_STEPS, "EMULATE": True},
+            )
+        ),
     )

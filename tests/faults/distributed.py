@@ -120,3 +120,28 @@ def local_gradients_only_hook(state: Any, bucket: GradBucket) -> torch.futures.F
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut
+
+
+def fully_shard_with_local_float8_amax(module: torch.nn.Module, **kwargs: Any) -> Any:
+    """FSDP2's fully_shard in a torchao whose float8 all-gather casts each rank's shard with the
+    shard's own amax (``reduce_amax=False``: the all-reduce of amax forgotten), while the gathered
+    weight is decoded with one rank's scale: what the promise of identical numerics guards.
+    Harness-free: the all-gather check's script names it."""
+    import importlib
+    import warnings
+
+    from torch.distributed.fsdp import fully_shard
+
+    with warnings.catch_warnings():  # torchao's CUDA-only extensions do not load on a CPU host
+        warnings.simplefilter("ignore")
+        fsdp_utils: Any = importlib.import_module("torchao.float8.fsdp_utils")
+    if not getattr(fsdp_utils, "_amp_local_amax", False):
+        original = fsdp_utils.hp_tensor_to_float8_dynamic
+
+        def local_amax(*args: Any, **kw: Any) -> Any:
+            kw["reduce_amax"] = False
+            return original(*args, **kw)
+
+        fsdp_utils.hp_tensor_to_float8_dynamic = local_amax
+        fsdp_utils._amp_local_amax = True
+    return fully_shard(module, **kwargs)

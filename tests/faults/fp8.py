@@ -402,24 +402,3 @@ def nvfp4_zero_guarded(original: Callable[[torch.Tensor], torch.Tensor]) -> Call
         return torch.where(amax == 0, torch.ones_like(original(amax)), original(amax))
 
     return fixed
-
-
-def fully_shard_with_local_float8_amax(module: torch.nn.Module, **kwargs: Any) -> Any:
-    """FSDP2's fully_shard in a torchao whose float8 all-gather casts each rank's shard with the
-    shard's own amax (``reduce_amax=False``: the all-reduce of amax forgotten), while the gathered
-    weight is decoded with one rank's scale: what the promise of identical numerics guards."""
-    from torch.distributed.fsdp import fully_shard
-
-    from harness.domains.fp8.adapters import import_torchao as imp
-
-    fsdp_utils: Any = imp("torchao.float8.fsdp_utils")
-    if not getattr(fsdp_utils, "_amp_local_amax", False):
-        original = fsdp_utils.hp_tensor_to_float8_dynamic
-
-        def local_amax(*args: Any, **kw: Any) -> Any:
-            kw["reduce_amax"] = False
-            return original(*args, **kw)
-
-        fsdp_utils.hp_tensor_to_float8_dynamic = local_amax
-        fsdp_utils._amp_local_amax = True
-    return fully_shard(module, **kwargs)
