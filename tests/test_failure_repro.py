@@ -490,6 +490,31 @@ def test_a_failed_compiled_training_check_writes_the_whole_run_as_a_script(pytes
     assert clean[str(scripts[0])] == 0, said_clean
 
 
+@pytest.mark.amp_thorough  # the MLP's band and curves in the inner run, the script twice: about 6 s; by
+# default the parity control proves the same whole-run trainer, and a drifted curve fails the check
+def test_a_drifted_golden_curve_writes_the_run_as_a_script(pytester, suite_copy, tmp_path, capsys):
+    """GradScaler scaling the loss a quarter high moves the MLP's fp16 + GradScaler curve off its
+    golden curve; the script trains that run and holds its losses to the stored curve by the
+    lane's rule: exit 1 with the fault, 0 without."""
+    suite_copy("training/test_golden_curves.py")
+    shutil.copytree(BASELINES / "training", pytester.path / "baselines" / "training")
+    inject(pytester, "", patches=PATCHES["scaler_scaling_a_quarter_high"], imports=("faults.stacks", "torch"))
+    check = "test_loss_curves_match_the_golden_curves_of_this_profile[cpu-mlp]"
+    run = run_inner(
+        pytester, "-k", "golden_curves_of_this_profile and mlp", f"--amp-report-dir={pytester.path / 'out'}"
+    )
+    assert_caught(run, f"*{check.replace('[', '[[]')}")
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0, capsys.readouterr()
+    (script,) = tmp_path.glob("*.py")
+    assert "under fp16+scaler: per-step training losses against its golden curve" in script.read_text(encoding="utf-8")
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses(
+        [{script: ["scaler_scaling_a_quarter_high"]}, {script: []}]
+    )
+    assert faulty[str(script)] == 1, said_faulty
+    assert clean[str(script)] == 0, said_clean
+
+
 def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):
     from harness.storage import report as rp
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from harness.domains import training as T
+from harness.domains.training import standalone
 from harness.domains.training.precision import PRECISION_SEEDS, judge_precision, precision_lane
 from harness.numerics.comparison import compare_curves
 from harness.storage.baselines import KeyKind
@@ -39,6 +40,19 @@ def _lane_key(amp_hardware_class) -> dict[str, str | None]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
     }
+
+
+def _curve_script(setup, comparison, stored_curves, allowance, max_outliers, max_run, lane, device):
+    """The first changed curve's run as a script (the built-in models; None where it cannot stand
+    alone): its per-step losses against the stored ones, by the lane's rule."""
+    changed = [d.path.partition("[")[0] for d in comparison.differences]
+    recipes = {"fp32": T.FP32, **{r.name: r for r in CURVES[setup.name]}}
+    name = next((c for c in changed if c in recipes and c in stored_curves), None)
+    if name is None or standalone.unsupported(setup, recipes[name]) is not None:
+        return None
+    return standalone.curve_repro_of(
+        setup, recipes[name], list(stored_curves[name]), list(allowance[name]), max_outliers, max_run, lane, device
+    )
 
 
 #: The LM's curves train its fp32 band and three recipes (about 4 s on 2 cores): thorough-tier; the
@@ -77,19 +91,22 @@ def test_loss_curves_match_the_golden_curves_of_this_profile(
     if reference is not None:
         # No curves of this profile's own: the approximate lane, against another profile's curves
         path, stored = reference
-        amp_record.require(
-            compare_curves(
-                f"golden loss curves {setup_name} (approximate lane, another profile's curves: {path})",
-                stored["curves"],
-                curves,
-                allowance,
-                outliers.steps,
-                f"{approximate}; this profile has no curves of its own (record them with --amp-regen)",
-                outliers.longest_run,
-            ),
-            device=amp_device,
-            tags={"lane": "approximate", "reference": path},
+        origin = f"{approximate}; this profile has no curves of its own (record them with --amp-regen)"
+        judged = compare_curves(
+            f"golden loss curves {setup_name} (approximate lane, another profile's curves: {path})",
+            stored["curves"],
+            curves,
+            allowance,
+            outliers.steps,
+            origin,
+            outliers.longest_run,
         )
+        script = None
+        if not judged.passed:
+            script = _curve_script(
+                setup, judged, stored["curves"], allowance, outliers.steps, outliers.longest_run, origin, amp_device
+            )
+        amp_record.require(judged, device=amp_device, tags={"lane": "approximate", "reference": path}, repro=script)
         return
     lane: dict[str, object] = {}
 
@@ -122,6 +139,18 @@ def test_loss_curves_match_the_golden_curves_of_this_profile(
         device=str(amp_device),
         comparator=judge,
         tags=lane,
+        repro=lambda changed, stored: _curve_script(
+            setup,
+            changed,
+            stored["curves"],
+            exact if lane.get("lane") == "deterministic" else allowance,
+            0 if lane.get("lane") == "deterministic" else outliers.steps,
+            None if lane.get("lane") == "deterministic" else outliers.longest_run,
+            "deterministic lane: the same hardware class and software stack, so bitwise equal"
+            if lane.get("lane") == "deterministic"
+            else approximate,
+            amp_device,
+        ),
     )
 
 

@@ -103,96 +103,21 @@ def repro_of(
     two tensors)."""
     from harness.domains.failure_repro import FailureRepro
 
-    if unsupported(setup, recipe, backend) is not None:
-        return None
-    model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
-    gen = torch.Generator().manual_seed(DATA_SEED_OFFSET)
-    batches = [setup.batch(step, gen) for step in range(setup.steps)]
-    eval_batch = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
-    if model_src is None or loss_src is None:
-        return None
-    if not all(isinstance(t, torch.Tensor) for b in (*batches, eval_batch) for t in b):
-        return None
-    weights = setup.model(INIT_SEED).state_dict()
-    names = list(weights)
-    tensors: dict[str, torch.Tensor] = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
-    tensors.update(
-        xs=torch.stack([b[0] for b in batches]),
-        ys=torch.stack([b[1] for b in batches]),
-        ex=eval_batch[0],
-        ey=eval_batch[1],
-    )
     allowed = {t: PARITY_FRACTION * band.per_step[t] for t in sorted(band.per_step)}
-    low = str(recipe.dtype).removeprefix("torch.")
-    opt = {
-        "sgd": "torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WD)",
-        "adamw": "torch.optim.AdamW(params, lr=LR, weight_decay=WD)",
-        "adam": "torch.optim.Adam(params, lr=LR, weight_decay=WD)",
-    }.get(str(setup.optimizer))
-    if opt is None:
+    trainer = _trainer(setup, recipe, device, backend, overflow, sorted(allowed))
+    if trainer is None:
         return None
-    code = f"""from torch import nn
-
-{model_src}
-
-
-{loss_src}
-WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
-DEVICE, BACKEND, STEPS, LR, WD = {device.type!r}, {backend!r}, {setup.steps}, {setup.lr!r}, {setup.weight_decay!r}
-COMPILED = BACKEND is not None  # the model compiled for the run under test
-SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
-OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
+    prelude, tensors = trainer
+    low = str(recipe.dtype).removeprefix("torch.")
+    code = f"""{prelude}
 # half the fp32 seed band per checkpoint: the median distance between the eval losses of {band.seeds}
 # fp32 seeds (other data orders), measured by the check
 ALLOWED = {allowed!r}
-
-
-def overflow_gate(model):  # the first module with parameters: its output times a gate (inf to overflow)
-    first = next(m for m in model.modules() if next(m.parameters(recurse=False), None) is not None)
-    gate, inner = torch.ones((), device=DEVICE), first.forward
-    first.forward = lambda *a, **k: inner(*a, **k) * gate
-    return gate
-
-
-def train(dtype, compiled, skip=()):  # eval losses at the checkpoints; the scaler's scales and skips
-    torch.manual_seed({INIT_SEED})
-    model = {setup.model.__name__}({INIT_SEED})
-    model.load_state_dict(WEIGHTS)
-    model = model.to(DEVICE)
-    params = [p for p in model.parameters() if p.requires_grad]
-    gate = overflow_gate(model) if OVERFLOW and dtype is not None else None
-    torch._dynamo.reset()
-    forward = torch.compile(model, backend=BACKEND) if compiled else model
-    opt = {opt}
-    scaler = torch.amp.GradScaler(DEVICE) if SCALER and dtype is not None else None
-    evals, scales, skipped = {{}}, [], []
-    for step in range(STEPS):
-        if gate is not None:
-            gate.fill_(math.inf if step in OVERFLOW else 1.0)
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            out = forward(xs[step].to(DEVICE))
-            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), ys[step].to(DEVICE))
-        (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scales.append(scaler.get_scale())
-            scaler.step(opt)
-            scaler.update()
-            if scaler.get_scale() < scales[-1]:
-                skipped.append(step)
-        elif step not in skip:
-            opt.step()
-        if step in ALLOWED:
-            with torch.no_grad():
-                evals[step] = float(LOSS(model(ex.to(DEVICE)), ey.to(DEVICE)))
-    return evals, (scales, skipped, scaler.get_scale() if scaler else None)
-
-
-run, run_scaler = train(torch.{low}, compiled=COMPILED)
-fp32, _ = train(None, compiled=False, skip=run_scaler[1])  # reference: fp32, skipped steps replayed
+run, run_scaler, _ = train(torch.{low}, compiled=COMPILED)
+fp32, _, _ = train(None, compiled=False, skip=run_scaler[1])  # reference: fp32, skipped steps replayed
 references = [("fp32", fp32)]
 if COMPILED:  # compiled AMP against eager AMP too, whose GradScaler state it must equal exactly
-    eager, eager_scaler = train(torch.{low}, compiled=False)
+    eager, eager_scaler, _ = train(torch.{low}, compiled=False)
     references.append(("eager", eager))
     if run_scaler != eager_scaler:
         print(f"GradScaler (scales, skipped steps, final scale): compiled {{run_scaler}}, eager {{eager_scaler}}")
@@ -219,3 +144,140 @@ allowed = 1.0"""
         tensors,
         device=str(device),
     )
+
+
+def curve_repro_of(
+    setup: Setup,
+    recipe: Recipe,
+    stored: list[float],
+    allowance: list[float],
+    max_outliers: int,
+    max_run: int | None,
+    lane: str,
+    device: torch.device,
+) -> FailureRepro | None:
+    """The whole run's per-step training losses against a stored golden curve: each step within its
+    allowance (0: bitwise), up to ``max_outliers`` steps excepted, at most ``max_run`` in a row."""
+    from harness.domains.failure_repro import FailureRepro
+
+    trainer = _trainer(setup, recipe, device, None, frozenset(), [])
+    if trainer is None:
+        return None
+    prelude, tensors = trainer
+    dtype = "None" if recipe.dtype is None else f"torch.{str(recipe.dtype).removeprefix('torch.')}"
+    code = f"""{prelude}
+# reference: the golden curve the harness stored from a run ({lane})
+STORED = {stored!r}
+ALLOWANCE = {allowance!r}
+MAX_OUTLIERS, MAX_RUN = {max_outliers!r}, {max_run!r}
+_, _, losses = train({dtype}, compiled=False)
+outside = [t for t, (got, want, a) in enumerate(zip(losses, STORED, ALLOWANCE)) if not abs(got - want) <= a]
+for t in outside[:12]:
+    print(f"step {{t}}: loss {{losses[t]!r}}, stored {{STORED[t]!r}} (allowed |diff| {{ALLOWANCE[t]:.3g}})")
+longest = max((len(r) for r in "".join("x" if t in outside else " " for t in range(STEPS)).split()), default=0)
+print(f"{{len(outside)}} of {{STEPS}} steps outside their allowance (at most {{MAX_OUTLIERS}}), longest run {{longest}}")
+measured = len(outside) if MAX_RUN is None or longest <= MAX_RUN else math.inf  # steps outside
+allowed = MAX_OUTLIERS"""
+    return FailureRepro(
+        "training",
+        f"{setup.name} trained {setup.steps} steps under {recipe.name}: per-step training losses against its golden "
+        "curve",
+        code,
+        lane,
+        tensors,
+        device=str(device),
+    )
+
+
+def _trainer(
+    setup: Setup,
+    recipe: Recipe,
+    device: torch.device,
+    backend: str | None,
+    overflow: frozenset[int],
+    checkpoints: list[int],
+) -> tuple[str, dict[str, torch.Tensor]] | None:
+    """The script's model, data and ``train(dtype, compiled, skip)`` -> (eval losses at
+    ``checkpoints``, the scaler's (scales, skipped steps, final scale), per-step training losses);
+    None where the run cannot stand alone."""
+    if unsupported(setup, recipe, backend) is not None:
+        return None
+    model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
+    gen = torch.Generator().manual_seed(DATA_SEED_OFFSET)
+    batches = [setup.batch(step, gen) for step in range(setup.steps)]
+    eval_batch = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
+    if model_src is None or loss_src is None:
+        return None
+    if not all(isinstance(t, torch.Tensor) for b in (*batches, eval_batch) for t in b):
+        return None
+    weights = setup.model(INIT_SEED).state_dict()
+    names = list(weights)
+    tensors: dict[str, torch.Tensor] = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
+    tensors.update(
+        xs=torch.stack([b[0] for b in batches]),
+        ys=torch.stack([b[1] for b in batches]),
+        ex=eval_batch[0],
+        ey=eval_batch[1],
+    )
+    opt = {
+        "sgd": "torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WD)",
+        "adamw": "torch.optim.AdamW(params, lr=LR, weight_decay=WD)",
+        "adam": "torch.optim.Adam(params, lr=LR, weight_decay=WD)",
+    }.get(str(setup.optimizer))
+    if opt is None:
+        return None
+    code = f"""from torch import nn
+
+{model_src}
+
+
+{loss_src}
+WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
+DEVICE, BACKEND, STEPS, LR, WD = {device.type!r}, {backend!r}, {setup.steps}, {setup.lr!r}, {setup.weight_decay!r}
+COMPILED = BACKEND is not None  # the model compiled for the run under test
+SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
+OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
+CHECKPOINTS = {checkpoints!r}  # where the evaluation loss is taken
+
+
+def overflow_gate(model):  # the first module with parameters: its output times a gate (inf to overflow)
+    first = next(m for m in model.modules() if next(m.parameters(recurse=False), None) is not None)
+    gate, inner = torch.ones((), device=DEVICE), first.forward
+    first.forward = lambda *a, **k: inner(*a, **k) * gate
+    return gate
+
+
+def train(dtype, compiled, skip=()):  # eval losses at the checkpoints, the scaler's state, training losses
+    torch.manual_seed({INIT_SEED})
+    model = {setup.model.__name__}({INIT_SEED})
+    model.load_state_dict(WEIGHTS)
+    model = model.to(DEVICE)
+    params = [p for p in model.parameters() if p.requires_grad]
+    gate = overflow_gate(model) if OVERFLOW and dtype is not None else None
+    torch._dynamo.reset()
+    forward = torch.compile(model, backend=BACKEND) if compiled else model
+    opt = {opt}
+    scaler = torch.amp.GradScaler(DEVICE) if SCALER and dtype is not None else None
+    evals, scales, skipped, losses = {{}}, [], [], []
+    for step in range(STEPS):
+        if gate is not None:
+            gate.fill_(math.inf if step in OVERFLOW else 1.0)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            out = forward(xs[step].to(DEVICE))
+            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), ys[step].to(DEVICE))
+        losses.append(loss.detach().item())
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scales.append(scaler.get_scale())
+            scaler.step(opt)
+            scaler.update()
+            if scaler.get_scale() < scales[-1]:
+                skipped.append(step)
+        elif step not in skip:
+            opt.step()
+        if step in CHECKPOINTS:
+            with torch.no_grad():
+                evals[step] = float(LOSS(model(ex.to(DEVICE)), ey.to(DEVICE)))
+    return evals, (scales, skipped, scaler.get_scale() if scaler else None), losses"""
+    return code, tensors
