@@ -139,8 +139,11 @@ class _Record(Protocol):
 
 
 def first_failed_step(p: Parity) -> int:
-    """The first checkpoint of a run that left its band."""
-    return next(t for t, d, a in zip(p.steps, p.diffs, p.allowances, strict=True) if not d <= a)
+    """The first checkpoint of a run that left its band (one that did: a failed claim)."""
+    step = p.first_failed_step
+    if step is None:
+        raise ValueError(f"{p.recipe} stayed within its band at every checkpoint: nothing to localise")
+    return step
 
 
 def localised_row(

@@ -129,6 +129,11 @@ class Parity:
     def passed(self) -> bool:
         return self.worst <= 1.0
 
+    @property
+    def first_failed_step(self) -> int | None:
+        """The first checkpoint whose distance leaves its allowance (None: none does)."""
+        return next((t for t, d, a in zip(self.steps, self.diffs, self.allowances, strict=True) if not d <= a), None)
+
 
 def parity(run: Run, reference: Run, band: Band, fraction: float = PARITY_FRACTION) -> Parity:
     """Evaluation-loss distance of ``run`` from ``reference`` (same seed) at each checkpoint,
