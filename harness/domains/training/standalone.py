@@ -1,13 +1,13 @@
-"""A failed training-parity claim as a standalone script: the whole run.
+"""A failed claim about a whole training run as a standalone script: the run itself.
 
-Where no single op of a step leaves its budget (the op localiser's script), or Inductor fuses
-the ops a dispatch mode would see (compiled training), the smallest faithful script is the run
-itself: the built-in model's source, its initial weights and the run's batches saved beside the
+Where no single op of a step leaves its budget (the op localiser's script), where Inductor fuses
+the ops a dispatch mode would see (compiled training), or where a run left its golden curve, the
+smallest faithful script is the run itself: the built-in model's source, its initial weights and the run's batches saved beside the
 script, trained under the recipe's autocast (and GradScaler, with any overflow injected inside
 the forward pass), eagerly or through ``torch.compile`` and then also eagerly, and in fp32 as the
-reference. The allowance is the check's: half the fp32 seed band at each checkpoint, a measured
-seed-to-seed spread written into the script with its origin (re-deriving it would mean training
-every seed). Your own models, recipes with accumulation, clipping, a loss factor or an emulation,
+reference (or the stored curve). The allowance is the check's: half the fp32 seed band at each
+checkpoint, or the golden-curve lane's rule, measured seed-to-seed spreads written into the script
+with their origin (re-deriving them would mean training every seed). Your own models, recipes with accumulation, clipping, a loss factor or an emulation,
 setups with a schedule, an optimizer factory or a scaler of their own, and compile backend
 functions keep no script: the script would need code it cannot carry.
 """
