@@ -515,6 +515,26 @@ def test_a_drifted_golden_curve_writes_the_run_as_a_script(pytester, suite_copy,
     assert clean[str(script)] == 0, said_clean
 
 
+@pytest.mark.amp_thorough  # nine CNN runs in the inner run, then twice nine in the script: about 25 s; by
+# default the same fault fails the precision lane (tests/test_training_suite_can_fail.py)
+def test_a_failed_precision_lane_writes_its_runs_as_a_script(pytester, suite_copy, tmp_path, capsys):
+    """AdamW keeping 16 of fp32's 24 significand bits: the CNN's fp32 run leaves float64's
+    rounding distance; the script trains fp32, bf16 and float64 for each data order and judges the
+    median ratio: exit 1 with the fault, 0 without."""
+    suite_copy("training/test_golden_curves.py")
+    fault = "adamw_losing_fp32_update_precision"
+    inject(pytester, "", patches=PATCHES[fault], imports=("faults.stacks", "faults.training", "torch"))
+    check = "test_fp32_stays_within_rounding_distance_of_an_fp64_run[cpu-cnn_bn]"
+    run = run_inner(pytester, "-k", "fp64_run and cnn_bn", f"--amp-report-dir={pytester.path / 'out'}")
+    assert_caught(run, f"*{check.replace('[', '[[]')}")
+    capsys.readouterr()
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0, capsys.readouterr()
+    (script,) = tmp_path.glob("*.py")
+    (faulty, said_faulty), (clean, said_clean) = _exit_statuses([{script: [fault]}, {script: []}])
+    assert faulty[str(script)] == 1 and "data order 2" in said_faulty, said_faulty
+    assert clean[str(script)] == 0, said_clean
+
+
 def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):
     from harness.storage import report as rp
 

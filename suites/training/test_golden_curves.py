@@ -24,7 +24,7 @@ import torch
 
 from harness.domains import training as T
 from harness.domains.training import standalone
-from harness.domains.training.precision import PRECISION_SEEDS, judge_precision, precision_lane
+from harness.domains.training.precision import PRECISION_FRACTION, PRECISION_SEEDS, judge_precision, precision_lane
 from harness.numerics.comparison import compare_curves
 from harness.storage.baselines import KeyKind
 
@@ -183,6 +183,15 @@ def test_fp32_stays_within_rounding_distance_of_an_fp64_run(setup_name, train_ca
             device=amp_device,
             tags={"seed": lane.seed, "per_checkpoint": lane.fp32_distance, "bf16_per_checkpoint": lane.low_distance},
         )
+    verdict = judge_precision(lanes)
     amp_record.require(
-        judge_precision(lanes), device=amp_device, tags={"lane": "precision", "ratios": [x.ratio for x in lanes]}
+        verdict,
+        device=amp_device,
+        tags={"lane": "precision", "ratios": [x.ratio for x in lanes]},
+        # a failure keeps the runs as a script: fp32, bf16 and float64 for each data order
+        repro=None
+        if verdict.passed or standalone.unsupported(setup, T.BF16)
+        else standalone.precision_repro_of(
+            setup, T.BF16, PRECISION_SEEDS, PRECISION_FRACTION, "sqrt(u_fp32 / u_bf16) = 2^-8", amp_device
+        ),
     )

@@ -497,6 +497,10 @@ STACKS: dict[str, tuple[str, str]] = {
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
     "sgd_without_weight_decay": ("torch.optim.sgd.sgd", "faults.stacks.sgd_without_weight_decay"),
     "scaler_scaling_a_quarter_high": ("torch.amp.GradScaler.scale", "faults.stacks.scale_a_quarter_high"),
+    "adamw_losing_fp32_update_precision": (
+        "torch.optim.AdamW.step",
+        "faults.training.adamw_losing_fp32_update_precision",
+    ),
     "scaler_stepping_on_overflow": (
         "torch.amp.GradScaler._maybe_opt_step",
         "faults.stacks.scaler_stepping_on_overflow",

@@ -196,29 +196,31 @@ def _trainer(
     backend: str | None,
     overflow: frozenset[int],
     checkpoints: list[int],
+    seeds: int = 1,
 ) -> tuple[str, dict[str, torch.Tensor]] | None:
-    """The script's model, data and ``train(dtype, compiled, skip)`` -> (eval losses at
-    ``checkpoints``, the scaler's (scales, skipped steps, final scale), per-step training losses);
-    None where the run cannot stand alone."""
+    """The script's model, data (the batches of data orders ``0..seeds-1``) and
+    ``train(dtype, compiled, skip, seed)`` -> (eval losses at ``checkpoints``, the scaler's (scales,
+    skipped steps, final scale), per-step training losses); ``dtype`` float64: the problem in
+    float64, as the precision lane trains it. None where the run cannot stand alone."""
     if unsupported(setup, recipe, backend) is not None:
         return None
     model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
-    gen = torch.Generator().manual_seed(DATA_SEED_OFFSET)
-    batches = [setup.batch(step, gen) for step in range(setup.steps)]
+    orders = []
+    for seed in range(seeds):
+        gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
+        orders.append([setup.batch(step, gen) for step in range(setup.steps)])
     eval_batch = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
     if model_src is None or loss_src is None:
         return None
-    if not all(isinstance(t, torch.Tensor) for b in (*batches, eval_batch) for t in b):
+    if not all(isinstance(t, torch.Tensor) for batches in orders for b in (*batches, eval_batch) for t in b):
         return None
     weights = setup.model(INIT_SEED).state_dict()
     names = list(weights)
     tensors: dict[str, torch.Tensor] = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
-    tensors.update(
-        xs=torch.stack([b[0] for b in batches]),
-        ys=torch.stack([b[1] for b in batches]),
-        ex=eval_batch[0],
-        ey=eval_batch[1],
-    )
+    for seed, batches in enumerate(orders):
+        tensors[f"xs{seed}"] = torch.stack([b[0] for b in batches])
+        tensors[f"ys{seed}"] = torch.stack([b[1] for b in batches])
+    tensors.update(ex=eval_batch[0], ey=eval_batch[1])
     opt = {
         "sgd": "torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WD)",
         "adamw": "torch.optim.AdamW(params, lr=LR, weight_decay=WD)",
@@ -238,6 +240,7 @@ COMPILED = BACKEND is not None  # the model compiled for the run under test
 SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
 OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
 CHECKPOINTS = {checkpoints!r}  # where the evaluation loss is taken
+BATCHES = [{", ".join(f"(xs{s}, ys{s})" for s in range(seeds))}]  # each data order's batches, by seed
 
 
 def overflow_gate(model):  # the first module with parameters: its output times a gate (inf to overflow)
@@ -247,11 +250,18 @@ def overflow_gate(model):  # the first module with parameters: its output times 
     return gate
 
 
-def train(dtype, compiled, skip=()):  # eval losses at the checkpoints, the scaler's state, training losses
-    torch.manual_seed({INIT_SEED})
+def as64(t, fp64):  # floating inputs in float64 for the float64 run (token ids untouched)
+    return t.double() if fp64 and t.is_floating_point() else t
+
+
+def train(dtype, compiled, skip=(), seed=0):  # eval losses at the checkpoints, the scaler's state, training losses
+    fp64 = dtype == torch.float64  # the problem in float64, no autocast
+    dtype = None if fp64 else dtype  # the autocast dtype (None: none)
+    xs, ys = BATCHES[seed]
+    torch.manual_seed(seed)
     model = {setup.model.__name__}({INIT_SEED})
     model.load_state_dict(WEIGHTS)
-    model = model.to(DEVICE)
+    model = model.to(DEVICE).double() if fp64 else model.to(DEVICE)
     params = [p for p in model.parameters() if p.requires_grad]
     gate = overflow_gate(model) if OVERFLOW and dtype is not None else None
     torch._dynamo.reset()
@@ -264,8 +274,8 @@ def train(dtype, compiled, skip=()):  # eval losses at the checkpoints, the scal
             gate.fill_(math.inf if step in OVERFLOW else 1.0)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            out = forward(xs[step].to(DEVICE))
-            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), ys[step].to(DEVICE))
+            out = forward(as64(xs[step], fp64).to(DEVICE))
+            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), as64(ys[step], fp64).to(DEVICE))
         losses.append(loss.detach().item())
         (scaler.scale(loss) if scaler else loss).backward()
         if scaler:
@@ -278,6 +288,41 @@ def train(dtype, compiled, skip=()):  # eval losses at the checkpoints, the scal
             opt.step()
         if step in CHECKPOINTS:
             with torch.no_grad():
-                evals[step] = float(LOSS(model(ex.to(DEVICE)), ey.to(DEVICE)))
+                evals[step] = float(LOSS(model(as64(ex, fp64).to(DEVICE)), as64(ey, fp64).to(DEVICE)))
     return evals, (scales, skipped, scaler.get_scale() if scaler else None), losses"""
     return code, tensors
+
+
+def precision_repro_of(
+    setup: Setup, recipe: Recipe, seeds: int, fraction: float, origin: str, device: torch.device
+) -> FailureRepro | None:
+    """fp32 against a float64 run of the same problem, per data order, against ``recipe``'s
+    (bf16 autocast's) distance from it: the median ratio over ``seeds`` orders at most ``fraction``."""
+    from harness.domains.failure_repro import FailureRepro
+
+    checkpoints = setup.checkpoints()
+    trainer = _trainer(setup, recipe, device, None, frozenset(), checkpoints, seeds)
+    if trainer is None:
+        return None
+    prelude, tensors = trainer
+    low = str(recipe.dtype).removeprefix("torch.")
+    code = f"""{prelude}
+FRACTION = {fraction!r}  # sqrt(u_fp32 / u_{low}): fp32 losing about half its extra bits fails
+ratios = []
+for seed in range(len(BATCHES)):
+    ref = train(torch.float64, compiled=False, seed=seed)[0]  # reference: the problem in float64
+    d32 = max(abs(train(None, compiled=False, seed=seed)[0][t] - ref[t]) for t in CHECKPOINTS)
+    dlow = max(abs(train(torch.{low}, compiled=False, seed=seed)[0][t] - ref[t]) for t in CHECKPOINTS)
+    ratios.append(d32 / dlow if dlow > 0 else (0.0 if d32 == 0 else math.inf))
+    print(f"data order {{seed}}: fp32 {{d32:.3g}} from float64, {low} {{dlow:.3g}}: ratio {{ratios[-1]:.3g}}")
+measured = __import__("statistics").median(ratios)  # the median ratio over the data orders
+allowed = FRACTION"""
+    return FailureRepro(
+        "training",
+        f"{setup.name}: fp32's distance from a float64 run of the same training, against {low} autocast's, median "
+        f"over {seeds} data orders",
+        code,
+        origin,
+        tensors,
+        device=str(device),
+    )
