@@ -432,7 +432,7 @@ def test_a_failed_compiled_checks_script_exits_1_on_the_faulty_compiler_and_0_on
     run = run_inner(pytester, "-k", selection, f"--amp-report-dir={pytester.path / 'out'}")
     assert_caught(run, caught)
     capsys.readouterr()
-    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0, capsys.readouterr()
     scripts = sorted(tmp_path.glob("*.py"))
     assert len(scripts) == 1 and (tmp_path / f"{scripts[0].stem}.pt").is_file(), (
         capsys.readouterr()
@@ -458,7 +458,7 @@ def test_a_failed_compiled_catalogue_sweep_writes_a_script_of_the_ops_that_diffe
     run = run_inner(pytester, "-k", sweep, "--amp-tier=thorough", f"--amp-report-dir={pytester.path / 'out'}")
     assert_caught(run, f"*{sweep.replace('[', '[[]')}")
     capsys.readouterr()
-    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0, capsys.readouterr()
     scripts = sorted(tmp_path.glob("*.py"))
     assert len(scripts) == 1, capsys.readouterr()
     (faulty, said_faulty), (clean, said_clean) = _exit_statuses(
@@ -479,7 +479,7 @@ def test_a_failed_compiled_training_check_writes_the_whole_run_as_a_script(pytes
     run = run_inner(pytester, "-k", "mlp-bf16", f"--amp-report-dir={pytester.path / 'out'}")
     assert_caught(run, f"*{check.replace('[', '[[]')}")
     capsys.readouterr()
-    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0
+    assert main(["repro", "--report", str(pytester.path / "out"), "-o", str(tmp_path)]) == 0, capsys.readouterr()
     scripts = sorted(tmp_path.glob("*.py"))
     # both failed claims (against eager, against fp32) keep the same run: one script each
     assert scripts and all((tmp_path / f"{p.stem}.pt").is_file() for p in scripts), capsys.readouterr()

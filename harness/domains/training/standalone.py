@@ -1,15 +1,17 @@
 """A failed claim about a whole training run as a standalone script: the run itself.
 
 Where no single op of a step leaves its budget (the op localiser's script), where Inductor fuses
-the ops a dispatch mode would see (compiled training), or where a run left its golden curve, the
-smallest faithful script is the run itself: the built-in model's source, its initial weights and the run's batches saved beside the
-script, trained under the recipe's autocast (and GradScaler, with any overflow injected inside
-the forward pass), eagerly or through ``torch.compile`` and then also eagerly, and in fp32 as the
-reference (or the stored curve). The allowance is the check's: half the fp32 seed band at each
-checkpoint, or the golden-curve lane's rule, measured seed-to-seed spreads written into the script
-with their origin (re-deriving them would mean training every seed). Your own models, recipes with accumulation, clipping, a loss factor or an emulation,
-setups with a schedule, an optimizer factory or a scaler of their own, and compile backend
-functions keep no script: the script would need code it cannot carry.
+the ops a dispatch mode would see (compiled training), where a run left its golden curve, or where
+fp32 drifted from float64, the smallest faithful script is the run itself: the built-in model's
+source, its initial weights and the run's batches saved beside the script, trained under the
+recipe (autocast, micro-batches, clipping, GradScaler with any overflow injected inside the
+forward pass), eagerly or through ``torch.compile`` and then also eagerly, and in fp32 (or
+float64) as the reference, or against the stored curve. The allowance is the check's: half the
+fp32 seed band at each checkpoint, or the golden-curve lane's rule, measured seed-to-seed spreads
+written into the script with their origin (re-deriving them would mean training every seed).
+Your own models, recipes with a loss factor, a static scale, an accumulation buffer or an
+emulation, setups with a schedule, an optimizer factory or a scaler of their own, and compile
+backend functions keep no script: the script would need code it cannot carry.
 """
 
 from __future__ import annotations
@@ -78,13 +80,14 @@ def unsupported(setup: Setup, recipe: Recipe, backend: Any = None) -> str | None
         return "a model of your own"
     if not isinstance(setup.optimizer, str) or setup.schedule is not None or setup.scaler is not None:
         return "an optimizer factory, schedule or scaler of the setup's own"
-    plain = recipe.micro_batches == 1 and recipe.clip is None and recipe.loss_factor == 1.0
-    if not plain or any(
+    if recipe.loss_factor != 1.0 or any(
         v is not None
         for v in (recipe.static_scale, recipe.grad_accum_dtype, recipe.emulate, recipe.params_dtype, recipe.grad_noise)
     ):
-        return f"recipe {recipe.name}: accumulation, clipping, scaling or emulation the script does not write out"
-    if setup.loss is None or type(setup).forward is not Setup.forward:
+        return f"recipe {recipe.name}: a loss factor, static scale, accumulation buffer or emulation"
+    # a subclass's own forward (by name: the harness's modules may have been imported twice)
+    own_forward = any("forward" in vars(k) for k in type(setup).__mro__ if k.__name__ != Setup.__name__)
+    if setup.loss is None or own_forward:
         return "a model's own loss or forward"
     return None
 
@@ -240,6 +243,7 @@ COMPILED = BACKEND is not None  # the model compiled for the run under test
 SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
 OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
 CHECKPOINTS = {checkpoints!r}  # where the evaluation loss is taken
+MICRO, CLIP = {recipe.micro_batches}, {recipe.clip!r}  # micro-batches per step, clip_grad_norm_'s max norm
 BATCHES = [{", ".join(f"(xs{s}, ys{s})" for s in range(seeds))}]  # each data order's batches, by seed
 
 
@@ -273,11 +277,18 @@ def train(dtype, compiled, skip=(), seed=0):  # eval losses at the checkpoints, 
         if gate is not None:
             gate.fill_(math.inf if step in OVERFLOW else 1.0)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            out = forward(as64(xs[step], fp64).to(DEVICE))
-            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), as64(ys[step], fp64).to(DEVICE))
-        losses.append(loss.detach().item())
-        (scaler.scale(loss) if scaler else loss).backward()
+        step_loss = 0.0
+        for x, y in zip(as64(xs[step], fp64).chunk(MICRO), as64(ys[step], fp64).chunk(MICRO)):
+            with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                out = forward(x.to(DEVICE))
+                loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE)) / MICRO
+            step_loss += loss.detach().item()
+            (scaler.scale(loss) if scaler else loss).backward()
+        losses.append(step_loss)
+        if CLIP is not None:  # unscaled first, then clipped, as the recipe does
+            if scaler:
+                scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, CLIP)
         if scaler:
             scales.append(scaler.get_scale())
             scaler.step(opt)
