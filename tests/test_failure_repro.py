@@ -449,11 +449,16 @@ def test_a_failed_compiled_catalogue_sweep_writes_a_script_of_the_ops_that_diffe
     pytester, suite_copy, tmp_path, capsys
 ):
     suite_copy("compiled/test_compiled_policy.py")
-    patches = {
-        **PATCHES["compile_outputs_in_float32"],
-        "harness.domains.compiled.catalogue.CATALOGUE": "faults.compiled.catalogue_sample",
-    }
-    inject(pytester, "", patches=patches, imports=("faults.stacks", "faults.compiled", "torch"))
+    inject(pytester, "", patches=PATCHES["compile_outputs_in_float32"], imports=("faults.stacks", "torch"))
+    # the sample replaces the catalogue the test module itself holds (a module imported by an earlier
+    # inner run may be another copy than the one sys.modules has now)
+    (pytester.path / "conftest.py").write_text(
+        "import faults.compiled, pytest\n\n\n@pytest.fixture(autouse=True)\ndef catalogue_sample(request, monkeypatch):\n"
+        "    held = getattr(request.module, 'catalogue', None)\n"
+        "    if held is not None:\n"
+        "        monkeypatch.setattr(held, 'CATALOGUE', faults.compiled.catalogue_sample(held.CATALOGUE))\n",
+        encoding="utf-8",
+    )
     sweep = "test_every_catalogue_op_keeps_its_eager_dtype_when_compiled[cpu-bf16]"
     run = run_inner(pytester, "-k", sweep, "--amp-tier=thorough", f"--amp-report-dir={pytester.path / 'out'}")
     assert_caught(run, f"*{sweep.replace('[', '[[]')}")
