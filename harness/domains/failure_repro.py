@@ -726,6 +726,24 @@ allowed = 0"""
     )
 
 
+#: An MX block's e8m0 scale code from its amax, as script source (both MX scripts define it): the
+#: OCP modes FLOOR and CEIL from the bits, RCEIL from the exact ratio to the element's max.
+_E8M0_CODE = """def e8m0_code(a, mode, elem_max):  # a block's e8m0 code (bias 127), clamped as torchao clamps
+    if a == 0:
+        return 0
+    if mode == "rceil":  # the smallest power of two at or above amax / elem_max, exactly
+        q = Fraction(a) / Fraction(elem_max)
+        e = q.numerator.bit_length() - q.denominator.bit_length()
+        while Fraction(2) ** e < q:
+            e += 1
+        while Fraction(2) ** (e - 1) >= q:
+            e -= 1
+        return min(max(e + 127, 0), 254)
+    floor = math.frexp(a)[1] - 1  # floor(log2 amax), from the bits
+    e = floor if mode == "floor" or a == math.ldexp(1.0, floor) else floor + 1
+    return min(max(e - (math.frexp(elem_max)[1] - 1) + 127, 0), 255)"""
+
+
 def mx_scale_codes(
     what: str, x: torch.Tensor, elem: str, elem_max: float, mode: str, block: int, excused: Sequence[int]
 ) -> FailureRepro:
@@ -738,36 +756,19 @@ from torchao.prototype.mx_formats import config, mx_tensor
 
 BLOCK, MODE = {block}, {mode!r}
 ELEM_MAX = {elem_max!r}  # the element format's largest finite value
-ELEM_EMAX = math.frexp(ELEM_MAX)[1] - 1  # the exponent of its largest power of two
 EXCUSED = {list(excused)!r}  # blocks of torchao's registered finding torchao-rceil-scale-near-power-of-2
 codes, _ = mx_tensor.to_mx(x, {elem}, BLOCK, scaling_mode=config.ScaleCalculationMode(MODE))
 got = codes.view(torch.uint8).flatten().tolist()
 
 
-def ceil_log2(q):  # ceil(log2 q) for a positive rational, exactly
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    while Fraction(2) ** e < q:
-        e += 1
-    while Fraction(2) ** (e - 1) >= q:
-        e -= 1
-    return e
-
-
-def reference(a):  # the block's e8m0 code (bias 127): its scale's exponent, clamped as torchao clamps
-    if a == 0:
-        return 0
-    if MODE == "rceil":  # the smallest power of two at or above amax / elem_max
-        return min(max(ceil_log2(Fraction(a) / Fraction(ELEM_MAX)) + 127, 0), 254)
-    floor = math.frexp(a)[1] - 1  # floor(log2 amax), from the bits
-    e = floor if MODE == "floor" or a == math.ldexp(1.0, floor) else floor + 1
-    return min(max(e - ELEM_EMAX + 127, 0), 255)
+{_E8M0_CODE}
 
 
 values = x.tolist()
 wrong = 0
 for i, g in enumerate(got):
     a = max(abs(v) for v in values[i * BLOCK : (i + 1) * BLOCK])
-    want = reference(a)
+    want = e8m0_code(a, MODE, ELEM_MAX)
     if g != want and i not in EXCUSED:
         print(f"block {{i}}, amax {{a!r}}: torchao code {{g}}, by definition {{want}}")
         wrong += 1
@@ -871,7 +872,7 @@ def e4m3(q):  # an e4m3 block scale: clamped to [2^-6, 448], to nearest even
 def e4m3_value(c):
     e, m = c >> 3, c & 7
     return F(m, 8) * F(2) ** -6 if e == 0 else (1 + F(m, 8)) * F(2) ** (e - 7)
-{_BLOCK_SCALE[spec["scale"]].format(mode=spec["mode"], emax=elem["max"])}
+{_BLOCK_SCALE[spec["scale"]].format(mode=spec["mode"], e8m0_code=_E8M0_CODE)}
 
 values = x.tolist()
 wrong = 0
@@ -924,17 +925,12 @@ allowed = 0"""
 _BLOCK_SCALE = {
     "e8m0": """
 
-def scale_codes(a, _):  # the block's e8m0 code (bias 127), clamped as torchao clamps
-    if a == 0:
-        return 0, (0,)
-    if {mode!r} == "rceil":  # the smallest power of two at or above amax / elem_max
-        e = floor_log2(F(a) / EMAX_VALUE)
-        e += F(2) ** e < F(a) / EMAX_VALUE
-        code = min(max(e + 127, 0), 254)
-    else:
-        floor = math.frexp(a)[1] - 1  # floor(log2 amax), from the bits
-        e = floor if {mode!r} == "floor" or a == math.ldexp(1.0, floor) else floor + 1
-        code = min(max(e - (math.frexp({emax!r})[1] - 1) + 127, 0), 255)
+
+{e8m0_code}
+
+
+def scale_codes(a, _):  # the block's e8m0 code: one, exactly
+    code = e8m0_code(a, {mode!r}, float(EMAX_VALUE))
     return code, (code,)
 
 

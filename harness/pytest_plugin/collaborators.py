@@ -231,9 +231,7 @@ class TrainingChecks:
         # a failed AMP recipe keeps its whole run as a script (the built-in models; the step's first
         # op over its budget, when the diagnosis finds one, keeps its own)
         failed = verdict.outcome is Outcome.FAIL and not result.recipe.control
-        run_script = None
-        if failed and standalone.unsupported(setup, result.recipe) is None:
-            run_script = standalone.repro_of(setup, result.recipe, band, self._device)
+        run_script = standalone.repro_of(setup, result.recipe, band, self._device) if failed else None
         if self._judged(Kind.PARITY, recipe, verdict, device=self._device, dtype=dtype, tags=base, repro=run_script):
             return unclipped
         message = explain(verdict) if unclipped is None else f"{explain(verdict)}\n{unclipped}"

@@ -56,11 +56,7 @@ def test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread(
     failures = []
     # a failed claim keeps the whole run as a script (written once, only when one fails)
     script = functools.cache(
-        lambda: (
-            None
-            if standalone.unsupported(setup, recipe, amp_compile_backend)
-            else standalone.repro_of(setup, recipe, band, amp_device, backend=amp_compile_backend, overflow=overflow)
-        )
+        lambda: standalone.repro_of(setup, recipe, band, amp_device, backend=amp_compile_backend, overflow=overflow)
     )
     if recipe.scaler:
         injected = sorted(overflow)

@@ -48,7 +48,7 @@ def _curve_script(setup, comparison, stored_curves, allowance, max_outliers, max
     changed = [d.path.partition("[")[0] for d in comparison.differences]
     recipes = {"fp32": T.FP32, **{r.name: r for r in CURVES[setup.name]}}
     name = next((c for c in changed if c in recipes and c in stored_curves), None)
-    if name is None or standalone.unsupported(setup, recipes[name]) is not None:
+    if name is None:
         return None
     return standalone.curve_repro_of(
         setup, recipes[name], list(stored_curves[name]), list(allowance[name]), max_outliers, max_run, lane, device
@@ -190,7 +190,7 @@ def test_fp32_stays_within_rounding_distance_of_an_fp64_run(setup_name, train_ca
         tags={"lane": "precision", "ratios": [x.ratio for x in lanes]},
         # a failure keeps the runs as a script: fp32, bf16 and float64 for each data order
         repro=None
-        if verdict.passed or standalone.unsupported(setup, T.BF16)
+        if verdict.passed
         else standalone.precision_repro_of(
             setup, T.BF16, PRECISION_SEEDS, PRECISION_FRACTION, "sqrt(u_fp32 / u_bf16) = 2^-8", amp_device
         ),

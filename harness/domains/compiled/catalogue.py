@@ -58,9 +58,9 @@ def sweep(device: torch.device, dtype: torch.dtype, backend: Backend) -> list[Co
 
 def repro_of(ops: list[CompiledOp], device: torch.device, dtype: torch.dtype, backend: Backend) -> FailureRepro | None:
     """The standalone reproduction of a failed sweep: the ops whose compiled dtype is not eager's
-    (at most ``MAX_CASES`` of :mod:`harness.domains.autocast.repro`), replayed from their captured calls, eager and compiled with the same
-    backend. None where nothing differs, no call could be written, or the backend is a function of
-    your own (the script would need your code)."""
+    (at most ``MAX_CASES`` of :mod:`harness.domains.autocast.repro`), replayed from their captured
+    calls, eager and compiled with the same backend. None where nothing differs, no call could be
+    written, or the backend is a function of your own (the script would need your code)."""
     from harness.domains.failure_repro import compiled_dtypes
 
     if not isinstance(backend, str):

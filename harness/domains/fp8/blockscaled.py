@@ -288,19 +288,28 @@ class BlockConformance:
     problems: list[str] = field(default_factory=list)
     explained_scales: int = 0
     explained_elements: int = 0
-    #: RCEIL scales one code low next to a power of two (torchao's registered float32 log2 finding)
-    rceil_finding: int = 0
-    #: blocks at e8m0 code 0 whose elements were divided by torchao's substitute divisor
-    #: (:data:`SMALLEST_SCALE_DIVISOR`): the registered ``torchao-mx-smallest-scale-divisor``
-    smallest_scale_finding: int = 0
-    #: NVFP4 elements of a tensor whose per-tensor scale has no finite float32 reciprocal, stored as
-    #: torchao stores them (nonzero: +-6, zero: the NaN code): ``torchao-nvfp4-tiny-tensor-reciprocal-overflow``
-    reciprocal_overflow_finding: int = 0
-    #: where each finding was seen: "rceil" blocks (scale accepted), "smallest" and "overflow"
-    #: elements (a reproduction excuses those whose finding the check excuses)
-    finding_cells: dict[str, list[tuple[int, int]]] = field(
+    #: where torchao's registered findings were seen (a reproduction excuses those the check
+    #: excuses): "rceil", blocks whose RCEIL scale is one code low next to a power of two (the
+    #: float32 log2 finding); "smallest", blocks at e8m0 code 0 whose elements were divided by
+    #: torchao's substitute divisor (:data:`SMALLEST_SCALE_DIVISOR`,
+    #: ``torchao-mx-smallest-scale-divisor``); "overflow", NVFP4 elements of a tensor whose per-tensor
+    #: scale has no finite float32 reciprocal, stored as torchao stores them (nonzero: +-6, zero: the
+    #: NaN code; ``torchao-nvfp4-tiny-tensor-reciprocal-overflow``)
+    findings: dict[str, list[tuple[int, int]]] = field(
         default_factory=lambda: {"rceil": [], "smallest": [], "overflow": []}
     )
+
+    @property
+    def rceil_finding(self) -> int:
+        return len(self.findings["rceil"])
+
+    @property
+    def smallest_scale_finding(self) -> int:
+        return len(self.findings["smallest"])
+
+    @property
+    def reciprocal_overflow_finding(self) -> int:
+        return len(self.findings["overflow"])
 
     @property
     def passed(self) -> bool:
@@ -349,8 +358,7 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
             and block_amax > 0
             and near_power_of_2(block_amax / spec.elem.max)
         ):
-            result.rceil_finding += 1
-            result.finding_cells["rceil"].append((i, j))
+            result.findings["rceil"].append((i, j))
             accepted[i][j] = g
             continue
         result.problems.append(f"block ({i}, {j}) amax {block_amax!r}: scale code {g:#04x}, expected {w:#04x}")
@@ -367,8 +375,7 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
             and any(codes[r][c] != exact.codes[r][c] for r, c in cells)
             and _smallest_scale_block(spec, rows, cells, codes)
         ):
-            result.smallest_scale_finding += 1
-            result.finding_cells["smallest"].extend(cells)
+            result.findings["smallest"].append((i, j))
             continue
         for r, c in cells:
             g, w = codes[r][c], exact.codes[r][c]
@@ -378,8 +385,7 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
                 result.explained_elements += 1
                 continue
             if overflows and _overflow_element(rows[r][c], g):
-                result.reciprocal_overflow_finding += 1
-                result.finding_cells["overflow"].append((r, c))
+                result.findings["overflow"].append((r, c))
                 continue
             result.problems.append(f"element ({r}, {c}) = {rows[r][c]!r}: code {g:#x}, expected {w:#x}")
     return result
@@ -396,7 +402,14 @@ def repro_of(
 
     if not isinstance(impl, TorchaoBlockScaling):
         return None
-    cells = {k: v for k, v in result.finding_cells.items() if k in excused}
+    found = {k: v for k, v in result.findings.items() if k in excused}
+    br, bc = spec.block
+    smallest = [
+        (r, c)
+        for i, j in found.get("smallest", [])
+        for r in range(i * br, (i + 1) * br)
+        for c in range(j * bc, (j + 1) * bc)
+    ]
     elem = {
         "ebits": spec.elem.exponent_bits,
         "mbits": spec.elem.mantissa_bits,
@@ -413,6 +426,6 @@ def repro_of(
             "per_tensor": spec.per_tensor,
             "elem": elem,
         },
-        cells.get("rceil", []),
-        [*cells.get("smallest", []), *cells.get("overflow", [])],
+        found.get("rceil", []),
+        [*smallest, *found.get("overflow", [])],
     )

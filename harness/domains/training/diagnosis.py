@@ -293,7 +293,8 @@ def _exact_children(module: nn.Module, prefix: str, out_dtypes: dict[str, torch.
 def diagnose(setup: Setup, result: RecipeResult, band: Band, device: torch.device | str = "cpu") -> Diagnosis:
     """Attribute a failed parity verdict to a module, and try running that module in fp32."""
     p = result.parity
-    step = p.steps[-1] if p.first_failed_step is None else p.first_failed_step
+    failed = p.first_failed_step
+    step = p.steps[-1] if failed is None else failed
     cp = result.recipe.fp32_counterpart()
     reference = train(setup, cp, 0, device, frozenset(result.run.skipped_at), keep_weights_at=frozenset({step}))
     scale = result.run.scales[step] if result.recipe.scaler and step < len(result.run.scales) else 1.0

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -265,24 +265,23 @@ class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 error = 0.0
             else:
                 error = math.inf
-        over = error is not None and error > (CAST_BUDGET_U if cast else OP_BUDGET_U) and not self._captured
-        # its inputs as they were: an op that wrote into them (in place, out=) is not kept
-        call = op_call(func, args, kwargs) if over and not name.endswith("_") and "out" not in kwargs else None
-        self._captured |= over
-        self.ops.append(
-            OpPrint(
-                len(self.ops),
-                name,
-                self._module_of(),
-                str(first.dtype).removeprefix("torch."),
-                tuple(first.shape),
-                _digest(first),
-                error,
-                call,
-                "" if unit in (None, first.dtype) else str(unit).removeprefix("torch."),
-                cast,
-            )
+        op = OpPrint(
+            len(self.ops),
+            name,
+            self._module_of(),
+            str(first.dtype).removeprefix("torch."),
+            tuple(first.shape),
+            _digest(first),
+            error,
+            unit="" if unit in (None, first.dtype) else str(unit).removeprefix("torch."),
+            cast=cast,
         )
+        if op.over_budget and not self._captured:
+            self._captured = True
+            # its inputs as they were: an op that wrote into them (in place, out=) is not kept
+            if not name.endswith("_") and "out" not in kwargs:
+                op = replace(op, call=op_call(func, args, kwargs))
+        self.ops.append(op)
         return out
 
 

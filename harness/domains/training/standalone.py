@@ -98,10 +98,11 @@ def repro_of(
     band: Band,
     device: torch.device,
     *,
-    backend: str | None = None,
+    backend: Any = None,
     overflow: frozenset[int] = frozenset(),
 ) -> FailureRepro | None:
-    """The whole run against fp32, and, compiled with ``backend``, against eager too (None: see
+    """The whole run against fp32, and, compiled with ``backend`` (a name; a backend function of
+    your own has no script), against eager too (None: see
     :func:`unsupported`, or a model or loss whose source cannot be read, or batches that are not
     two tensors)."""
     from harness.domains.failure_repro import FailureRepro
@@ -196,7 +197,7 @@ def _trainer(
     setup: Setup,
     recipe: Recipe,
     device: torch.device,
-    backend: str | None,
+    backend: Any,
     overflow: frozenset[int],
     checkpoints: list[int],
     seeds: int = 1,
