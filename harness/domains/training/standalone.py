@@ -4,14 +4,15 @@ Where no single op of a step leaves its budget (the op localiser's script), wher
 the ops a dispatch mode would see (compiled training), where a run left its golden curve, or where
 fp32 drifted from float64, the smallest faithful script is the run itself: the built-in model's
 source, its initial weights and the run's batches saved beside the script, trained under the
-recipe (autocast, micro-batches, clipping, GradScaler with any overflow injected inside the
+recipe (autocast, micro-batches, clipping, a loss factor, a static loss scale, micro-batch
+gradients summed in buffers of their own dtype, GradScaler with any overflow injected inside the
 forward pass), eagerly or through ``torch.compile`` and then also eagerly, and in fp32 (or
 float64) as the reference, or against the stored curve. The allowance is the check's: half the
 fp32 seed band at each checkpoint, or the golden-curve lane's rule, measured seed-to-seed spreads
 written into the script with their origin (re-deriving them would mean training every seed).
-Your own models, recipes with a loss factor, a static scale, an accumulation buffer or an
-emulation, setups with a schedule, an optimizer factory or a scaler of their own, and compile
-backend functions keep no script: the script would need code it cannot carry.
+Your own models, emulated recipes (the harness's float64 rounding mode), setups with a
+schedule, an optimizer factory or a scaler of their own, and compile backend functions keep no
+script: the script would need code it cannot carry.
 """
 
 from __future__ import annotations
@@ -80,11 +81,8 @@ def unsupported(setup: Setup, recipe: Recipe, backend: Any = None) -> str | None
         return "a model of your own"
     if not isinstance(setup.optimizer, str) or setup.schedule is not None or setup.scaler is not None:
         return "an optimizer factory, schedule or scaler of the setup's own"
-    if recipe.loss_factor != 1.0 or any(
-        v is not None
-        for v in (recipe.static_scale, recipe.grad_accum_dtype, recipe.emulate, recipe.params_dtype, recipe.grad_noise)
-    ):
-        return f"recipe {recipe.name}: a loss factor, static scale, accumulation buffer or emulation"
+    if any(v is not None for v in (recipe.emulate, recipe.params_dtype, recipe.grad_noise)):
+        return f"recipe {recipe.name}: an emulation, low-precision parameters or injected gradient noise"
     # a subclass's own forward (by name: the harness's modules may have been imported twice)
     own_forward = any("forward" in vars(k) for k in type(setup).__mro__ if k.__name__ != Setup.__name__)
     if setup.loss is None or own_forward:
@@ -226,10 +224,11 @@ def _trainer(
         tensors[f"ys{seed}"] = torch.stack([b[1] for b in batches])
     tensors.update(ex=eval_batch[0], ey=eval_batch[1])
     opt = {
-        "sgd": "torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WD)",
+        "sgd": "torch.optim.SGD(params, lr=LR / LOSS_FACTOR, momentum=0.9, weight_decay=WD)",
         "adamw": "torch.optim.AdamW(params, lr=LR, weight_decay=WD)",
         "adam": "torch.optim.Adam(params, lr=LR, weight_decay=WD)",
     }.get(str(setup.optimizer))
+    accum = None if recipe.grad_accum_dtype is None else f"torch.{str(recipe.grad_accum_dtype).removeprefix('torch.')}"
     if opt is None:
         return None
     code = f"""from torch import nn
@@ -245,6 +244,10 @@ SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
 OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
 CHECKPOINTS = {checkpoints!r}  # where the evaluation loss is taken
 MICRO, CLIP = {recipe.micro_batches}, {recipe.clip!r}  # micro-batches per step, clip_grad_norm_'s max norm
+# every run: loss x LOSS_FACTOR (gradients that small; SGD's lr / LOSS_FACTOR: the same training);
+# the run under test: loss x STATIC (a static loss scale), each micro-batch's gradient divided by
+# it into a buffer of dtype ACCUM (float32 where only STATIC is set), the buffers summed
+LOSS_FACTOR, STATIC, ACCUM = {recipe.loss_factor!r}, {recipe.static_scale!r}, {accum}
 BATCHES = [{", ".join(f"(xs{s}, ys{s})" for s in range(seeds))}]  # each data order's batches, by seed
 
 
@@ -273,18 +276,27 @@ def train(dtype, compiled, skip=(), seed=0):  # eval losses at the checkpoints, 
     forward = torch.compile(model, backend=BACKEND) if compiled else model
     opt = {opt}
     scaler = torch.amp.GradScaler(DEVICE) if SCALER and dtype is not None else None
+    static, buf = (STATIC, ACCUM or torch.float32) if dtype is not None and (STATIC or ACCUM) else (None, None)
     evals, scales, skipped, losses = {{}}, [], [], []
     for step in range(STEPS):
         if gate is not None:
             gate.fill_(math.inf if step in OVERFLOW else 1.0)
         opt.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_loss, acc = 0.0, None
         for x, y in zip(as64(xs[step], fp64).chunk(MICRO), as64(ys[step], fp64).chunk(MICRO)):
             with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 out = forward(x.to(DEVICE))
                 loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE)) / MICRO
             step_loss += loss.detach().item()
+            loss = loss * LOSS_FACTOR * (static or 1.0)
             (scaler.scale(loss) if scaler else loss).backward()
+            if buf is not None:  # this micro-batch's gradient, unscaled, into the buffers
+                g = [(p.grad.float() / (static or 1.0)).to(buf) if p.grad is not None else torch.zeros_like(p, dtype=buf) for p in params]
+                acc = g if acc is None else [a + b for a, b in zip(acc, g)]
+                for p in params:
+                    p.grad = None
+        for p, a in zip(params, acc or []):
+            p.grad = a.to(p.dtype)
         losses.append(step_loss)
         if CLIP is not None:  # unscaled first, then clipped, as the recipe does
             if scaler:

@@ -1,0 +1,90 @@
+"""A failed parity check keeps its whole run as a script that trains what the harness trained.
+
+The script's trainer is source text beside :func:`harness.domains.training.loop.train`, so it
+is held to it here: for each recipe feature the suite's recipes use (micro-batches, clipping after
+unscaling, a loss factor, a static loss scale, micro-batch gradients summed in fp32 or bf16
+buffers), the script's evaluation losses equal
+the loop's bit for bit, for the run under test and for its fp32 reference, and its exit status is
+the check's verdict. The control is a recipe fault the suite itself names: fp16 gradient buffers
+(the source text's pitfall) fail parity and their script exits 1, where the fp32-buffer twin, the
+same run otherwise, exits 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.domains import failure_repro as FR
+from harness.domains import training as T
+from harness.domains.training import standalone
+
+
+@pytest.fixture(scope="module")
+def mlp_band():
+    """The MLP's fp32 seed band, as the suite measures it (the check's allowance)."""
+    setup = T.SETUPS["mlp"]
+    runs = [T.train(setup, T.FP32, s) for s in range(T.DEFAULT_SEEDS)]
+    return runs, T.seed_band(runs)
+
+
+def _script(repro: FR.FailureRepro, where: Path) -> Path:
+    """The script ``amp-harness repro`` writes for ``repro``, with its inputs file beside it."""
+    spec = repro.spec("inputs.pt")
+    (where / "inputs.pt").write_bytes(repro.tensor_bytes())
+    script = where / "run.py"
+    script.write_text(FR.render(spec, dict(repro.tensors), ["a whole-run script"], "inputs.pt"), encoding="utf-8")
+    return script
+
+
+def _run_in_process(script: Path) -> tuple[int, dict[str, object]]:
+    """The script's exit status and its globals (its runs' evaluation losses): run here, not in a
+    fresh interpreter, to compare its numbers with the loop's exactly (the scripts' standing alone
+    is proven by tests/test_failure_repro.py)."""
+    names: dict[str, object] = {"__file__": str(script), "__name__": "__main__"}
+    try:
+        exec(compile(script.read_text(encoding="utf-8"), str(script), "exec"), names)
+    except SystemExit as exit:
+        return int(exit.code or 0), names
+    return 0, names
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [T.ACCUM4, T.CLIP, T.FP16_WITH_SCALER_SMALL, T.FP16_STATIC_FP32_ACCUM, T.BF16_GRAD_ACCUM],
+    ids=lambda r: r.metric_id,
+)
+def test_the_whole_run_script_trains_exactly_what_the_loop_trains(recipe, mlp_band, tmp_path):
+    setup = T.SETUPS["mlp"]
+    fp32_runs, band = mlp_band
+    (result,) = T.check_parity(setup, [recipe], fp32_runs=fp32_runs).results
+    repro = standalone.repro_of(setup, recipe, band, torch.device("cpu"))
+    assert repro is not None, standalone.unsupported(setup, recipe)
+    code, names = _run_in_process(_script(repro, tmp_path))
+    assert names["run"] == result.run.eval_losses
+    assert names["fp32"] == result.reference.eval_losses
+    assert code == (0 if result.parity.passed else 1), result.parity
+
+
+def test_fp16_gradient_buffers_fail_parity_and_their_script_exits_1(mlp_band, tmp_path):
+    setup = T.SETUPS["mlp"]
+    fp32_runs, band = mlp_band
+    faulty = dataclasses.replace(T.FP16_GRAD_ACCUM, control=False)  # judged as a recipe, not a control
+    (result,) = T.check_parity(setup, [faulty], fp32_runs=fp32_runs).results
+    assert not result.parity.passed, result.parity
+    repro = standalone.repro_of(setup, faulty, band, torch.device("cpu"))
+    assert repro is not None
+    code, names = _run_in_process(_script(repro, tmp_path))
+    assert names["run"] == result.run.eval_losses
+    assert code == 1
+    assert "LOSS_FACTOR, STATIC, ACCUM = 5.960464477539063e-08, 16777216.0, torch.float16" in repro.code
+
+
+def test_a_run_the_script_cannot_carry_says_why():
+    setup = T.SETUPS["mlp"]
+    emulated = dataclasses.replace(T.BF16, name="emulated", emulate=torch.bfloat16)
+    assert "emulation" in str(standalone.unsupported(setup, emulated))
+    assert standalone.unsupported(setup, T.FP16_STATIC_FP32_ACCUM) is None
