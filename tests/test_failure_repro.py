@@ -291,8 +291,9 @@ PATCHES = {
         for k in ("layer_norm_autocast_lowp", "mm_autocast_one_ulp_off", "mm_autocast_in_fp32")
     },
 }
-#: controls whose failed test writes more than one script: a block-scaled linear's three products
-SCRIPTS = {"fp8_mx_scale_binade_high": 3}
+#: controls whose failed test writes more than one script: a block-scaled linear's three products;
+#: the overscaling GradScaler's parity (the whole run) and AMP lane (its judged steps)
+SCRIPTS = {"fp8_mx_scale_binade_high": 3, "scaler_scaling_a_quarter_high": 2}
 #: suite file -> the folder of its golden tables (copied into the control's run)
 GOLDEN = {
     "scaler/test_overflow_in_training.py": "scaler",

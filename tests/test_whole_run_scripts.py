@@ -8,6 +8,12 @@ the loop's bit for bit, for the run under test and for its fp32 reference, and i
 the check's verdict. The control is a recipe fault the suite itself names: fp16 gradient buffers
 (the source text's pitfall) fail parity and their script exits 1, where the fp32-buffer twin, the
 same run otherwise, exits 0.
+
+A failed AMP lane keeps its judged steps as a script: from each kept state, the next step taken by
+the recipe, in float64 and correctly rounded in float64 (source text beside
+:func:`harness.domains.training.loop.step_from` and the emulation), so it is held to the lane the
+same way: each state's two errors equal the lane's bit for bit, and the exit status is its verdict;
+fp16 gradient buffers fail the lane too, and their script exits 1.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import torch
 
 from harness.domains import failure_repro as FR
 from harness.domains import training as T
+from harness.domains.training import amp_lane as L
 from harness.domains.training import standalone
 
 
@@ -88,3 +95,44 @@ def test_a_run_the_script_cannot_carry_says_why():
     emulated = dataclasses.replace(T.BF16, name="emulated", emulate=torch.bfloat16)
     assert "emulation" in str(standalone.unsupported(setup, emulated))
     assert standalone.unsupported(setup, T.FP16_STATIC_FP32_ACCUM) is None
+
+
+def _lane_and_script(
+    setup_name: str, recipe: T.Recipe, where: Path, states: int
+) -> tuple[L.AmpLane, int, dict[str, object]]:
+    """The lane from the first ``states`` checkpoints of a run of ``recipe``, and its script run here."""
+    setup = T.SETUPS[setup_name]
+    run = T.train(setup, recipe, keep_states_at=frozenset(sorted(L.lane_steps(setup))[:states]))
+    lane, _ = L.check_lane(setup, recipe, run)
+    repro = standalone.lane_repro_of(setup, recipe, run, [e.step for e in lane.errors], torch.device("cpu"))
+    assert repro is not None, standalone.unsupported(setup, recipe)
+    code, names = _run_in_process(_script(repro, where))
+    return lane, code, names
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("mlp", T.BF16),
+        ("mlp", T.FP16_SCALER),  # the correctly rounded fp16 step's loss scale, chosen and backed off
+        ("mlp", T.ACCUM4),
+        ("mlp", T.CLIP),
+        ("mlp", T.FP16_STATIC_FP32_ACCUM),
+        ("tiny_lm", T.BF16),  # attention: autocast's correctly rounded, and the emulation's; AdamW
+        ("cnn_bn", T.FP16_SCALER),  # batch statistics in training mode, BatchNorm's buffers
+    ],
+    ids=lambda c: f"{c[0]}-{c[1].metric_id}",
+)
+def test_the_lane_script_takes_exactly_the_steps_the_lane_takes(case, tmp_path):
+    lane, code, names = _lane_and_script(*case, tmp_path, states=2)
+    assert lane.errors
+    assert names["ERRORS"] == {e.step: (e.amp, e.emulated) for e in lane.errors}
+    assert code == (0 if L.judge_lane(lane).passed else 1)
+
+
+def test_fp16_gradient_buffers_fail_the_lane_and_its_script_exits_1(tmp_path):
+    faulty = dataclasses.replace(T.FP16_GRAD_ACCUM, control=False)  # judged as a recipe, not a control
+    lane, code, names = _lane_and_script("mlp", faulty, tmp_path, states=2)
+    assert not L.judge_lane(lane).passed
+    assert names["ERRORS"] == {e.step: (e.amp, e.emulated) for e in lane.errors}
+    assert code == 1

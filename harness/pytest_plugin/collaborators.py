@@ -286,6 +286,7 @@ class TrainingChecks:
         cannot see one of them is INCONCLUSIVE (``power=False``: the controls are not tried).
         Records rows; returns the failure messages."""
         from harness.domains.training import amp_lane as L
+        from harness.domains.training import standalone
         from harness.domains.training.result import Kind
         from harness.numerics.comparison import explain
 
@@ -313,10 +314,12 @@ class TrainingChecks:
                     if not control.caught:
                         blind.append(control)
             verdict = L.judge_lane(lane, control=r.recipe.control, blind=blind)
-            localised = ""
+            localised, script = "", None
             if verdict.outcome is Outcome.FAIL and not r.recipe.control:
                 localised = self._first_op(setup, r.recipe, "lane")
                 self._notes[(Kind.LANE, r.recipe.name)] = localised.lstrip("\n")
+                # the judged steps themselves, from the states saved beside the script
+                script = standalone.lane_repro_of(setup, r.recipe, r.run, [e.step for e in lane.errors], self._device)
             tags = {
                 "per_step": [(e.step + 1, e.amp, e.emulated) for e in lane.errors],
                 "left_out": list(lane.left_out),
@@ -324,7 +327,9 @@ class TrainingChecks:
                 "attention_kernel_ratio": lane.kernel_ratio,
                 "control": r.recipe.control,
             }
-            if not self._judged(Kind.LANE, r.recipe.name, verdict, device=self._device, dtype=str(dtype), tags=tags):
+            if not self._judged(
+                Kind.LANE, r.recipe.name, verdict, device=self._device, dtype=str(dtype), tags=tags, repro=script
+            ):
                 failures.append(explain(verdict) + localised)
             if lane.kernel_ratio is not None:
                 self._record(

@@ -10,6 +10,9 @@ forward pass), eagerly or through ``torch.compile`` and then also eagerly, and i
 float64) as the reference, or against the stored curve. The allowance is the check's: half the
 fp32 seed band at each checkpoint, or the golden-curve lane's rule, measured seed-to-seed spreads
 written into the script with their origin (re-deriving them would mean training every seed).
+A failed AMP lane judges steps, not the run: its script is those steps, each from the run's
+state saved beside it, taken by the recipe, in float64 and correctly rounded (the lane's
+emulation written out), against the lane's factor.
 Your own models, emulated recipes (the harness's float64 rounding mode), setups with a
 schedule, an optimizer factory or a scaler of their own, and compile backend functions keep no
 script: the script would need code it cannot carry.
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED
+from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED, Run
 from harness.domains.training.parity import PARITY_FRACTION, Band
 from harness.domains.training.recipes import Recipe, Setup
 
@@ -191,6 +194,14 @@ allowed = MAX_OUTLIERS"""
     )
 
 
+def _model_source(setup: Setup) -> str | None:
+    """The script's model classes and ``LOSS`` (None where a source cannot be read)."""
+    model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
+    if model_src is None or loss_src is None:
+        return None
+    return f"{model_src}\n\n\n{loss_src}"
+
+
 def _trainer(
     setup: Setup,
     recipe: Recipe,
@@ -206,13 +217,13 @@ def _trainer(
     float64, as the precision lane trains it. None where the run cannot stand alone."""
     if unsupported(setup, recipe, backend) is not None:
         return None
-    model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
+    source = _model_source(setup)
     orders = []
     for seed in range(seeds):
         gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
         orders.append([setup.batch(step, gen) for step in range(setup.steps)])
     eval_batch = setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
-    if model_src is None or loss_src is None:
+    if source is None:
         return None
     if not all(isinstance(t, torch.Tensor) for batches in orders for b in (*batches, eval_batch) for t in b):
         return None
@@ -233,10 +244,7 @@ def _trainer(
         return None
     code = f"""from torch import nn
 
-{model_src}
-
-
-{loss_src}
+{source}
 WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
 DEVICE, BACKEND, STEPS, LR, WD = {device.type!r}, {backend!r}, {setup.steps}, {setup.lr!r}, {setup.weight_decay!r}
 COMPILED = BACKEND is not None  # the model compiled for the run under test
@@ -347,6 +355,246 @@ allowed = FRACTION"""
         f"over {seeds} data orders",
         code,
         origin,
+        tensors,
+        device=str(device),
+    )
+
+
+#: The AMP lane's step, three ways, written out beside :func:`harness.domains.training.loop.step_from`
+#: and :mod:`harness.domains.training.emulation` (tests/test_whole_run_scripts.py holds it to them
+#: bit for bit): the recipe under autocast with attention correctly rounded, the exact step in
+#: float64, and the step correctly rounded to the format in float64 with fp32 master weights.
+_LANE_STEP = """
+
+class Round(torch.autograd.Function):  # to LOW in the forward pass, the incoming gradient too
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = dtype
+        return x.to(dtype).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtype).to(grad.dtype), None
+
+
+def rounded(x, dtype):  # a float64 tensor rounded to nearest even in dtype; anything else as it is
+    return Round.apply(x, dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else x
+
+
+# the functions autocast runs in low precision (PyTorch's autocast test lists), as models call them
+LOW_PRECISION = {F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+                 F.conv_transpose3d, F.scaled_dot_product_attention, torch.matmul, torch.mm, torch.bmm,
+                 torch.addmm, torch.baddbmm, torch.addbmm, torch.Tensor.matmul, torch.Tensor.__matmul__,
+                 torch.Tensor.mm, torch.Tensor.bmm}
+
+
+def attention(dtype, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    # correctly rounded: both GEMMs take and give values rounded to dtype, the softmax is exact
+    q, k, v = (rounded(t, dtype) for t in (q, k, v))
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], -3)
+    factor = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = rounded(torch.matmul(q, k.transpose(-2, -1)) * factor, dtype)
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, -math.inf)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else scores + attn_mask
+    return rounded(torch.matmul(rounded(torch.softmax(scores, dim=-1), dtype), v), dtype)
+
+
+class Emulated(TorchFunctionMode):  # a float64 model's low-precision calls rounded as correct autocast rounds
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in LOW_PRECISION:
+            return func(*args, **kwargs)
+        if func is F.scaled_dot_product_attention:
+            return attention(LOW, *args, **kwargs)
+        args, kwargs = [rounded(a, LOW) for a in args], {k: rounded(v, LOW) for k, v in kwargs.items()}
+        return rounded(func(*args, **kwargs), LOW)
+
+
+class CorrectAttention(TorchFunctionMode):  # autocast's attention correctly rounded: its kernel is judged apart
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is not F.scaled_dot_product_attention or args[0].dtype not in (torch.bfloat16, torch.float16):
+            return func(*args, **kwargs)
+        wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        if isinstance(kwargs.get("attn_mask"), torch.Tensor) and kwargs["attn_mask"].is_floating_point():
+            kwargs["attn_mask"] = kwargs["attn_mask"].double()
+        return attention(args[0].dtype, *wide, **kwargs).to(args[0].dtype)
+
+
+def flat(params):
+    return torch.cat([p.detach().double().flatten() for p in params])
+
+
+def step(t, kind, scale=None):  # from state t: "amp" (the recipe), "float64" (exact), "emulated" (correctly rounded)
+    weights, opt_state, (x, y), run_scale = STATES[t]
+    amp, emulated = kind == "amp", kind == "emulated"
+    model = MODEL(INIT_SEED) if amp else MODEL(INIT_SEED).double()
+    model.load_state_dict(weights)
+    model = model.to(DEVICE).eval()  # dropout off: masks drawn in different dtypes differ
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.train()  # batch statistics, as in training
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = OPTIMIZER(params, lr=0.0)
+    opt.load_state_dict({"state": {i: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+                                   for i, s in opt_state.items()}, "param_groups": GROUPS})
+    scaler = torch.amp.GradScaler(DEVICE, init_scale=run_scale or 2.0**16) if SCALER and amp else None
+    static, accum = (STATIC, ACCUM) if amp else (scale, None)
+    if not amp:  # the problem in float64
+        x, y = (t_.double() if t_.is_floating_point() else t_ for t_ in (x, y))
+    before = flat(params)
+    opt.zero_grad(set_to_none=True)
+    acc = None
+    for xm, ym in zip(x.chunk(MICRO), y.chunk(MICRO)):
+        with torch.autocast(DEVICE, dtype=LOW, enabled=amp), Emulated() if emulated else CorrectAttention():
+            out = model(xm.to(DEVICE))
+            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), ym.to(DEVICE)) / MICRO
+        scaled = loss * LOSS_FACTOR * (static or 1.0)
+        (scaler.scale(scaled) if scaler else scaled).backward()
+        if static is not None or accum is not None:  # this micro-batch's gradient, unscaled, into buffers
+            buf = accum or (torch.float64 if emulated else torch.float32)
+            g = [(p.grad.to(torch.promote_types(p.grad.dtype, torch.float32)) / (static or 1.0)).to(buf)
+                 if p.grad is not None else torch.zeros_like(p, dtype=buf) for p in params]
+            acc = g if acc is None else [a + b for a, b in zip(acc, g)]
+            for p in params:
+                p.grad = None
+    for p, a in zip(params, acc or []):
+        p.grad = a.to(p.dtype)
+    largest = max((float(p.grad.abs().max()) for p in params if p.grad is not None and p.grad.numel()), default=0.0)
+    if CLIP is not None:  # unscaled first, then clipped
+        if scaler:
+            scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(params, CLIP)
+    (scaler.step(opt) if scaler else opt.step())
+    after = flat(params)
+    return before, after.float().double() if emulated else after, largest  # emulated: fp32 master weights
+
+
+def correctly_rounded(t, largest):  # fp16: the largest power-of-two loss scale leaving FP16_HEADROOM
+    scale = None
+    if LOW == torch.float16:
+        top = torch.finfo(LOW).max / FP16_HEADROOM / largest if largest > 0 else 2.0**16
+        scale = 2.0 ** math.floor(math.log2(top))
+    for _ in range(MAX_BACKOFF):  # halved while the step overflows
+        before, after, _ = step(t, "emulated", scale)
+        if bool(torch.isfinite(after).all()):
+            return after - before
+        if scale is None:
+            return None
+        scale /= 2
+    return None
+
+
+def relative_error(d, exact):
+    norm, diff = float(exact.norm()), float((d - exact).norm())
+    if not math.isfinite(diff):
+        return math.inf
+    return diff / norm if norm > 0 else (0.0 if diff == 0 else math.inf)
+
+
+ERRORS = {}  # step -> (the AMP step's error, the correctly rounded step's error), both against float64
+for t in STATES:
+    b64, a64, largest = step(t, "float64")
+    emulated = correctly_rounded(t, largest)
+    before, after, _ = step(t, "amp")
+    if emulated is None or not bool(torch.isfinite(a64).all()) or (SCALER and bool((after == before).all())):
+        print(f"step {t + 1}: left out (no finite correctly rounded step, or the scaler skipped it)")
+        continue
+    ERRORS[t] = (relative_error(after - before, a64 - b64), relative_error(emulated, a64 - b64))
+    e_amp, e_emu = ERRORS[t]
+    ratio = e_amp / e_emu if e_emu > 0 else (0.0 if e_amp == 0 else math.inf)
+    print(f"step {t + 1}: AMP step error {e_amp:.3g}, correctly rounded {e_emu:.3g} (x{ratio:.3g})")
+ratios = sorted(a / e if e > 0 else (0.0 if a == 0 else math.inf) for a, e in ERRORS.values())
+n = len(ratios)
+measured = (ratios[(n - 1) // 2] + ratios[n // 2]) / 2 if n else math.inf  # the median ratio over the steps
+allowed = LANE_FACTOR"""
+
+
+def lane_repro_of(
+    setup: Setup, recipe: Recipe, run: Run, steps: list[int], device: torch.device
+) -> FailureRepro | None:
+    """The AMP lane from the states ``run`` kept at ``steps`` (the checkpoints the lane judged): each
+    state saved beside the script, the next step taken by the recipe, in float64 and correctly
+    rounded in float64, the median ratio of their errors against ``LANE_FACTOR`` (None: see
+    :func:`unsupported`, or a model whose source cannot be read, or batches that are not two tensors)."""
+    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
+
+    dtype = lane_dtype(recipe)
+    source = _model_source(setup)
+    if dtype is None or unsupported(setup, recipe) is not None or source is None or not steps:
+        return None
+    optimizer = type(setup.make_optimizer(list(setup.model(INIT_SEED).parameters()), setup.lr))
+    if getattr(torch.optim, optimizer.__name__, None) is not optimizer:
+        return None
+    tensors: dict[str, torch.Tensor] = {}
+    first = run.states[steps[0]]
+    names, groups = list(first.model), first.optimizer["param_groups"]
+    # the optimizer state's keys per parameter, each None (a tensor, saved) or its literal value
+    keys = {
+        i: {k: None if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+        for i, entry in first.optimizer["state"].items()
+    }
+    for t in steps:
+        state = run.states[t]
+        batch = state.next_batch
+        two_tensors = isinstance(batch, tuple | list) and len(batch) == 2
+        if not (two_tensors and all(isinstance(b, torch.Tensor) for b in batch)):
+            return None
+        saved = {
+            i: {k: None if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+            for i, entry in state.optimizer["state"].items()
+        }
+        if list(state.model) != names or state.optimizer["param_groups"] != groups or saved != keys:
+            return None  # a state of another shape (a schedule, a late-created moment): not written out
+        tensors.update({f"m{t}_{i}": state.model[k] for i, k in enumerate(names)})
+        for i, entry in state.optimizer["state"].items():
+            tensors.update({f"o{t}_{i}_{k}": v for k, v in entry.items() if isinstance(v, torch.Tensor)})
+        tensors[f"x{t}"], tensors[f"y{t}"] = batch[0], batch[1]
+    low = str(dtype).removeprefix("torch.")
+    accum = None if recipe.grad_accum_dtype is None else f"torch.{str(recipe.grad_accum_dtype).removeprefix('torch.')}"
+    code = f"""from torch import nn
+from torch.overrides import TorchFunctionMode
+
+{source}
+MODEL, INIT_SEED, OPTIMIZER = {setup.model.__name__}, {INIT_SEED}, torch.optim.{optimizer.__name__}
+DEVICE, LOW, SCALER = {device.type!r}, torch.{low}, {recipe.scaler!r}  # the recipe: autocast dtype, GradScaler
+MICRO, CLIP = {recipe.micro_batches}, {recipe.clip!r}  # micro-batches per step, clip_grad_norm_'s max norm
+# loss x LOSS_FACTOR in every step; the recipe's own: loss x STATIC (a static loss scale), each
+# micro-batch's gradient divided by it into a buffer of dtype ACCUM (float32 where only STATIC is set)
+LOSS_FACTOR, STATIC, ACCUM = {recipe.loss_factor!r}, {recipe.static_scale!r}, {accum}
+# the run's state after each judged step t, saved as m<t>_<i> (the model's NAMES[i]), o<t>_<p>_<key>
+# (the optimizer's state of parameter p where OPT_KEYS marks None), x<t>, y<t> (the next batch)
+NAMES = {names!r}
+OPT_KEYS = {keys!r}
+SCALES = {{{", ".join(f"{t}: {run.states[t].scale!r}" for t in steps)}}}  # the loss scale at each state
+GROUPS = {groups!r}  # the optimizer's hyperparameters
+
+
+def state(t):  # weights, optimizer state, next batch, loss scale
+    g = globals()
+    weights = {{k: g[f"m{{t}}_{{i}}"] for i, k in enumerate(NAMES)}}
+    opt = {{i: {{k: g[f"o{{t}}_{{i}}_{{k}}"] if v is None else v for k, v in ks.items()}} for i, ks in OPT_KEYS.items()}}
+    return weights, opt, (g[f"x{{t}}"], g[f"y{{t}}"]), SCALES[t]
+
+
+STATES = {{t: state(t) for t in SCALES}}
+# an AMP step may be at most LANE_FACTOR times less accurate than the same step correctly rounded
+# to its format: the error of one significand bit fewer (first-order rounding analysis: error ~ u)
+LANE_FACTOR = {LANE_FACTOR!r}
+FP16_HEADROOM, MAX_BACKOFF = {FP16_HEADROOM!r}, {MAX_BACKOFF!r}  # the correctly rounded fp16 step's loss scale{_LANE_STEP}"""
+    return FailureRepro(
+        "training",
+        f"{setup.name} under {recipe.name}: the next training step from each judged state of the run, its error "
+        f"against the float64 step over that of the step correctly rounded to {low} (median over {len(steps)} states)",
+        code,
+        f"LANE_FACTOR = {LANE_FACTOR:g}: the error of a correctly rounded step is proportional to the format's unit "
+        "roundoff, so 2 is that of one significand bit fewer",
         tensors,
         device=str(device),
     )
