@@ -66,6 +66,17 @@ CONTROLS = {
         "injected_overflow and backward and GradScaler and not Sharded",
         ("*injected_overflow*[[]GradScaler-cpu-backward-inf]",),
     ),
+    # the gradient census's scaler claim: the script steps GradScaler once from the census's state
+    "scaler_never_backs_off/census": (
+        "training/test_gradient_census.py",
+        "census",
+        ("*recorded_and_consistent[[]cpu]",),
+    ),
+    "scaler_stepping_on_overflow/census": (
+        "training/test_gradient_census.py",
+        "census",
+        ("*recorded_and_consistent[[]cpu]",),
+    ),
     # one optimizer step under GradScaler: the script loads the step's parameters, state and gradients
     "sgd_without_weight_decay": (
         "scaler/test_optimizer_implementations.py",

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import torch
 
 from harness.domains import training as T
+from harness.domains.training import standalone
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("training parity")
@@ -85,33 +85,18 @@ def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_de
     )
     first_over = next((2.0 ** r["scale_log2"] for r in per if r["overflow_share"] > 0), None)
     if first_over is not None:  # the scaler must skip where scaled parameter gradients overflow fp16
-        skipped = _scaler_skips_at(first_over, amp_device)
+        setup = T.SETUPS["tiny_lm"]
+        skipped = T.scaler_skips_at(setup, first_over, device=amp_device)  # the census's weights and batch
         amp_record.require(
             compare_claim(
                 "lm.scaler_skips_where_census_predicts_overflow",
                 skipped,
                 skipped,
-                "GradScaler skips the step at the first scale where the census predicts fp16 overflow",
-                detail=f"the census predicts fp16 overflow of parameter gradients at scale {first_over}, but GradScaler did not skip",
+                "GradScaler skips the step and backs off at the first scale where the census predicts fp16 overflow",
+                detail=f"the census predicts fp16 overflow of parameter gradients at scale {first_over}, but "
+                "GradScaler did not skip the step and back off",
             ),
             device=amp_device,
             tags={"scale": first_over},
+            repro=None if skipped else standalone.census_skip_repro_of(setup, first_over, 0, amp_device),
         )
-
-
-def _scaler_skips_at(scale: float, device: torch.device) -> bool:
-    """One fp16-autocast step of the LM (the census's weights and batch) with GradScaler at ``scale``."""
-    setup = T.SETUPS["tiny_lm"]
-    torch.manual_seed(0)
-    model = setup.model(0).to(device)
-    gen = torch.Generator().manual_seed(T.DATA_SEED_OFFSET)
-    for _ in range(6):
-        x, y = setup.batch(0, gen)
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    scaler = torch.amp.GradScaler(device.type, init_scale=scale)
-    with torch.autocast(device.type, dtype=torch.float16):
-        loss = setup.loss_from(setup.forward(model, x.to(device)), y.to(device))
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
-    return scaler.get_scale() < scale

@@ -16,6 +16,7 @@ from harness.domains.training.census import (
     fp32_gradients,
     gradient_census,
     lm_gradients,
+    scaler_skips_at,
 )
 from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED, Run, evaluate, train
 from harness.domains.training.models import SETUPS, TinyLM
@@ -132,6 +133,7 @@ __all__ = [
     "parity",
     "per_step_spread",
     "reference_for",
+    "scaler_skips_at",
     "seed_band",
     "train",
     "validate",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from harness.domains.training.batches import to_device
 from harness.domains.training.loop import DATA_SEED_OFFSET, INIT_SEED
@@ -51,21 +53,56 @@ def gradient_census(grads: Sequence[torch.Tensor], scales: Sequence[float] = CEN
     return out
 
 
-def fp32_gradients(
-    setup: Setup, seed: int = 0, warmup_steps: int = 5, device: torch.device | str = "cpu"
-) -> list[torch.Tensor]:
-    """fp32 parameter gradients after a few fp32 steps (the census input)."""
+@dataclass(frozen=True)
+class CensusState:
+    """Where the census looks: the model after a few fp32 steps, and the batch of the next one."""
+
+    model: nn.Module
+    inputs: Any
+    targets: Any
+
+
+def census_state(setup: Setup, seed: int = 0, warmup_steps: int = 5, device: torch.device | str = "cpu") -> CensusState:
+    """The model after ``warmup_steps`` fp32 steps of ``setup`` and the next step's batch."""
     torch.manual_seed(seed)
     model = setup.model(INIT_SEED).to(device)
     opt = setup.make_optimizer(list(model.parameters()), setup.lr)
     gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
-    for step in range(warmup_steps + 1):
+    for step in range(warmup_steps):
         x, y = to_device(setup.batch(step, gen), torch.device(device))
         opt.zero_grad()
         setup.loss_from(setup.forward(model, x), y).backward()  # type: ignore[no-untyped-call]
-        if step < warmup_steps:
-            opt.step()
-    return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+        opt.step()
+    x, y = to_device(setup.batch(warmup_steps, gen), torch.device(device))
+    model.zero_grad(set_to_none=True)
+    return CensusState(model, x, y)
+
+
+def fp32_gradients(
+    setup: Setup, seed: int = 0, warmup_steps: int = 5, device: torch.device | str = "cpu"
+) -> list[torch.Tensor]:
+    """fp32 parameter gradients after a few fp32 steps (the census input)."""
+    at = census_state(setup, seed, warmup_steps, device)
+    setup.loss_from(setup.forward(at.model, at.inputs), at.targets).backward()  # type: ignore[no-untyped-call]
+    return [p.grad.detach().clone() for p in at.model.parameters() if p.grad is not None]
+
+
+def scaler_skips_at(setup: Setup, scale: float, seed: int = 0, device: torch.device | str = "cpu") -> bool:
+    """From the census's state, one fp16-autocast step of SGD at the setup's learning rate with
+    torch's GradScaler at ``scale``: whether it skipped (no parameter moved) and backed off."""
+    at = census_state(setup, seed, device=device)
+    params = [p for p in at.model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    opt = torch.optim.SGD(params, lr=setup.lr)
+    dev = torch.device(device)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=scale)
+    with torch.autocast(dev.type, dtype=torch.float16):
+        loss = setup.loss_from(setup.forward(at.model, at.inputs), at.targets)
+    scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+    scaler.step(opt)
+    scaler.update()
+    unmoved = all(bool(torch.equal(p.detach(), b)) for p, b in zip(params, before, strict=True))
+    return unmoved and scaler.get_scale() < scale
 
 
 def lm_gradients(seed: int = 0) -> list[torch.Tensor]:

@@ -598,3 +598,74 @@ FP16_HEADROOM, MAX_BACKOFF = {FP16_HEADROOM!r}, {MAX_BACKOFF!r}  # the correctly
         tensors,
         device=str(device),
     )
+
+
+def census_skip_repro_of(setup: Setup, scale: float, seed: int, device: torch.device) -> FailureRepro | None:
+    """The gradient census's scaler claim: from the census's state (saved beside the script), the
+    fp32 gradients scaled by ``scale`` overflow fp16, so torch's GradScaler at ``scale`` must skip
+    the step and back off (None: see :func:`unsupported`, or a source that cannot be read)."""
+    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.training.census import census_state
+    from harness.domains.training.recipes import FP16_SCALER
+
+    source = _model_source(setup)
+    if unsupported(setup, FP16_SCALER) is not None or source is None:
+        return None
+    at = census_state(setup, seed, device="cpu")
+    if not (isinstance(at.inputs, torch.Tensor) and isinstance(at.targets, torch.Tensor)):
+        return None
+    weights = at.model.state_dict()
+    names = list(weights)
+    tensors = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
+    tensors.update(x=at.inputs, y=at.targets)
+    code = f"""from torch import nn
+
+{source}
+# the census's state: the model after its fp32 warm-up steps, and the next step's batch (x, y)
+WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
+MODEL, INIT_SEED, DEVICE, LR = {setup.model.__name__}, {INIT_SEED}, {device.type!r}, {setup.lr!r}
+SCALE = {scale!r}  # the smallest loss scale 2^k at which the census found fp32 gradients beyond fp16's range
+FP16_MAX = 65504.0  # (2 - 2^-10) x 2^15: fp16's largest finite value, from its bit layout
+
+
+def loss_of(model, low):  # the step's loss, under fp16 autocast where low
+    with torch.autocast(DEVICE, dtype=torch.float16, enabled=low):
+        out = model(x.to(DEVICE))
+        return LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE))
+
+
+def model_at():
+    model = MODEL(INIT_SEED)
+    model.load_state_dict(WEIGHTS)
+    return model.to(DEVICE)
+
+
+# reference: the fp32 gradients of this step, times SCALE, leave fp16's range
+model = model_at()
+loss_of(model, False).backward()
+largest = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None)
+predicted = largest * SCALE > FP16_MAX
+print(f"largest fp32 gradient {{largest:.4g}} x {{SCALE:g}} = {{largest * SCALE:.4g}} (fp16 max {{FP16_MAX:g}}): "
+      f"{{'overflow' if predicted else 'no overflow'}} predicted")
+# under test: torch's GradScaler at SCALE must skip this step (no parameter moves) and back off
+model = model_at()
+params = [p for p in model.parameters() if p.requires_grad]
+before = [p.detach().clone() for p in params]
+opt = torch.optim.SGD(params, lr=LR)
+scaler = torch.amp.GradScaler(DEVICE, init_scale=SCALE)
+scaler.scale(loss_of(model, True)).backward()
+scaler.step(opt)
+scaler.update()
+moved = sum(not torch.equal(p.detach(), b) for p, b in zip(params, before))
+print(f"GradScaler at {{SCALE:g}}: {{moved}} of {{len(params)}} parameters moved, scale after the step {{scaler.get_scale():g}}")
+measured = int(predicted and (moved > 0 or not scaler.get_scale() < SCALE))  # 1: overflow predicted, no skip
+allowed = 0"""
+    return FailureRepro(
+        "training",
+        f"{setup.name}: one fp16-autocast step with torch's GradScaler at {scale:g}, where the fp32 gradients times "
+        "the scale overflow fp16: the step skipped and the scale backed off",
+        code,
+        "exact: an overflow in the scaled gradients skips the step and backs the scale off (GradScaler's rule)",
+        tensors,
+        device=str(device),
+    )
