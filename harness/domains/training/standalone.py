@@ -12,7 +12,8 @@ fp32 seed band at each checkpoint, or the golden-curve lane's rule, measured see
 written into the script with their origin (re-deriving them would mean training every seed).
 A failed AMP lane judges steps, not the run: its script is those steps, each from the run's
 state saved beside it, taken by the recipe, in float64 and correctly rounded (the lane's
-emulation written out), against the lane's factor.
+emulation written out), against the lane's factor. The gradient census's scaler claim is one
+GradScaler step from the census's state.
 Your own models, emulated recipes (the harness's float64 rounding mode), setups with a
 schedule, an optimizer factory or a scaler of their own, and compile backend functions keep no
 script: the script would need code it cannot carry.
