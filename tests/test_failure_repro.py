@@ -11,10 +11,12 @@ in low precision), a loss scaler (GradScaler.update that never backs off) and an
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,18 @@ CONTROLS = {
         "training/test_gradient_census.py",
         "census",
         ("*recorded_and_consistent[[]cpu]",),
+    ),
+    # a third-party scaler (where installed: tox -e thirdparty) against its release's rule: the
+    # script replays the conformance machine's failing example on the scaler as the adapter drives it
+    "megatron_scaler_never_backs_off": (
+        "scaler/test_scaler_conformance.py",
+        "installed and megatron",
+        ("*installed_third_party_scaler*[[]megatron-core]",),
+    ),
+    "deepspeed_scaler_never_backs_off": (
+        "scaler/test_scaler_conformance.py",
+        "installed and deepspeed",
+        ("*installed_third_party_scaler*[[]deepspeed]",),
     ),
     # one optimizer step under GradScaler: the script loads the step's parameters, state and gradients
     "sgd_without_weight_decay": (
@@ -292,6 +306,8 @@ CONTROLS = {
         ("*within_its_budget*[[]cpu-tiny_lm-bf16]",),
     ),
 }
+#: controls of a third-party scaler -> the package they need (skipped without it, saying so)
+THIRD_PARTY = {"megatron_scaler_never_backs_off": "megatron-core", "deepspeed_scaler_never_backs_off": "deepspeed"}
 #: how the suite's run gets each fault: a patched attribute -> its factory
 PATCHES = {
     **{name: {target: factory} for name, (target, factory) in stacks.STACKS.items()},
@@ -350,6 +366,10 @@ def test_a_failed_check_writes_a_standalone_script(
 ):
     if fault.startswith("fp8") and not HAS_TORCHAO:
         pytest.skip("the fp8 control needs torchao (pip install amp-harness[fp8])")
+    package = THIRD_PARTY.get(fault)
+    if package is not None and importlib.util.find_spec(package.replace("-", ".").split(".")[0]) is None:
+        scripts_of_failed_checks[fault] = []  # nothing to run: the suite's check skips here too
+        pytest.skip(f"{package} is not installed: the opt-in environment `tox -e thirdparty` installs it")
     missing = kernels.scaled_mm_missing("cpu")
     if fault == "fp8_scaled_mm_without_scale_b" and missing is not None:
         scripts_of_failed_checks[fault] = []  # nothing to run: the suite's check skips here too
@@ -362,6 +382,12 @@ def test_a_failed_check_writes_a_standalone_script(
             pytest.skip(f"no golden policy table for torch {torch.__version__} in {BASELINES}")
         shutil.copytree(golden, pytester.path / "baselines" / GOLDEN[suite] / golden.name)
     imports = ("faults.stacks", "harness.domains.training.diagnosis", "harness.domains.autocast.probe", "torch")
+    if package is not None:  # the patched scaler's module, imported here first: on import it warns
+        module = stacks.STACKS[fault][0].rsplit(".", 2)[0]  # about missing CUDA extensions
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            importlib.import_module(module)
+        imports += (module,)
     if fault.startswith("fp8"):
         imports += (
             "torchao.float8.float8_utils",
@@ -390,9 +416,8 @@ def test_a_failed_check_writes_a_standalone_script(
     tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"sys", "math", "fractions", "struct", "dataclasses", "torch", "torchao", "pathlib"}, (
-        imported
-    )  # the standard library, torch, torchao
+    stdlib = {"sys", "math", "fractions", "struct", "dataclasses", "pathlib", "inspect", "types"}
+    assert imported <= stdlib | {"torch", "torchao", "megatron", "deepspeed"}, imported  # and the library concerned
     assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command
     scripts_of_failed_checks[fault] = written
 

@@ -11,7 +11,8 @@ present (``measured > allowed``, or not a number), 0 once fixed, 2 if it could n
 Families, one builder each: an op against float64 (autocast numerics), captured calls under
 autocast against their expected dtypes, the hand-cast run or PyTorch's lists (autocast policy,
 with :mod:`harness.domains.call_capture`), one aten op of a training step against itself in
-float64, a loss-scaler trace or the state machine's rules against the scaler's rule, one optimizer
+float64, a loss-scaler trace or the state machine's rules against the scaler's rule, a
+third-party scaler's conformance example against its release's rule, one optimizer
 step under GradScaler against its float64 update or a skip, fp8 scales,
 casts and format limits against their exact definitions, stochastic rounding against the binomial
 law of its draws, and
@@ -1200,6 +1201,174 @@ for n, (name, a) in enumerate(RULES):
         measured += 1
 allowed = 0  # rules after which the scaler is unlike the rule"""
     return FailureRepro("scaler", what, code, "exact: the rule is float32-faithful, the trace deterministic")
+
+
+#: The third-party scalers' rules, written out as the conformance machine's specification holds
+#: them (``harness.domains.scaling.reference.update``): one iteration's update of the state.
+_SPEC_RULES = {
+    "megatron": """def spec_update(s, found_inf):  # reference: megatron-core's DynamicGradScaler rule, written out
+    if found_inf:  # the scale backs off once hysteresis overflows have been seen, never below min_scale
+        left = s["hysteresis_left"] - 1
+        scale = max(f32(s["scale"] * CFG["backoff_factor"]), CFG["min_scale"]) if left <= 0 else s["scale"]
+        return dict(s, scale=scale, tracker=0, hysteresis_left=left)
+    if s["tracker"] + 1 == CFG["growth_interval"]:  # growth_interval clean iterations: grow, hysteresis refilled
+        return dict(s, scale=f32(s["scale"] * CFG["growth_factor"]), tracker=0, hysteresis_left=CFG["hysteresis"])
+    return dict(s, tracker=s["tracker"] + 1)""",
+    "deepspeed": """def spec_update(s, found_inf):  # reference: DeepSpeed's DynamicLossScaler rule, written out
+    it = s["iteration"]  # Python floats: no float32 rounding or overflow
+    if found_inf:
+        if CFG["hysteresis"] == 1 or s["hysteresis_left"] == 1:
+            if s["scale"] == CFG["min_scale"] and CFG["raise_at_min_scale"]:
+                raise AtMinimum("an overflow at the minimum scale")
+            s = dict(s, scale=max(s["scale"] / CFG["growth_factor"], CFG["min_scale"]))
+        else:
+            s = dict(s, hysteresis_left=s["hysteresis_left"] - 1)
+        return dict(s, last_overflow_iter=it, iteration=it + 1)
+    since = it - s["last_overflow_iter"]
+    stable = since if SEMANTICS == "deepspeed<=0.17.0" else since - 1  # deepspeedai/DeepSpeed#6976
+    if stable > 0 and stable % CFG["growth_interval"] == 0:
+        s = dict(s, scale=s["scale"] * CFG["growth_factor"], hysteresis_left=CFG["hysteresis"])
+    return dict(s, iteration=it + 1)""",
+}
+
+#: The scaler as the harness's ready adapter builds and drives it (harness.domains.scaling.adapters),
+#: with the same CPU shims.
+_SCALER_UNDER_TEST = {
+    "megatron-core": """import megatron.core.optimizer.grad_scaler as grad_scaler
+from torch.overrides import TorchFunctionMode
+
+
+class CudaOnCpu(TorchFunctionMode):  # DynamicGradScaler makes its tensors on 'cuda': on a CPU host, there
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
+            kwargs["device"] = "cpu"
+        return func(*args, **kwargs)
+
+
+def make_scaler():
+    args = {k: CFG[c] for k, c in (("initial_scale", "init_scale"), ("min_scale", "min_scale"),
+            ("growth_factor", "growth_factor"), ("backoff_factor", "backoff_factor"),
+            ("growth_interval", "growth_interval"), ("hysteresis", "hysteresis"))}
+    if torch.cuda.is_available():
+        return grad_scaler.DynamicGradScaler(**args)
+    with CudaOnCpu():
+        return grad_scaler.DynamicGradScaler(**args)
+
+
+def update(scaler, found_inf):
+    scaler.update(found_inf)
+
+
+def state_of(scaler):  # (scale, growth tracker)
+    return float(scaler.scale.item()), int(scaler._growth_tracker)""",
+    "deepspeed": """import inspect
+from types import SimpleNamespace
+
+import deepspeed.runtime.fp16.loss_scaler as loss_scaler
+
+
+def make_scaler():
+    cls = loss_scaler.DynamicLossScaler
+    args = dict(init_scale=CFG["init_scale"], scale_window=CFG["growth_interval"], min_scale=CFG["min_scale"],
+                delayed_shift=CFG["hysteresis"], consecutive_hysteresis=False,
+                raise_error_at_min_scale=CFG["raise_at_min_scale"])
+    if "scale_factor" in inspect.signature(cls.__init__).parameters:  # up to 0.17.0
+        args["scale_factor"] = CFG["growth_factor"]
+    return cls(**args)
+
+
+def update(scaler, found_inf):
+    comm = loss_scaler.dist  # update_scale logs on rank 0; without a distributed backend, this is rank 0
+    if not comm.is_initialized():
+        loss_scaler.dist = SimpleNamespace(get_rank=lambda: 0)
+    try:
+        scaler.update_scale(found_inf)
+    except Exception as exc:
+        if "Current loss scale already at minimum" in str(exc):  # its way of signalling the minimum
+            raise AtMinimum(str(exc)) from exc
+        raise
+    finally:
+        loss_scaler.dist = comm
+
+
+def state_of(scaler):  # (scale, growth tracker: DeepSpeed counts iterations, not clean steps)
+    return float(scaler.cur_scale), None""",
+}
+
+
+def scaler_conformance(
+    what: str, package: str, semantics: str, transcript: Sequence[tuple[str, Any]]
+) -> FailureRepro | None:
+    """The conformance machine's failing example against a third-party scaler (``package``: one of
+    the ready adapters' packages), its iterations replayed on the scaler as the adapter drives it
+    and on the ``semantics`` rule written out: after each, the scale, the growth tracker (where
+    the scaler has one) and the at-minimum error compared. None for another scaler (your own
+    adapter: the script would need your code) or a transcript without the machine's setup."""
+    spec = _SPEC_RULES.get(semantics.split("<")[0].split(">")[0])
+    under_test = _SCALER_UNDER_TEST.get(package)
+    if spec is None or under_test is None or not transcript or transcript[0][0] != "setup":
+        return None
+    cfg = {k: v for k, v in transcript[0][1].items() if k not in ("max_scale", "cap_growth")}
+    events = [bool(v) for name, v in transcript[1:] if name == "update"]
+    code = f"""import struct
+
+{under_test}
+
+
+class AtMinimum(Exception):  # an overflow with the scale already at its minimum (DeepSpeed's error)
+    pass
+
+
+# the failing example hypothesis found: the configuration, then each iteration (True: inf/NaN gradients)
+CFG = {_dict_src(cfg)}
+EVENTS = {events!r}
+SEMANTICS = {semantics!r}  # the rule of the installed release
+
+
+def f32(x):  # a Python float rounded to float32, to nearest; beyond its range: inf
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+{spec}
+
+
+def outcome(fn):  # (result, "at-minimum" or None)
+    try:
+        return fn(), None
+    except AtMinimum:
+        return None, "at-minimum"
+
+
+scaler = make_scaler()
+s = dict(scale=f32(CFG["init_scale"]), tracker=0, hysteresis_left=CFG["hysteresis"], iteration=0, last_overflow_iter=-1)
+measured = 0
+for n, found_inf in enumerate([None, *EVENTS]):  # None: as constructed
+    got_error = want_error = None
+    if found_inf is not None:
+        _, got_error = outcome(lambda: update(scaler, found_inf))
+        new, want_error = outcome(lambda: spec_update(s, found_inf))
+        s = new or s
+    scale, tracker = state_of(scaler)
+    said = "as constructed" if found_inf is None else f"iteration {{n}} ({{'overflow' if found_inf else 'clean'}})"
+    if got_error != want_error:
+        print(f"{{said}}: the scaler raised {{got_error}}, the rule {{want_error}}")
+        measured += 1
+    if scale != s["scale"] or (tracker is not None and tracker != s["tracker"]):
+        print(f"{{said}}: scaler (scale, growth tracker) = {{(scale, tracker)}}, the rule gives {{(s['scale'], s['tracker'])}}")
+        measured += 1
+allowed = 0  # iterations after which the scaler is unlike its release's rule"""
+    return FailureRepro(
+        "scaler",
+        what,
+        code,
+        f"exact: the {semantics} rule, as its source states it (the scale is a power of two times the configured "
+        "factors: no rounding to allow for)",
+        needs=("torch", package),
+    )
 
 
 def product_against_float64(

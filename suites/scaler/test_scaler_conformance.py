@@ -18,6 +18,7 @@ from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
+from harness.domains.failure_repro import scaler_conformance
 from harness.domains.scaling import adapters
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.conformance import conformance_machine
@@ -27,6 +28,11 @@ pytestmark = pytest.mark.amp_capability("loss scaling")
 
 #: Rules per example of the conformance machine.
 STEPS = 30
+#: The share of drawn configurations a third-party adapter must accept for its verdict to count. A
+#: scaler that fixes one drawn factor declines half by design (DeepSpeed from 0.17.1 has growth 2
+#: only: the machine draws 2 or 4), so "most" was a coin flip there; a quarter is 5 standard
+#: deviations below that half over ~100 draws, and still ~25 checked examples.
+MIN_ACCEPTED_SHARE = 0.25
 
 
 REFERENCE_SEMANTICS = [s for s in scaling.SEMANTICS if s != "torch"]
@@ -74,22 +80,29 @@ def test_installed_third_party_scaler_conforms_to_the_semantics_of_its_release(p
     )
     semantics = adapters.semantics_of(package)
     counts: Counter[str] = Counter()
+    transcript: list[tuple[str, object]] = []
     amp_record.require_run(
         f"conformance.{package}",
         f"{package} {adapters.version_of(package)} matches the {semantics} specification",
         lambda: run_state_machine_as_test(
-            conformance_machine(adapters.ADAPTERS[package], semantics, counts),
+            conformance_machine(adapters.ADAPTERS[package], semantics, counts, transcript),
             settings=settings(stateful_step_count=STEPS),
         ),
         tags={"version": adapters.version_of(package), "semantics": semantics, "counts": counts},
+        repro=lambda error: _conformance_repro(error, package, semantics, transcript),
     )
+    drawn = counts["examples"] + counts["declined"]
+    accepted = counts["examples"] / drawn if drawn else 0.0
     amp_record.require(
         compare_claim(
             f"conformance.{package}.configurations_accepted",
-            counts["examples"] - counts["declined"],
-            counts["examples"] > counts["declined"],
-            "the adapter accepts most configurations the machine draws (otherwise little was checked)",
+            accepted,
+            accepted >= MIN_ACCEPTED_SHARE,
+            f"the adapter accepts at least {MIN_ACCEPTED_SHARE:g} of the configurations the machine draws "
+            "(otherwise little was checked)",
             detail=f"the adapter declined most configurations: {dict(counts)}",
+            allowance=MIN_ACCEPTED_SHARE,
+            unit="share",
             inconclusive=True,
         )
     )
@@ -107,6 +120,24 @@ def test_installed_third_party_scaler_conforms_to_the_semantics_of_its_release(p
                 ),
                 note=found or "",
             )
+
+
+#: The divergences a script replays: a scale, a growth tracker or an at-minimum error unlike the
+#: rule's (an exception of another kind is the adapter's, and a script could not run past it).
+SCRIPTED = (": scaler scale", ": growth tracker", ": scaler raised ")
+
+
+def _conformance_repro(error, package, semantics, transcript):
+    """The failing example's iterations as a script that needs only torch and ``package``."""
+    if not any(s in str(error) for s in SCRIPTED):
+        return None
+    return scaler_conformance(
+        f"{package} {adapters.version_of(package)}'s scale, growth tracker and at-minimum error through the "
+        f"failing example's iterations, against the {semantics} rule",
+        package,
+        semantics,
+        transcript,
+    )
 
 
 @pytest.mark.parametrize(

@@ -491,8 +491,40 @@ def with_kernel(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     return factory
 
 
+def megatron_update_never_backing_off(real: Callable[..., None]) -> Callable[..., None]:
+    """megatron-core's ``DynamicGradScaler.update`` keeping the scale where an overflow lowers it."""
+
+    def update(self: Any, found_inf: bool) -> None:
+        before = self._scale
+        real(self, found_inf)
+        if found_inf:
+            self._scale = before
+
+    return update
+
+
+def deepspeed_update_never_backing_off(real: Callable[..., None]) -> Callable[..., None]:
+    """DeepSpeed's ``DynamicLossScaler.update_scale`` keeping the scale where an overflow lowers it."""
+
+    def update_scale(self: Any, overflow: bool) -> None:
+        before = self.cur_scale
+        real(self, overflow)
+        if overflow:
+            self.cur_scale = before
+
+    return update_scale
+
+
 #: name -> (patched attribute, factory): what ``installed`` and the injected conftests apply
 STACKS: dict[str, tuple[str, str]] = {
+    "megatron_scaler_never_backs_off": (
+        "megatron.core.optimizer.grad_scaler.DynamicGradScaler.update",
+        "faults.stacks.megatron_update_never_backing_off",
+    ),
+    "deepspeed_scaler_never_backs_off": (
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler.update_scale",
+        "faults.stacks.deepspeed_update_never_backing_off",
+    ),
     "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.stacks.update_never_backing_off"),
     "sgd_without_weight_decay": ("torch.optim.sgd.sgd", "faults.stacks.sgd_without_weight_decay"),

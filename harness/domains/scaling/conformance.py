@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
 
 from hypothesis import reject
 from hypothesis import strategies as st
@@ -36,10 +38,15 @@ def conformance_machine(
     make_adapter: Callable[[scaling.ScalerConfig], scaling.ScalerAdapter],
     semantics: scaling.Semantics,
     counts: Counter[str] | None = None,
+    transcript: list[tuple[str, Any]] | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A state machine comparing the adapter's scaler with ``semantics``; ``counts`` (optional)
-    receives ``declined``, ``examples``, ``clean``, ``overflow`` and ``at_minimum`` tallies."""
+    receives ``declined``, ``examples``, ``clean``, ``overflow`` and ``at_minimum`` tallies;
+    ``transcript`` (optional) each example as it runs, ``("setup", config fields)`` then one
+    ``("update", found_inf)`` per iteration: the last one run is the failing example hypothesis
+    replays (a standalone reproduction replays it too)."""
     tally: Counter[str] = counts if counts is not None else Counter()
+    log: list[tuple[str, Any]] = transcript if transcript is not None else []
 
     class Conformance(RuleBasedStateMachine):
         @initialize(
@@ -71,6 +78,8 @@ def conformance_machine(
                 max_scale=2.0**24 if semantics == "apex" else scaling.FP32_MAX,
                 raise_at_min_scale=raise_at_min,
             )
+            log.clear()
+            log.append(("setup", asdict(self.cfg)))
             try:
                 self.adapter = make_adapter(self.cfg)
             except scaling.ConfigurationDeclined:
@@ -92,6 +101,7 @@ def conformance_machine(
                 lambda: scaling.update(semantics, self.cfg, self.state, found_inf),
             )
             tally["overflow" if found_inf else "clean"] += 1
+            log.append(("update", found_inf))
             for who, fn in zip(("scaler", "specification"), calls, strict=True):
                 result: object
                 try:
