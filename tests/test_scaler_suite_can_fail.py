@@ -198,3 +198,18 @@ def test_an_unknown_framework_is_refused_with_the_choices():
 
     with pytest.raises(ValueError, match="known: apex, deepspeed, megatron-core, torch"):
         semantics_for("colossalai", "0.4.0")
+
+
+def test_an_adapter_that_declines_most_configurations_is_inconclusive_not_a_pass():
+    """The claim that keeps a mostly-declining adapter from passing: DeepSpeed's half (it declines
+    the machine's growth 4 by design) counts; an adapter that accepts one in five does not."""
+    from collections import Counter
+
+    from harness.domains.scaling.conformance import judge_accepted
+    from harness.numerics.comparison import Outcome
+
+    half = judge_accepted("deepspeed", Counter(examples=45, declined=51))
+    assert half.passed, half
+    few = judge_accepted("deepspeed", Counter(examples=12, declined=48))
+    assert not few.passed and few.outcome is Outcome.INCONCLUSIVE, few
+    assert not judge_accepted("deepspeed", Counter()).passed
