@@ -612,7 +612,7 @@ def census_skip_repro_of(setup: Setup, scale: float, seed: int, device: torch.de
     source = _model_source(setup)
     if unsupported(setup, FP16_SCALER) is not None or source is None:
         return None
-    at = census_state(setup, seed, device="cpu")
+    at = census_state(setup, seed, device=device)  # the state the check stepped from
     if not (isinstance(at.inputs, torch.Tensor) and isinstance(at.targets, torch.Tensor)):
         return None
     weights = at.model.state_dict()
