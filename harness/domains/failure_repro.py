@@ -1075,6 +1075,13 @@ def _dict_src(d: Mapping[str, Any]) -> str:
     return "{" + ", ".join(items) + "}"
 
 
+_F32 = """def f32(x):  # a Python float rounded to float32, to nearest; beyond its range: inf
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)"""  # the scalers' scripts round as float32 holds a scale
+
+
 def scaler_rules(
     what: str, scaler_cls: str, transcript: Sequence[tuple[str, Mapping[str, Any]]], cap_growth: bool
 ) -> FailureRepro | None:
@@ -1103,11 +1110,7 @@ RULES = [
 CAP_GROWTH = {cap_growth!r}  # a growth overflowing float32 is not applied (torch semantics)
 
 
-def f32(x):  # a Python float rounded to float32, to nearest; beyond its range: inf
-    try:
-        return struct.unpack("f", struct.pack("f", x))[0]
-    except OverflowError:
-        return math.copysign(math.inf, x)
+{_F32}
 
 
 def rule_update(scale, tracker, found_inf, cfg):  # reference: torch's loss-scaling rule, written out
@@ -1326,11 +1329,7 @@ EVENTS = {events!r}
 SEMANTICS = {semantics!r}  # the rule of the installed release
 
 
-def f32(x):  # a Python float rounded to float32, to nearest; beyond its range: inf
-    try:
-        return struct.unpack("f", struct.pack("f", x))[0]
-    except OverflowError:
-        return math.copysign(math.inf, x)
+{_F32}
 
 
 {spec}

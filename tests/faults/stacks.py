@@ -491,28 +491,26 @@ def with_kernel(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     return factory
 
 
-def megatron_update_never_backing_off(real: Callable[..., None]) -> Callable[..., None]:
-    """megatron-core's ``DynamicGradScaler.update`` keeping the scale where an overflow lowers it."""
+def _update_keeping(scale: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A factory: a third-party scaler's update(found_inf) that keeps the attribute ``scale`` where
+    an overflow lowers it."""
 
-    def update(self: Any, found_inf: bool) -> None:
-        before = self._scale
-        real(self, found_inf)
-        if found_inf:
-            self._scale = before
+    def factory(real: Callable[..., None]) -> Callable[..., None]:
+        def update(self: Any, found_inf: bool) -> None:
+            before = getattr(self, scale)
+            real(self, found_inf)
+            if found_inf:
+                setattr(self, scale, before)
 
-    return update
+        return update
+
+    return factory
 
 
-def deepspeed_update_never_backing_off(real: Callable[..., None]) -> Callable[..., None]:
-    """DeepSpeed's ``DynamicLossScaler.update_scale`` keeping the scale where an overflow lowers it."""
-
-    def update_scale(self: Any, overflow: bool) -> None:
-        before = self.cur_scale
-        real(self, overflow)
-        if overflow:
-            self.cur_scale = before
-
-    return update_scale
+#: megatron-core's ``DynamicGradScaler.update`` and DeepSpeed's ``DynamicLossScaler.update_scale``
+#: never backing off
+megatron_update_never_backing_off = _update_keeping("_scale")
+deepspeed_update_never_backing_off = _update_keeping("cur_scale")
 
 
 #: name -> (patched attribute, factory): what ``installed`` and the injected conftests apply

@@ -498,6 +498,10 @@ def relative_error(d, exact):
     return diff / norm if norm > 0 else (0.0 if diff == 0 else math.inf)
 
 
+def ratio_of(a, b):  # a / b, with 0 / 0 = 0 and a / 0 = inf
+    return a / b if b > 0 else (0.0 if a == 0 else math.inf)
+
+
 ERRORS = {}  # step -> (the AMP step's error, the correctly rounded step's error), both against float64
 for t in STATES:
     b64, a64, largest = step(t, "float64")
@@ -508,12 +512,20 @@ for t in STATES:
         continue
     ERRORS[t] = (relative_error(after - before, a64 - b64), relative_error(emulated, a64 - b64))
     e_amp, e_emu = ERRORS[t]
-    ratio = e_amp / e_emu if e_emu > 0 else (0.0 if e_amp == 0 else math.inf)
-    print(f"step {t + 1}: AMP step error {e_amp:.3g}, correctly rounded {e_emu:.3g} (x{ratio:.3g})")
-ratios = sorted(a / e if e > 0 else (0.0 if a == 0 else math.inf) for a, e in ERRORS.values())
+    print(f"step {t + 1}: AMP step error {e_amp:.3g}, correctly rounded {e_emu:.3g} (x{ratio_of(e_amp, e_emu):.3g})")
+ratios = sorted(ratio_of(a, e) for a, e in ERRORS.values())
 n = len(ratios)
 measured = (ratios[(n - 1) // 2] + ratios[n // 2]) / 2 if n else math.inf  # the median ratio over the steps
 allowed = LANE_FACTOR"""
+
+
+def _state_keys(optimizer: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    """An optimizer state_dict's keys per parameter, each None (a tensor, saved beside the script)
+    or its literal value: the script's ``OPT_KEYS``."""
+    return {
+        i: {k: None if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+        for i, entry in optimizer["state"].items()
+    }
 
 
 def lane_repro_of(
@@ -536,22 +548,15 @@ def lane_repro_of(
     tensors: dict[str, torch.Tensor] = {}
     first = run.states[steps[0]]
     names, groups = list(first.model), first.optimizer["param_groups"]
-    # the optimizer state's keys per parameter, each None (a tensor, saved) or its literal value
-    keys = {
-        i: {k: None if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
-        for i, entry in first.optimizer["state"].items()
-    }
+    keys = _state_keys(first.optimizer)
     for t in steps:
         state = run.states[t]
         batch = state.next_batch
         two_tensors = isinstance(batch, tuple | list) and len(batch) == 2
         if not (two_tensors and all(isinstance(b, torch.Tensor) for b in batch)):
             return None
-        saved = {
-            i: {k: None if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
-            for i, entry in state.optimizer["state"].items()
-        }
-        if list(state.model) != names or state.optimizer["param_groups"] != groups or saved != keys:
+        same_shape = _state_keys(state.optimizer) == keys
+        if list(state.model) != names or state.optimizer["param_groups"] != groups or not same_shape:
             return None  # a state of another shape (a schedule, a late-created moment): not written out
         tensors.update({f"m{t}_{i}": state.model[k] for i, k in enumerate(names)})
         for i, entry in state.optimizer["state"].items():
