@@ -294,6 +294,12 @@ CONTROLS = {
         "matches_fp32 and mlp-fp16+scaler and not accum4 and not clip and not small",
         ("*matches_fp32_well_inside_the_seed_spread[[]cpu-mlp-fp16+scaler]",),
     ),
+    # a run that parts from itself: the script trains the built-in MLP twice in one interpreter
+    "sgd_step_drifting_between_runs": (
+        "training/test_loss_parity.py",
+        "bitwise_identical and mlp-fp32",
+        ("*bitwise_identical_losses[[]cpu-mlp-fp32]",),
+    ),
     # the source text's claims: the row that reads torch keeps the torch expression
     "finfo_fp16_max_halved/claims": (
         "formats/test_source_claims.py",

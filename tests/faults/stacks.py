@@ -531,6 +531,10 @@ STACKS: dict[str, tuple[str, str]] = {
         "torch.optim.AdamW.step",
         "faults.training.adamw_losing_fp32_update_precision",
     ),
+    "sgd_step_drifting_between_runs": (
+        "torch.optim.SGD.step",
+        "faults.training.optimizer_step_drifting_between_runs",
+    ),
     "scaler_stepping_on_overflow": (
         "torch.amp.GradScaler._maybe_opt_step",
         "faults.stacks.scaler_stepping_on_overflow",

@@ -195,6 +195,39 @@ allowed = MAX_OUTLIERS"""
     )
 
 
+def determinism_repro_of(setup: Setup, recipe: Recipe, device: torch.device) -> FailureRepro | None:
+    """The run made twice in one process, as the determinism check makes it: every step's training
+    loss bitwise the same (a NaN equal to a NaN); on CUDA with deterministic algorithms, as there."""
+    from harness.domains.failure_repro import FailureRepro
+
+    trainer = _trainer(setup, recipe, device, None, frozenset(), [])
+    if trainer is None:
+        return None
+    prelude, tensors = trainer
+    dtype = "None" if recipe.dtype is None else f"torch.{str(recipe.dtype).removeprefix('torch.')}"
+    code = f"""{prelude}
+
+
+# reference: the same run made again in this process
+torch.use_deterministic_algorithms(DEVICE == "cuda")  # as the check runs it
+_, _, first = train({dtype}, compiled=False)
+_, _, second = train({dtype}, compiled=False)
+differ = [t for t, (a, b) in enumerate(zip(first, second)) if a != b and not (a != a and b != b)]
+for t in differ[:12]:
+    print(f"step {{t}}: loss {{first[t]!r}}, then {{second[t]!r}}")
+print(f"{{len(differ)}} of {{STEPS}} steps' losses differ between the two runs" + (f", from step {{differ[0]}}" if differ else ""))
+measured = len(differ)  # steps whose loss differs
+allowed = 0"""
+    return FailureRepro(
+        "training",
+        f"{setup.name} trained {setup.steps} steps under {recipe.name} twice: per-step training losses bitwise equal",
+        code,
+        "0: a rerun of the same seed gives bitwise-identical losses (determinism, not a tolerance)",
+        tensors,
+        device=str(device),
+    )
+
+
 def _model_source(setup: Setup) -> str | None:
     """The script's model classes and ``LOSS`` (None where a source cannot be read)."""
     model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
