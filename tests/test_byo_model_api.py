@@ -225,13 +225,14 @@ def test_a_parity_failure_names_the_module_where_amp_departs_and_tries_the_remed
 
 
 def test_the_resnet18_example_trains_through_the_api_as_it_is():
-    """The ResNet-18 finding of docs/writing-checks.md runs on this example; keep it working (two steps)."""
+    """The ResNet-18 finding of docs/writing-checks.md runs on this example; keep it working (one
+    step: where bf16 is emulated each ResNet step takes over a second)."""
     import dataclasses
 
     from examples.models.resnet18 import RESNET18_SETUP
 
-    run = T.train(dataclasses.replace(RESNET18_SETUP, steps=2, checkpoint_every=1), T.BF16)
-    assert run.taken_steps == 2 and all(map(torch.isfinite, torch.tensor(run.losses)))
+    run = T.train(dataclasses.replace(RESNET18_SETUP, steps=1, checkpoint_every=1), T.BF16)
+    assert run.taken_steps == 1 and all(map(torch.isfinite, torch.tensor(run.losses)))
 
 
 class InlineNormBlock(nn.Module):
