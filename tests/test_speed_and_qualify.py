@@ -10,10 +10,12 @@ import fnmatch
 import glob
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, assert_caught, assert_clean, inject, run_inner
+from helpers import REPO, TESTS, assert_caught, assert_clean, fresh_driver, inject, run_inner
 
 from harness.apps import qualify
 from harness.apps.cli import main
@@ -74,12 +76,20 @@ def _speed_pattern(case: str) -> str:
 
 
 def _speed_suite(
-    pytester: pytest.Pytester, suite_copy, slowdown: float, baseline_dir: Path | None, *, rounds: int | None = None
+    pytester: pytest.Pytester,
+    suite_copy,
+    slowdown: float,
+    baseline_dir: Path | None,
+    *,
+    rounds: int | None = None,
+    patches: dict[str, str] | None = None,
 ) -> list[str]:
     """The speed suite in the scratch directory, its AMP path slowed ``slowdown`` times, each
-    measurement ``rounds`` rounds (None: adaptive, as users run it)."""
+    measurement ``rounds`` rounds (None: adaptive, as users run it); ``patches``: a faulty stack
+    (``faults.stacks``) for the suite's run."""
     suite_copy("speed/test_amp_speed.py", conftest=False)
-    inject(pytester, "speed", fixtures={"_amp_slowdown": repr(slowdown), "_amp_speed_rounds": repr(rounds)})
+    fixtures = {"_amp_slowdown": repr(slowdown), "_amp_speed_rounds": repr(rounds)}
+    inject(pytester, "speed", fixtures=fixtures, patches=patches)
     root = pytester.path / "baselines"
     if baseline_dir is not None:
         shutil.copytree(baseline_dir, root, dirs_exist_ok=True)
@@ -123,6 +133,68 @@ def test_an_amp_path_made_1_3x_slower_fails_every_calibrated_case(pytester, suit
         pytest.skip(f"every judged case came out NOISY here ({judged}): this run cannot show the catch (not a pass)")
     assert_caught(run, *(_speed_pattern(case) for case in caught))  # and no case that was not judged
     run.stdout.fnmatch_lines(["*AMP speedup *x is below the cpu-* threshold *x*"], consecutive=False)
+
+
+@pytest.fixture(scope="module")
+def slow_kernel_script() -> dict[str, Path]:
+    """The script the slow-kernel control wrote (module scope: the thorough test runs it)."""
+    return {}
+
+
+SLOW_MATMUL = "matmul_slowed_under_autocast"
+
+
+def test_a_slower_amp_kernel_fails_its_speed_check_and_keeps_a_benchmark_script(
+    pytester, suite_copy, calibrated, tmp_path, capsys, slow_kernel_script
+):
+    """A fault in the stack, not the harness's injected slowdown: autocast matmuls at half speed
+    (``faults.stacks``). The judged matmul case fails, and ``amp-harness repro`` writes a benchmark
+    that needs only torch: the workload's own source, timed interleaved against the class's
+    threshold, which it names with its origin."""
+    case = _judged_case(calibrated)
+    if not case.startswith("matmul"):
+        pytest.skip(f"the fault slows autocast matmuls, and the judged case here is {case}")
+    args = _speed_suite(
+        pytester, suite_copy, 1.0, calibrated, patches={"torch.Tensor.__matmul__": f"faults.stacks.{SLOW_MATMUL}"}
+    )
+    out = pytester.path / "out"
+    run = run_inner(pytester, *args, "-k", case, f"--amp-report-dir={out}")
+    if _speed_id(case) in run.skipped:
+        pytest.skip(f"{case} came out NOISY here: this run cannot show the catch (not a pass)")
+    assert_caught(run, _speed_pattern(case))
+    capsys.readouterr()
+    assert main(["repro", "--report", str(out), "-o", str(tmp_path)]) == 0, capsys.readouterr()
+    [script] = sorted(tmp_path.glob("*.py"))
+    text = script.read_text(encoding="utf-8")
+    assert "import harness" not in text and "from harness" not in text
+    assert "def make(DEVICE, DTYPE):" in text and "THRESHOLD = " in text and "threshold" in text
+    assert "# Produced on: torch" in text and detect().cpu_class.id in text  # where it failed
+    slow_kernel_script["path"] = script
+
+
+@pytest.mark.amp_thorough  # a fresh interpreter importing torch, then three interleaved measurements
+def test_the_benchmark_script_exits_1_with_the_slow_kernel_and_0_without_it(slow_kernel_script, tmp_path):
+    """One fresh interpreter that cannot import the harness runs the script on the faulty stack,
+    then on the clean one, one after the other (side by side, each would slow the other)."""
+    if "path" not in slow_kernel_script:
+        pytest.skip("the script is written by test_a_slower_amp_kernel_fails_its_speed_check_...: run it first")
+    faulty, clean = tmp_path / "faulty.py", tmp_path / "clean.py"
+    for copy in (faulty, clean):
+        shutil.copy(slow_kernel_script["path"], copy)
+    driver = fresh_driver(
+        f"""sys.path.insert(0, {str(TESTS)!r})
+from faults import stacks
+def stack(path):
+    return stacks.installed({SLOW_MATMUL!r}) if path.endswith("faulty.py") else contextlib.nullcontext()""",
+        scope="stack",
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", driver, str(faulty), str(clean)], capture_output=True, text=True, timeout=300
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("CODES ")), None)
+    assert line is not None, done.stdout[-3000:] + done.stderr[-3000:]
+    codes = json.loads(line.removeprefix("CODES "))
+    assert codes == {str(faulty): 1, str(clean): 0}, done.stdout
 
 
 #: Clean runs of the dashboard's false-alarm test (the issue's count), then 2 with one regression.

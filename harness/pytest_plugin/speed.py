@@ -10,17 +10,21 @@ and records the rows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 
 from harness.domains.compiled import toolchain
 from harness.domains.speed import bench, thresholds
+from harness.domains.speed import standalone as speed_script
 from harness.domains.speed import verdict as speed
 from harness.numerics.verdict import Outcome, RowKind
 from harness.pytest_plugin.recording import Recorder
 from harness.storage.profiles import Profile
+
+if TYPE_CHECKING:
+    from harness.domains.failure_repro import FailureRepro
 
 
 def _pedantic(benchmark: Any, group: str | None = None) -> bench.Pedantic | None:
@@ -200,14 +204,24 @@ def check_speedup(
             note=thresholds.pays_off(name, dtype_name, timing.speedup, profile.hardware_class, workload.baseline_name),
         )
     drift = thresholds.TREND_DRIFT
+
+    def script(limit: float | None, origin: str) -> FailureRepro | None:
+        """A speedup below ``limit`` as a standalone benchmark (``amp-harness repro``)."""
+        if limit is None or timing.speedup >= limit or slowdown != 1.0:
+            return None  # met, or slowed by the harness's own control (nothing of the stack's to show)
+        return speed_script.repro_of(workload, dtype_name, limit, origin, timing.rounds, device)
+
     if v.outcome in (Outcome.PASS, Outcome.FAIL):
-        record.require(v.claim(), dtype=dtype, device=device, tags=tags, drift=drift)
+        origin = f"the {profile.hardware_class} threshold {v.limit}x: {v.reason}"
+        repro = script(v.limit, origin)
+        record.require(v.claim(), dtype=dtype, device=device, tags=tags, drift=drift, repro=repro)
     if require_speedup and v.outcome is not Outcome.NOISY:
         record.require(
             thresholds.pays_off_claim(name, dtype_name, timing.speedup, profile.hardware_class, workload.baseline_name),
             dtype=dtype,
             device=device,
             drift=drift,
+            repro=script(1.0, "qualification policy --amp-require-speedup: AMP faster than fp32 (speedup >= 1)"),
         )
     if v.outcome in (Outcome.PASS, Outcome.FAIL):
         return

@@ -142,6 +142,25 @@ def scaled_mm_without_scale_b(real: Callable[..., torch.Tensor]) -> Callable[...
     return scaled_mm
 
 
+def matmul_slowed_under_autocast(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.__matmul__`` running at half speed under autocast (a low-precision kernel that
+    regressed): each call spins as long again as it computed, on this thread's CPU time (the clock
+    a CPU speedup is judged by); outside autocast, fp32, it is untouched."""
+    import time
+
+    def matmul(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        if not torch.is_autocast_enabled(self.device.type):
+            return real(self, other)
+        start = time.thread_time()
+        out = real(self, other)
+        end = time.thread_time() * 2 - start
+        while time.thread_time() < end:
+            pass
+        return out
+
+    return matmul
+
+
 def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``Tensor.to`` whose float32 -> float16 cast rounds toward zero where it should round up in
     magnitude (a truncating conversion kernel); every other conversion is untouched."""
@@ -556,6 +575,7 @@ STACKS: dict[str, tuple[str, str]] = {
         "faults.stacks.to_mx_scale_binade_high",
     ),
     "fp8_scaled_mm_without_scale_b": ("torch._scaled_mm", "faults.stacks.scaled_mm_without_scale_b"),
+    "matmul_slowed_under_autocast": ("torch.Tensor.__matmul__", "faults.stacks.matmul_slowed_under_autocast"),
     "fp16_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp16_cast_toward_zero"),
     "fp8_overflow_to_nan": ("torch.Tensor.to", "faults.stacks.fp8_overflow_to_nan"),
     "fp8_decode_subnormals_flushed": ("torch.Tensor.to", "faults.stacks.fp8_decode_subnormals_flushed"),

@@ -36,6 +36,10 @@ class Workload:
     #: device -> why the AMP path's kernel does not exist there (named, with the kernel set), or None
     #: where it runs: such a case is not measured, neither by the suite nor by calibration
     unavailable: Callable[[torch.device], str | None] | None = None
+    #: the text ``make`` was built from (``make(DEVICE, DTYPE)`` returning ``run``), with the
+    #: constants it reads: what a failed check's script times (None: no script, e.g. the LM step)
+    source: str | None = None
+    constants: tuple[tuple[str, Any], ...] = ()
 
     def missing(self, device: torch.device) -> str | None:
         """Why this workload cannot run on ``device``, or None."""
@@ -51,53 +55,60 @@ def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
     return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
-def _matmul(n: int) -> Callable[[torch.device, torch.dtype | None], Fn]:
-    def make(device: torch.device, dtype: torch.dtype | None) -> Fn:
-        g = torch.Generator().manual_seed(0)
-        a, b = torch.randn(n, n, generator=g).to(device), torch.randn(n, n, generator=g).to(device)
+#: The eager workloads as source text: ``make(DEVICE, DTYPE)`` returning ``run()``, one iteration
+#: under autocast to DTYPE (None: fp32). The harness runs this text, and a failed speed check's
+#: script (``amp-harness repro``) carries the same text, so the two time one computation.
+_AUTOCAST = "torch.autocast(DEVICE.type, dtype=DTYPE or torch.bfloat16, enabled=DTYPE is not None)"
+MATMUL_SOURCE = f"""def make(DEVICE, DTYPE):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(N, N, generator=g).to(DEVICE), torch.randn(N, N, generator=g).to(DEVICE)
 
-        def run() -> Any:
-            with _autocast(device, dtype):
-                return a @ b
+    def run():
+        with {_AUTOCAST}:
+            return a @ b
 
-        return run
-
-    return make
-
-
-def _linear_fwd_bwd(device: torch.device, dtype: torch.dtype | None) -> Fn:
+    return run
+"""
+LINEAR_SOURCE = f"""def make(DEVICE, DTYPE):
     torch.manual_seed(0)
-    layer = torch.nn.Linear(1024, 1024).to(device)
-    x = torch.randn(256, 1024, device=device)
+    layer = torch.nn.Linear(1024, 1024).to(DEVICE)
+    x = torch.randn(256, 1024, device=DEVICE)
 
-    def run() -> Any:
-        with _autocast(device, dtype):
+    def run():
+        with {_AUTOCAST}:
             y = layer(x)
         y.float().sum().backward()
 
     return run
-
-
-def _sdpa(device: torch.device, dtype: torch.dtype | None) -> Fn:
+"""
+SDPA_SOURCE = f"""def make(DEVICE, DTYPE):
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 8, 256, 64, generator=g).to(device) for _ in range(3))
+    q, k, v = (torch.randn(2, 8, 256, 64, generator=g).to(DEVICE) for _ in range(3))
 
-    def run() -> Any:
-        with _autocast(device, dtype):
+    def run():
+        with {_AUTOCAST}:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     return run
+"""
+LAYER_NORM_SOURCE = f"""def make(DEVICE, DTYPE):
+    x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    ln = torch.nn.LayerNorm(1024).to(DEVICE)
 
-
-def _layer_norm(device: torch.device, dtype: torch.dtype | None) -> Fn:
-    x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0)).to(device)
-    ln = torch.nn.LayerNorm(1024).to(device)
-
-    def run() -> Any:
-        with _autocast(device, dtype):
+    def run():
+        with {_AUTOCAST}:
             return ln(x)
 
     return run
+"""
+
+
+def _from_source(source: str, constants: dict[str, Any]) -> Callable[[torch.device, torch.dtype | None], Fn]:
+    """``source``'s ``make``, with torch, F and ``constants`` (e.g. N) in its globals."""
+    namespace: dict[str, Any] = {"torch": torch, "F": F, **constants}
+    exec(compile(source, "<amp-harness speed workload>", "exec"), namespace)
+    make: Callable[[torch.device, torch.dtype | None], Fn] = namespace["make"]
+    return make
 
 
 def _lm_step(device: torch.device, dtype: torch.dtype | None) -> Fn:
@@ -125,15 +136,26 @@ def _mm_flops(n: int) -> float:
     return 2.0 * n**3
 
 
+def _source(name: str, source: str, flops: float | None, autocast_op: str | None = None, **constants: Any) -> Workload:
+    return Workload(
+        name,
+        _from_source(source, constants),
+        flops,
+        autocast_op=autocast_op,
+        source=source,
+        constants=tuple(constants.items()),
+    )
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
-        Workload("matmul_256", _matmul(256), _mm_flops(256)),
-        Workload("matmul_512", _matmul(512), _mm_flops(512)),
-        Workload("matmul_1024", _matmul(1024), _mm_flops(1024)),
-        Workload("linear_fwd_bwd", _linear_fwd_bwd, 3 * 2.0 * 256 * 1024 * 1024),
-        Workload("sdpa", _sdpa, 2 * 2.0 * 2 * 8 * 256 * 256 * 64),
-        Workload("layer_norm", _layer_norm, None, autocast_op="nn.LayerNorm"),
+        _source("matmul_256", MATMUL_SOURCE, _mm_flops(256), N=256),
+        _source("matmul_512", MATMUL_SOURCE, _mm_flops(512), N=512),
+        _source("matmul_1024", MATMUL_SOURCE, _mm_flops(1024), N=1024),
+        _source("linear_fwd_bwd", LINEAR_SOURCE, 3 * 2.0 * 256 * 1024 * 1024),
+        _source("sdpa", SDPA_SOURCE, 2 * 2.0 * 2 * 8 * 256 * 256 * 64),
+        _source("layer_norm", LAYER_NORM_SOURCE, None, autocast_op="nn.LayerNorm"),
         Workload("lm_train_step", _lm_step, None),
     )
 }
