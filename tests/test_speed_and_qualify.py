@@ -154,9 +154,9 @@ def test_a_slower_amp_kernel_fails_its_speed_check_and_keeps_a_benchmark_script(
     case = _judged_case(calibrated)
     if not case.startswith("matmul"):
         pytest.skip(f"the fault slows autocast matmuls, and the judged case here is {case}")
-    args = _speed_suite(
-        pytester, suite_copy, 1.0, calibrated, patches={"torch.Tensor.__matmul__": f"faults.stacks.{SLOW_MATMUL}"}
-    )
+    # the fewest rounds with an interval: a path at half speed lies far below the threshold
+    patches = {"torch.Tensor.__matmul__": f"faults.stacks.{SLOW_MATMUL}"}
+    args = _speed_suite(pytester, suite_copy, 1.0, calibrated, rounds=bench.MIN_ROUNDS, patches=patches)
     out = pytester.path / "out"
     run = run_inner(pytester, *args, "-k", case, f"--amp-report-dir={out}")
     if _speed_id(case) in run.skipped:
