@@ -119,8 +119,9 @@ def suite_copy(pytester: pytest.Pytester):
             dst = pytester.path / "suites" / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(SUITES / rel, dst)
-            if conftest:
-                shutil.copy(SUITES / Path(rel).parent / "conftest.py", dst.parent / "conftest.py")
+            own = SUITES / Path(rel).parent / "conftest.py"
+            if conftest and own.exists():  # the family's own fixtures, where it has any
+                shutil.copy(own, dst.parent / "conftest.py")
         return pytester.path / "suites"
 
     return copy

@@ -300,6 +300,17 @@ CONTROLS = {
         "bitwise_identical and mlp-fp32",
         ("*bitwise_identical_losses[[]cpu-mlp-fp32]",),
     ),
+    # the memory checks: the script counts the tiny LM's bytes as the check does, exactly
+    "autocast_disabled": (
+        "memory/test_memory.py",
+        "saves_fewer and bf16",
+        ("*saves_fewer_activation_bytes_for_backward[[]cpu-bf16]",),
+    ),
+    "adamw_amsgrad_by_default": (
+        "memory/test_memory.py",
+        "model_state_bytes and autocast",
+        ("*model_state_bytes_match_the_analytic_model[[]*autocast*]",),
+    ),
     # the source text's claims: the row that reads torch keeps the torch expression
     "finfo_fp16_max_halved/claims": (
         "formats/test_source_claims.py",

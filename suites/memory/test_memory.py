@@ -15,6 +15,7 @@ import torch
 
 from harness.domains import training as T
 from harness.domains.memory import accounting as mem
+from harness.domains.memory import standalone as scripts
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("memory")
@@ -22,10 +23,17 @@ pytestmark = pytest.mark.amp_capability("memory")
 SEVEN_B = 7_000_000_000
 
 
+LM = T.SETUPS["tiny_lm"]
+
+
+def _batch():
+    return LM.batch(0, torch.Generator().manual_seed(0))
+
+
 def _lm_forward(device: torch.device, dtype: torch.dtype | None):
-    setup = T.SETUPS["tiny_lm"]
+    setup = LM
     model = setup.model(0).to(device)
-    x, y = setup.batch(0, torch.Generator().manual_seed(0))
+    x, y = _batch()
     x, y = x.to(device), y.to(device)
 
     def step() -> torch.Tensor:
@@ -53,6 +61,7 @@ def test_autocast_saves_fewer_activation_bytes_for_backward(amp_device, amp_dtyp
         ),
         dtype=amp_dtype,
         device=amp_device,
+        repro=None if ratio < 1 else scripts.activation_repro_of(LM, 0, _batch(), amp_dtype, amp_device),
     )
     if amp_device.type == "cuda":
         for label, dt in (("fp32", None), ("amp", amp_dtype)):
@@ -65,7 +74,7 @@ def test_autocast_saves_fewer_activation_bytes_for_backward(amp_device, amp_dtyp
 
 @pytest.mark.parametrize("recipe", ["fp32", "autocast", "master_weights"])
 def test_model_state_bytes_match_the_analytic_model(recipe, amp_device, amp_record):
-    model = T.SETUPS["tiny_lm"].model(0).to(amp_device)
+    model = LM.model(0).to(amp_device)
     if recipe == "master_weights":
         master = [p.detach().clone().float() for p in model.parameters()]
         model = model.half()
@@ -74,9 +83,9 @@ def test_model_state_bytes_match_the_analytic_model(recipe, amp_device, amp_reco
     else:
         master, params = None, list(model.parameters())
         opt = torch.optim.AdamW(params, lr=1e-3)
-    x, y = T.SETUPS["tiny_lm"].batch(0, torch.Generator().manual_seed(0))
+    x, y = _batch()
     with torch.autocast(amp_device.type, dtype=torch.bfloat16, enabled=recipe == "autocast"):
-        loss = T.SETUPS["tiny_lm"].loss_from(model(x.to(amp_device)), y.to(amp_device))
+        loss = LM.loss_from(model(x.to(amp_device)), y.to(amp_device))
     loss.backward()
     if master is not None:
         for m, p in zip(master, params, strict=True):
@@ -101,6 +110,9 @@ def test_model_state_bytes_match_the_analytic_model(recipe, amp_device, amp_reco
             unit="B",
         ),
         device=amp_device,
+        repro=None
+        if measured == model_of.total(n)
+        else scripts.state_repro_of(LM, 0, _batch(), recipe, model_of, amp_device),
     )
 
 

@@ -161,6 +161,29 @@ def matmul_slowed_under_autocast(real: Callable[..., torch.Tensor]) -> Callable[
     return matmul
 
 
+def autocast_disabled(real: Callable[..., None]) -> Callable[..., None]:
+    """``torch.autocast`` that never enables itself (a release whose autocast silently does
+    nothing): every region runs in fp32, and saves fp32 activations for backward."""
+
+    def __init__(
+        self: Any, device_type: str, dtype: Any = None, enabled: bool = True, cache_enabled: Any = None
+    ) -> None:
+        real(self, device_type, dtype=dtype, enabled=False, cache_enabled=cache_enabled)
+
+    return __init__
+
+
+def adamw_amsgrad_by_default(real: Callable[..., None]) -> Callable[..., None]:
+    """``AdamW`` built with ``amsgrad=True`` unless told otherwise (a changed default): a third
+    fp32 buffer per parameter, ``max_exp_avg_sq``, in the optimizer state."""
+
+    def __init__(self: Any, params: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("amsgrad", True)
+        real(self, params, *args, **kwargs)
+
+    return __init__
+
+
 def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """``Tensor.to`` whose float32 -> float16 cast rounds toward zero where it should round up in
     magnitude (a truncating conversion kernel); every other conversion is untouched."""
@@ -576,6 +599,8 @@ STACKS: dict[str, tuple[str, str]] = {
     ),
     "fp8_scaled_mm_without_scale_b": ("torch._scaled_mm", "faults.stacks.scaled_mm_without_scale_b"),
     "matmul_slowed_under_autocast": ("torch.Tensor.__matmul__", "faults.stacks.matmul_slowed_under_autocast"),
+    "autocast_disabled": ("torch.amp.autocast_mode.autocast.__init__", "faults.stacks.autocast_disabled"),
+    "adamw_amsgrad_by_default": ("torch.optim.AdamW.__init__", "faults.stacks.adamw_amsgrad_by_default"),
     "fp16_cast_toward_zero": ("torch.Tensor.to", "faults.stacks.fp16_cast_toward_zero"),
     "fp8_overflow_to_nan": ("torch.Tensor.to", "faults.stacks.fp8_overflow_to_nan"),
     "fp8_decode_subnormals_flushed": ("torch.Tensor.to", "faults.stacks.fp8_decode_subnormals_flushed"),

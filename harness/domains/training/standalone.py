@@ -228,7 +228,7 @@ allowed = 0"""
     )
 
 
-def _model_source(setup: Setup) -> str | None:
+def model_source(setup: Setup) -> str | None:
     """The script's model classes and ``LOSS`` (None where a source cannot be read)."""
     model_src, loss_src = _sources(setup.model), _loss_source(setup.loss) if setup.loss else None
     if model_src is None or loss_src is None:
@@ -251,7 +251,7 @@ def _trainer(
     float64, as the precision lane trains it. None where the run cannot stand alone."""
     if unsupported(setup, recipe, backend) is not None:
         return None
-    source = _model_source(setup)
+    source = model_source(setup)
     orders = []
     for seed in range(seeds):
         gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
@@ -572,7 +572,7 @@ def lane_repro_of(
     from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
 
     dtype = lane_dtype(recipe)
-    source = _model_source(setup)
+    source = model_source(setup)
     if dtype is None or unsupported(setup, recipe) is not None or source is None or not steps:
         return None
     optimizer = type(setup.make_optimizer(list(setup.model(INIT_SEED).parameters()), setup.lr))
@@ -647,7 +647,7 @@ def census_skip_repro_of(setup: Setup, scale: float, seed: int, device: torch.de
     from harness.domains.training.census import census_state
     from harness.domains.training.recipes import FP16_SCALER
 
-    source = _model_source(setup)
+    source = model_source(setup)
     if unsupported(setup, FP16_SCALER) is not None or source is None:
         return None
     at = census_state(setup, seed, device=device)  # the state the check stepped from
