@@ -66,6 +66,8 @@ from harness.domains.scaling.adapters import semantics_of as scaler_semantics_of
 from harness.domains.scaling.conformance import conformance_machine
 from harness.domains.scaling.reference import (
     ConfigurationDeclined,
+    Diverged,
+    Divergence,
     ScalerAdapter,
     ScalerAtMinimumError,
     ScalerConfig,
@@ -140,6 +142,8 @@ __all__ = [
     "ConfigurationDeclined",
     "DelayedConfig",
     "DelayedScalingAdapter",
+    "Diverged",
+    "Divergence",
     "EmulatedBlockLinear",
     "FailureRepro",
     "Fp8Scaling",

@@ -55,7 +55,7 @@ def test_a_scaler_bug_fails_the_check_that_guards_against_it(pytester, suite_cop
         # the divergence the machine raised is a FAIL row that says what diverged, not only an error
         [row] = [r for r in run.rows if r["metric"] == "rules_run"]
         failure = json.loads(str(row["tags"])).get("failure", "")
-        assert row["outcome"] == "fail" and failure.startswith(("AssertionError", "RuntimeError")), row
+        assert row["outcome"] == "fail" and failure.startswith(("Divergence", "AssertionError", "RuntimeError")), row
 
 
 def _with_stored_traces(pytester) -> None:
@@ -213,3 +213,17 @@ def test_an_adapter_that_declines_most_configurations_is_inconclusive_not_a_pass
     few = judge_accepted("deepspeed", Counter(examples=12, declined=48))
     assert not few.passed and few.outcome is Outcome.INCONCLUSIVE, few
     assert not judge_accepted("deepspeed", Counter()).passed
+
+
+def test_a_divergence_is_told_by_its_type_never_by_its_words():
+    """Which failures keep a script is decided on the typed divergence (``Diverged``): found inside
+    the exception group hypothesis raises for distinct failures, and never read back from a message."""
+    import builtins
+
+    from harness.domains.scaling import reference as scaling
+
+    # the builtin from Python 3.11, the backport hypothesis depends on before it
+    group = getattr(builtins, "ExceptionGroup", None) or __import__("exceptiongroup").ExceptionGroup
+    found = scaling.Divergence(scaling.Diverged.STATE, "scaler scale 2.0, specification 1.0")
+    assert scaling.divergence_in(group("distinct failures", [ValueError("other"), found])) is found
+    assert scaling.divergence_in(AssertionError("scaler (scale, growth_tracker) = (2.0, 0)")) is None

@@ -197,13 +197,13 @@ def build_machine(
                 ids = {id(p) for p in opt.param_groups[0]["params"]}
                 mine = [i for i, p in enumerate(self.params) if id(p) in ids]
                 now = [self.params[i].detach() for i in mine]
-                if inf:
-                    assert _bitwise(now, [before_params[i] for i in mine]), (
-                        "a skipped step changed the parameters"
-                    )  # verdict recorded by require_run
-                    assert _bitwise(_state_tensors(opt), before), (  # verdict recorded by require_run
-                        "a skipped step changed the optimizer state (steps, moments)"
-                    )
+                if inf:  # verdicts recorded by require_run
+                    if not _bitwise(now, [before_params[i] for i in mine]):
+                        raise scaling.Divergence(scaling.Diverged.SKIPPED_STEP, "a skipped step changed the parameters")
+                    if not _bitwise(_state_tensors(opt), before):
+                        raise scaling.Divergence(
+                            scaling.Diverged.SKIPPED_STEP, "a skipped step changed the optimizer state (steps, moments)"
+                        )
                 elif expected is not None:
                     assert _bitwise(now, [expected[i] for i in mine]), (  # verdict recorded by require_run
                         "a taken step differs from the optimizer's step on independently unscaled gradients"
@@ -319,9 +319,11 @@ def build_machine(
                 counts["at_float32_top"] += 1
             got = (self.scaler.get_scale(), self.scaler._get_growth_tracker())
             want = (self.ref.scale, self.ref.growth_tracker)
-            assert got == want, (  # verdict recorded by require_run
-                f"scaler (scale, growth_tracker) = {got}, reference (torch semantics) = {want}"
-            )
+            if got != want:  # verdict recorded by require_run
+                raise scaling.Divergence(
+                    scaling.Diverged.STATE,
+                    f"scaler (scale, growth_tracker) = {got}, reference (torch semantics) = {want}",
+                )
 
     GradScalerMachine.TestCase.settings = settings(stateful_step_count=STEPS)
     return GradScalerMachine
@@ -365,12 +367,13 @@ def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_facto
 
 
 #: The failures the standalone script judges (the machine's others: clipping, taken steps, misuse).
-SCRIPTED = ("scaler (scale, growth_tracker)", "a skipped step changed")
+SCRIPTED = (scaling.Diverged.STATE, scaling.Diverged.SKIPPED_STEP)
 
 
 def _rules_repro(error, scaler_cls, device, transcript):
     """The failing example's rules as a script, when what failed is what the script judges."""
-    if device.type != "cpu" or not any(s in str(error) for s in SCRIPTED):
+    found = scaling.divergence_in(error)
+    if device.type != "cpu" or found is None or found.what not in SCRIPTED:
         return None
     return scaler_rules(
         f"{scaler_cls.__name__}'s scale, growth tracker and skipped steps through the failing example's rules",

@@ -105,12 +105,13 @@ def test_installed_third_party_scaler_conforms_to_the_semantics_of_its_release(p
 
 #: The divergences a script replays: a scale, a growth tracker or an at-minimum error unlike the
 #: rule's (an exception of another kind is the adapter's, and a script could not run past it).
-SCRIPTED = (": scaler scale", ": growth tracker", ": scaler raised ")
+SCRIPTED = (scaling.Diverged.STATE, scaling.Diverged.AT_MINIMUM)
 
 
 def _conformance_repro(error, package, semantics, transcript):
     """The failing example's iterations as a script that needs only torch and ``package``."""
-    if not any(s in str(error) for s in SCRIPTED):
+    found = scaling.divergence_in(error)
+    if found is None or found.what not in SCRIPTED:
         return None
     return scaler_conformance(
         f"{package} {adapters.version_of(package)}'s scale, growth tracker and at-minimum error through the "

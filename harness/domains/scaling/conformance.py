@@ -148,7 +148,11 @@ def conformance_machine(
                     self.state = result
             if errors[1] == "at-minimum":
                 tally["at_minimum"] += 1
-            assert errors[0] == errors[1], f"{semantics}: scaler raised {errors[0]!r}, specification {errors[1]!r}"
+            if errors[0] != errors[1]:
+                raise scaling.Divergence(
+                    scaling.Diverged.AT_MINIMUM,
+                    f"{semantics}: scaler raised {errors[0]!r}, specification {errors[1]!r}",
+                )
 
         @rule()
         def clean(self) -> None:
@@ -162,13 +166,16 @@ def conformance_machine(
         def matches_the_specification(self) -> None:
             if not hasattr(self, "adapter"):
                 return
-            assert self.adapter.scale() == self.state.scale, (
-                f"{semantics}: scaler scale {self.adapter.scale()}, specification {self.state.scale} ({self.state})"
-            )
+            if self.adapter.scale() != self.state.scale:
+                raise scaling.Divergence(
+                    scaling.Diverged.STATE,
+                    f"{semantics}: scaler scale {self.adapter.scale()}, specification {self.state.scale} ({self.state})",
+                )
             tracker = self.adapter.growth_tracker()
-            if tracker is not None:
-                assert tracker == self.state.growth_tracker, (
-                    f"{semantics}: growth tracker {tracker}, specification {self.state.growth_tracker}"
+            if tracker is not None and tracker != self.state.growth_tracker:
+                raise scaling.Divergence(
+                    scaling.Diverged.STATE,
+                    f"{semantics}: growth tracker {tracker}, specification {self.state.growth_tracker}",
                 )
 
     return Conformance

@@ -32,6 +32,7 @@ tensor. Named semantics and their sources:
 
 from __future__ import annotations
 
+import enum
 import math
 import struct
 from dataclasses import dataclass, replace
@@ -59,6 +60,38 @@ class ScalerAtMinimumError(RuntimeError):
     An adapter whose scaler signals this another way (DeepSpeed raises a plain ``Exception``)
     translates it into this error; any other exception from a scaler is a conformance failure.
     """
+
+
+class Diverged(enum.Enum):
+    """What of a scaler's behaviour differed from its specification."""
+
+    #: the scale or the growth tracker after an update
+    STATE = "state"
+    #: the at-minimum error raised by one and not the other
+    AT_MINIMUM = "at_minimum"
+    #: a step skipped on an overflow that still changed parameters or optimizer state
+    SKIPPED_STEP = "skipped_step"
+
+
+class Divergence(AssertionError):
+    """A scaler unlike its specification, typed by ``what`` differed: a caller (the scripts of a
+    failed check) decides on the type, never on the message's words."""
+
+    def __init__(self, what: Diverged, message: str) -> None:
+        super().__init__(message)
+        self.what = what
+
+
+def divergence_in(error: BaseException) -> Divergence | None:
+    """The :class:`Divergence` ``error`` is or holds (hypothesis reports distinct failures of one
+    run as an exception group), else None."""
+    if isinstance(error, Divergence):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = divergence_in(inner)
+        if found is not None:
+            return found
+    return None
 
 
 class ConfigurationDeclined(Exception):
