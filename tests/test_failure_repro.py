@@ -613,6 +613,33 @@ def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_
     assert "pytest 'suites/x/test_y.py::test_z'" in out
 
 
+def test_one_check_failing_at_two_dtypes_keeps_two_scripts(tmp_path, capsys):
+    """The metric names a script; where bf16 and fp16 of one check both failed, the dtype tells
+    their scripts apart (one would otherwise overwrite the other)."""
+    from harness.domains.failure_repro import FailureRepro
+    from harness.storage import report as rp
+
+    rows = [
+        rp.make_row(
+            run_id="r1",
+            nodeid=f"suites/x/test_y.py::test_z[cpu-{dtype}]",
+            suite="x",
+            check="test_z",
+            metric="m.ratio",
+            value=1.0,
+            outcome="fail",
+            dtype=dtype,
+            tags={"repro": FailureRepro("x", "what", f"measured = 1  # {dtype}\nallowed = 0", "none").spec(None)},
+        ).as_dict()
+        for dtype in ("bfloat16", "float16")
+    ]
+    rp.write(tmp_path, "r1", rows, {"fingerprint": {"torch_version": "2.13.0"}})
+    assert main(["repro", "--report", str(tmp_path), "-o", str(tmp_path / "s")]) == 0
+    written = sorted(p.name for p in (tmp_path / "s").glob("*.py"))
+    assert written == ["m_ratio.py", "m_ratio_float16.py"], written
+    assert "# float16" in (tmp_path / "s" / "m_ratio_float16.py").read_text(encoding="utf-8")
+
+
 def test_a_report_without_failures_or_a_missing_report_says_so(tmp_path, capsys):
     from harness.storage import report as rp
 

@@ -305,6 +305,21 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unique_stem(metric: str, dtype: str, used: set[str]) -> str:
+    """A script's file name from its row: the metric, then its dtype where another failed row of the
+    run has that metric (bf16 and fp16 of one check), then a count; recorded in ``used``."""
+
+    def clean(text: str) -> str:
+        return "".join(c if c.isalnum() else "_" for c in text)[:60].strip("_")
+
+    stem = clean(metric) or "check"
+    candidates = [stem, *([f"{stem}_{clean(dtype.removeprefix('torch.'))}"] if dtype else [])]
+    candidates += [f"{stem}_{n}" for n in range(2, len(used) + 3)]
+    chosen = next(c for c in candidates if c not in used)
+    used.add(chosen)
+    return chosen
+
+
 def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     """A script per failed check of the run at ``report`` (a run directory, or a report directory:
     its newest run) whose node id or row name contains one of ``selected`` (none: every failed
@@ -354,6 +369,7 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     )
     out.mkdir(parents=True, exist_ok=True)
     missing = 0
+    used: set[str] = set()  # script names written: one metric failed at two dtypes keeps two scripts
     for r, tags in rows:
         rerun = f"pytest '{r['nodeid']}'" + (
             f" --hypothesis-seed={meta['options']['hypothesis_seed']}"
@@ -379,7 +395,7 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
                 f"record one yet); rerun it with the harness: {rerun}"
             )
             continue
-        stem = "".join(c if c.isalnum() else "_" for c in str(r["metric"]))[:60].strip("_") or "check"
+        stem = _unique_stem(str(r["metric"]), str(r.get("dtype") or ""), used)
         tensors: dict[str, torch.Tensor] = {}
         inputs_file = None
         if spec.get("attachment"):
