@@ -152,6 +152,16 @@ allowed = 1.0"""
     )
 
 
+def _eager(setup: Setup, recipe: Recipe, device: torch.device) -> tuple[str, dict[str, torch.Tensor], str] | None:
+    """The eager run's trainer (:func:`_trainer`, no checkpoints), its tensors, and the recipe's
+    autocast dtype as source (``None``: fp32)."""
+    trainer = _trainer(setup, recipe, device, None, frozenset(), [])
+    if trainer is None:
+        return None
+    dtype = "None" if recipe.dtype is None else f"torch.{str(recipe.dtype).removeprefix('torch.')}"
+    return trainer[0], trainer[1], dtype
+
+
 def curve_repro_of(
     setup: Setup,
     recipe: Recipe,
@@ -166,11 +176,10 @@ def curve_repro_of(
     allowance (0: bitwise), up to ``max_outliers`` steps excepted, at most ``max_run`` in a row."""
     from harness.domains.failure_repro import FailureRepro
 
-    trainer = _trainer(setup, recipe, device, None, frozenset(), [])
-    if trainer is None:
+    eager = _eager(setup, recipe, device)
+    if eager is None:
         return None
-    prelude, tensors = trainer
-    dtype = "None" if recipe.dtype is None else f"torch.{str(recipe.dtype).removeprefix('torch.')}"
+    prelude, tensors, dtype = eager
     code = f"""{prelude}
 # reference: the golden curve the harness stored from a run ({lane})
 STORED = {stored!r}
@@ -200,11 +209,10 @@ def determinism_repro_of(setup: Setup, recipe: Recipe, device: torch.device) -> 
     loss bitwise the same (a NaN equal to a NaN); on CUDA with deterministic algorithms, as there."""
     from harness.domains.failure_repro import FailureRepro
 
-    trainer = _trainer(setup, recipe, device, None, frozenset(), [])
-    if trainer is None:
+    eager = _eager(setup, recipe, device)
+    if eager is None:
         return None
-    prelude, tensors = trainer
-    dtype = "None" if recipe.dtype is None else f"torch.{str(recipe.dtype).removeprefix('torch.')}"
+    prelude, tensors, dtype = eager
     code = f"""{prelude}
 
 
