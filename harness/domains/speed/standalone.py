@@ -26,9 +26,11 @@ import time
 DEVICE, DTYPE = torch.device({device!r}), torch.{dtype}
 THRESHOLD = {threshold!r}  # the speedup the check required (its origin: the allowance, below)
 ROUNDS, BLOCK_S = {rounds!r}, {block_s!r}  # interleaved rounds, as the check took; seconds of a block
-{constants}if DEVICE.type == "cpu":
+if DEVICE.type == "cpu":
     torch.set_num_threads({threads})  # as the check times it: torch's work on this thread, on its CPU clock
 
+# the workload, as the harness builds it from this text
+{prelude}
 
 {source}
 
@@ -67,10 +69,13 @@ def repro_of(
     workload: Workload, dtype_name: str, threshold: float, origin: str, rounds: int, device: torch.device
 ) -> FailureRepro | None:
     """The script of a speedup below ``threshold`` (``origin``: where it comes from), or None where
-    the workload has no source (the LM step, compiled paths, a baseline other than fp32)."""
+    the workload has no script (compiled paths, a baseline other than fp32)."""
     from harness.domains.failure_repro import FailureRepro
 
-    if workload.source is None or workload.baseline is not None or workload.compiled_paths:
+    if workload.script is None or workload.baseline is not None or workload.compiled_paths:
+        return None
+    prelude = workload.script.prelude()
+    if prelude is None:
         return None
     code = _TIMING.format(
         device=device.type,
@@ -78,9 +83,9 @@ def repro_of(
         threshold=threshold,
         rounds=max(MIN_ROUNDS, rounds),
         block_s=BLOCK_S,
-        constants="".join(f"{k} = {v!r}\n" for k, v in workload.constants),
+        prelude=prelude[0].rstrip("\n"),
         threads=CPU_THREADS,
-        source=workload.source,
+        source=workload.script.source,
         name=workload.name,
     )
     return FailureRepro(
@@ -89,5 +94,6 @@ def repro_of(
         "(run it on an idle machine of the class that failed)",
         code,
         origin,
+        prelude[1],
         device=device.type,
     )

@@ -14,6 +14,16 @@ Fn = Callable[[], Any]
 
 
 @dataclass(frozen=True)
+class Script:
+    """A workload as text: ``source`` defines ``make(DEVICE, DTYPE)`` returning ``run``, reading
+    names that ``prelude()`` defines in a script, as source text and tensors saved beside it (None:
+    the names cannot be written out)."""
+
+    source: str
+    prelude: Callable[[], tuple[str, dict[str, torch.Tensor]] | None]
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     #: (device, autocast dtype or None for fp32) -> a zero-argument function doing one iteration
@@ -36,10 +46,8 @@ class Workload:
     #: device -> why the AMP path's kernel does not exist there (named, with the kernel set), or None
     #: where it runs: such a case is not measured, neither by the suite nor by calibration
     unavailable: Callable[[torch.device], str | None] | None = None
-    #: the text ``make`` was built from (``make(DEVICE, DTYPE)`` returning ``run``), with the
-    #: constants it reads: what a failed check's script times (None: no script, e.g. the LM step)
-    source: str | None = None
-    constants: tuple[tuple[str, Any], ...] = ()
+    #: what a failed check's script times: the text ``make`` was built from (None: no script)
+    script: Script | None = None
 
     def missing(self, device: torch.device) -> str | None:
         """Why this workload cannot run on ``device``, or None."""
@@ -49,10 +57,6 @@ class Workload:
         """(baseline, AMP path): the two functions timed interleaved; the speedup is their ratio."""
         base = self.baseline(device, dtype) if self.baseline is not None else self.make(device, None)
         return base, self.make(device, dtype)
-
-
-def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
-    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 #: The eager workloads as source text: ``make(DEVICE, DTYPE)`` returning ``run()``, one iteration
@@ -103,33 +107,63 @@ LAYER_NORM_SOURCE = f"""def make(DEVICE, DTYPE):
 """
 
 
-def _from_source(source: str, constants: dict[str, Any]) -> Callable[[torch.device, torch.dtype | None], Fn]:
-    """``source``'s ``make``, with torch, F and ``constants`` (e.g. N) in its globals."""
-    namespace: dict[str, Any] = {"torch": torch, "F": F, **constants}
-    exec(compile(source, "<amp-harness speed workload>", "exec"), namespace)
-    make: Callable[[torch.device, torch.dtype | None], Fn] = namespace["make"]
+#: The tiny LM's AdamW training step (GradScaler for fp16): MODEL is its seeded factory, LOSS its
+#: loss, X and Y one batch. ``run`` returns the step's loss (a detached tensor: no synchronise).
+LM_STEP_SOURCE = f"""def make(DEVICE, DTYPE):
+    model = MODEL(0).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x, y = X.to(DEVICE), Y.to(DEVICE)
+    scaler = torch.amp.GradScaler(DEVICE.type, enabled=DTYPE is torch.float16)
+
+    def run():
+        opt.zero_grad()
+        with {_AUTOCAST}:
+            out = model(x)
+            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+
+    return run
+"""
+
+
+def _from_source(
+    source: str, constants: Callable[[], dict[str, Any]]
+) -> Callable[[torch.device, torch.dtype | None], Fn]:
+    """``source``'s ``make``, with torch, F and ``constants()`` (e.g. N) in its globals."""
+
+    def make(device: torch.device, dtype: torch.dtype | None) -> Fn:
+        namespace: dict[str, Any] = {"torch": torch, "F": F, **constants()}
+        exec(compile(source, "<amp-harness speed workload>", "exec"), namespace)
+        run: Fn = namespace["make"](device, dtype)
+        return run
+
     return make
 
 
-def _lm_step(device: torch.device, dtype: torch.dtype | None) -> Fn:
+def _lm_constants() -> dict[str, Any]:
+    """The tiny LM's factory and loss, and batch 0 of its data, as the harness trains them."""
     from harness.domains import training as T
 
     setup = T.SETUPS["tiny_lm"]
-    model = setup.model(0).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x, y = setup.batch(0, torch.Generator().manual_seed(0))
-    x, y = x.to(device), y.to(device)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
+    return {"MODEL": setup.model, "LOSS": setup.loss, "X": x, "Y": y}
 
-    def run() -> Any:
-        opt.zero_grad()
-        with _autocast(device, dtype):
-            loss = setup.loss_from(setup.forward(model, x), y)
-        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-        scaler.step(opt)
-        scaler.update()
 
-    return run
+def _lm_prelude() -> tuple[str, dict[str, torch.Tensor]] | None:
+    """The same names in a script: the model's and loss's source, the batch saved beside it."""
+    from harness.domains import training as T
+    from harness.domains.training.standalone import model_source
+
+    setup = T.SETUPS["tiny_lm"]
+    source = model_source(setup)
+    if source is None:
+        return None
+    constants = _lm_constants()
+    text = f"from torch import nn\n\n{source}\n\n\nMODEL = {setup.model.__name__}  # the tiny LM, seeded\n"
+    return text, {"X": constants["X"], "Y": constants["Y"]}
 
 
 def _mm_flops(n: int) -> float:
@@ -137,14 +171,10 @@ def _mm_flops(n: int) -> float:
 
 
 def _source(name: str, source: str, flops: float | None, autocast_op: str | None = None, **constants: Any) -> Workload:
-    return Workload(
-        name,
-        _from_source(source, constants),
-        flops,
-        autocast_op=autocast_op,
-        source=source,
-        constants=tuple(constants.items()),
-    )
+    """A workload from ``source`` whose other names are the literals ``constants`` (e.g. N)."""
+    prelude = "".join(f"{k} = {v!r}\n" for k, v in constants.items())
+    script = Script(source, lambda: (prelude, {}))
+    return Workload(name, _from_source(source, lambda: constants), flops, autocast_op=autocast_op, script=script)
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -156,6 +186,11 @@ WORKLOADS: dict[str, Workload] = {
         _source("linear_fwd_bwd", LINEAR_SOURCE, 3 * 2.0 * 256 * 1024 * 1024),
         _source("sdpa", SDPA_SOURCE, 2 * 2.0 * 2 * 8 * 256 * 256 * 64),
         _source("layer_norm", LAYER_NORM_SOURCE, None, autocast_op="nn.LayerNorm"),
-        Workload("lm_train_step", _lm_step, None),
+        Workload(
+            "lm_train_step",
+            _from_source(LM_STEP_SOURCE, _lm_constants),
+            None,
+            script=Script(LM_STEP_SOURCE, _lm_prelude),
+        ),
     )
 }
