@@ -34,6 +34,7 @@ if DEVICE.type == "cpu":
 
 {source}
 
+
 def per_call(fn, n):  # seconds per call over n calls: this thread's CPU time (CUDA: events, synchronised)
     if DEVICE.type == "cuda":
         torch.cuda.synchronize()
