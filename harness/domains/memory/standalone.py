@@ -4,7 +4,7 @@ training step the check takes, and the bytes counted as the check counts them.
 Bytes are exact, so these scripts are exact too: the saved-activation claim compares the bytes
 autograd saves under autocast with fp32's, each storage counted once; the model-state claim
 compares parameters, gradients, optimizer state and a master copy with the analytic model's
-bytes per parameter (the format widths, written in).
+bytes per parameter, written in.
 """
 
 from __future__ import annotations
@@ -15,52 +15,18 @@ import torch
 
 from harness.domains.memory.accounting import StateModel
 from harness.domains.training import standalone as training_script
-from harness.domains.training.recipes import FP32, Setup
+from harness.domains.training.recipes import Setup
 
 if TYPE_CHECKING:
     from harness.domains.failure_repro import FailureRepro
-
-_MODEL = """from torch import nn
-
-{source}
-# the check's model (seed {seed}), as weights, and its batch (x, y)
-WEIGHTS = dict(zip({names!r}, [{weights}]))
-MODEL, SEED, DEVICE = {model}, {seed}, {device!r}
-
-
-def model_at():
-    model = MODEL(SEED)
-    model.load_state_dict(WEIGHTS)
-    return model.to(DEVICE)
-
-
-def forward(model, low):  # the loss, under autocast to low (None: fp32)
-    with torch.autocast(DEVICE, dtype=low or torch.bfloat16, enabled=low is not None):
-        out = model(x.to(DEVICE))
-        return LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE))
-"""
 
 
 def _prelude(
     setup: Setup, seed: int, batch: tuple[torch.Tensor, torch.Tensor], device: torch.device
 ) -> tuple[str, dict[str, torch.Tensor]] | None:
-    """The model's source, its weights and the batch (None: a model of the setup's own)."""
-    source = training_script.model_source(setup)
-    if training_script.unsupported(setup, FP32) is not None or source is None:
-        return None
-    weights = setup.model(seed).state_dict()
-    names = list(weights)
-    tensors = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
-    tensors.update(x=batch[0], y=batch[1])
-    code = _MODEL.format(
-        source=source,
-        seed=seed,
-        names=names,
-        weights=", ".join(f"w{i}" for i in range(len(names))),
-        model=setup.model.__name__,
-        device=device.type,
-    )
-    return code, tensors
+    """The check's model (``setup.model(seed)``) as weights, and its batch (None: a model of the
+    setup's own)."""
+    return training_script.model_prelude(setup, setup.model(seed).state_dict(), batch, device)
 
 
 def activation_repro_of(
@@ -85,7 +51,7 @@ def saved_bytes(low):  # bytes autograd saves for backward in the forward pass, 
 
     model = model_at()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        forward(model, low)
+        loss_of(model, low)
     return sum(seen.values())
 
 
@@ -133,7 +99,7 @@ if RECIPE == "master_weights":  # fp16 weights, an fp32 master copy that AdamW s
 else:
     master, params = None, list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
-forward(model, torch.bfloat16 if RECIPE == "autocast" else None).backward()
+loss_of(model, torch.bfloat16 if RECIPE == "autocast" else None).backward()
 if master is not None:
     for m, p in zip(master, params):
         m.grad = p.grad.float()

@@ -244,6 +244,44 @@ def model_source(setup: Setup) -> str | None:
     return f"{model_src}\n\n\n{loss_src}"
 
 
+def model_prelude(
+    setup: Setup, weights: dict[str, torch.Tensor], batch: tuple[Any, Any], device: torch.device
+) -> tuple[str, dict[str, torch.Tensor]] | None:
+    """A script's opening for one step of a built-in model: its source, ``model_at()`` (the model
+    with ``weights``, saved beside the script, on the device) and ``loss_of(model, low)`` (the loss
+    of the batch ``x, y`` under autocast to ``low``; None: fp32). None: see :func:`unsupported`, a
+    source that cannot be read, or a batch that is not two tensors."""
+    from harness.domains.training.recipes import FP32
+
+    source = model_source(setup)
+    if unsupported(setup, FP32) is not None or source is None:
+        return None
+    if not all(isinstance(t, torch.Tensor) for t in batch):
+        return None
+    names = list(weights)
+    tensors = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
+    tensors.update(x=batch[0], y=batch[1])
+    code = f"""from torch import nn
+
+{source}
+WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
+MODEL, INIT_SEED, DEVICE = {setup.model.__name__}, {INIT_SEED}, {device.type!r}
+
+
+def model_at():  # the model with WEIGHTS, on DEVICE
+    model = MODEL(INIT_SEED)
+    model.load_state_dict(WEIGHTS)
+    return model.to(DEVICE)
+
+
+def loss_of(model, low):  # the loss of the batch (x, y), under autocast to low (None: fp32)
+    with torch.autocast(DEVICE, dtype=low or torch.bfloat16, enabled=low is not None):
+        out = model(x.to(DEVICE))
+        return LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE))
+"""
+    return code, tensors
+
+
 def _trainer(
     setup: Setup,
     recipe: Recipe,
@@ -653,43 +691,21 @@ def census_skip_repro_of(setup: Setup, scale: float, seed: int, device: torch.de
     the step and back off (None: see :func:`unsupported`, or a source that cannot be read)."""
     from harness.domains.failure_repro import FailureRepro
     from harness.domains.training.census import census_state
-    from harness.domains.training.recipes import FP16_SCALER
 
-    source = model_source(setup)
-    if unsupported(setup, FP16_SCALER) is not None or source is None:
-        return None
     at = census_state(setup, seed, device=device)  # the state the check stepped from
-    if not (isinstance(at.inputs, torch.Tensor) and isinstance(at.targets, torch.Tensor)):
+    prelude = model_prelude(setup, at.model.state_dict(), (at.inputs, at.targets), device)
+    if prelude is None:
         return None
-    weights = at.model.state_dict()
-    names = list(weights)
-    tensors = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
-    tensors.update(x=at.inputs, y=at.targets)
-    code = f"""from torch import nn
-
-{source}
-# the census's state: the model after its fp32 warm-up steps, and the next step's batch (x, y)
-WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
-MODEL, INIT_SEED, DEVICE, LR = {setup.model.__name__}, {INIT_SEED}, {device.type!r}, {setup.lr!r}
+    opening, tensors = prelude
+    code = f"""{opening}
+# the census's state: WEIGHTS, the model after its fp32 warm-up steps, and (x, y) the next step's batch
+LR = {setup.lr!r}
 SCALE = {scale!r}  # the smallest loss scale 2^k at which the census found fp32 gradients beyond fp16's range
 FP16_MAX = 65504.0  # (2 - 2^-10) x 2^15: fp16's largest finite value, from its bit layout
 
-
-def loss_of(model, low):  # the step's loss, under fp16 autocast where low
-    with torch.autocast(DEVICE, dtype=torch.float16, enabled=low):
-        out = model(x.to(DEVICE))
-        return LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE))
-
-
-def model_at():
-    model = MODEL(INIT_SEED)
-    model.load_state_dict(WEIGHTS)
-    return model.to(DEVICE)
-
-
 # reference: the fp32 gradients of this step, times SCALE, leave fp16's range
 model = model_at()
-loss_of(model, False).backward()
+loss_of(model, None).backward()
 largest = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None)
 predicted = largest * SCALE > FP16_MAX
 print(f"largest fp32 gradient {{largest:.4g}} x {{SCALE:g}} = {{largest * SCALE:.4g}} (fp16 max {{FP16_MAX:g}}): "
@@ -700,7 +716,7 @@ params = [p for p in model.parameters() if p.requires_grad]
 before = [p.detach().clone() for p in params]
 opt = torch.optim.SGD(params, lr=LR)
 scaler = torch.amp.GradScaler(DEVICE, init_scale=SCALE)
-scaler.scale(loss_of(model, True)).backward()
+scaler.scale(loss_of(model, torch.float16)).backward()
 scaler.step(opt)
 scaler.update()
 moved = sum(not torch.equal(p.detach(), b) for p, b in zip(params, before))
