@@ -206,22 +206,23 @@ def check_speedup(
     drift = thresholds.TREND_DRIFT
 
     def script(limit: float | None, origin: str) -> FailureRepro | None:
-        """The claim against ``limit`` as a standalone benchmark (``amp-harness repro``; the
-        recorder keeps it only where the claim failed)."""
+        """A failed claim against ``limit`` as a standalone benchmark (``amp-harness repro``);
+        built only for a failure (the LM step's reads its model's source)."""
         if limit is None or slowdown != 1.0:
             return None  # slowed by the harness's own control: nothing of the stack's to show
         return speed_script.repro_of(workload, dtype_name, limit, origin, timing.rounds, device)
 
     if v.outcome in (Outcome.PASS, Outcome.FAIL):
-        repro = script(v.limit, f"the {profile.hardware_class} threshold {v.limit}x: {v.reason}")
+        origin = f"the {profile.hardware_class} threshold {v.limit}x: {v.reason}"
+        repro = script(v.limit, origin) if v.outcome is Outcome.FAIL else None
         record.require(v.claim(), dtype=dtype, device=device, tags=tags, drift=drift, repro=repro)
     if require_speedup and v.outcome is not Outcome.NOISY:
+        claim = thresholds.pays_off_claim(
+            name, dtype_name, timing.speedup, profile.hardware_class, workload.baseline_name
+        )
+        policy = "qualification policy --amp-require-speedup: AMP faster than fp32 (speedup >= 1)"
         record.require(
-            thresholds.pays_off_claim(name, dtype_name, timing.speedup, profile.hardware_class, workload.baseline_name),
-            dtype=dtype,
-            device=device,
-            drift=drift,
-            repro=script(1.0, "qualification policy --amp-require-speedup: AMP faster than fp32 (speedup >= 1)"),
+            claim, dtype=dtype, device=device, drift=drift, repro=None if claim.passed else script(1.0, policy)
         )
     if v.outcome in (Outcome.PASS, Outcome.FAIL):
         return
