@@ -203,3 +203,21 @@ for path in sys.argv[1:]:
         codes[path] = int(exit.code or 0)
 print("CODES " + json.dumps(codes))
 """
+
+
+def faulty_driver(faults_of: dict[str, list[str]]) -> str:
+    """:func:`fresh_driver` running each script on the faulty stacks ``faults_of`` names for it
+    (``faults.stacks``, installed for that script only and removed after; none: the clean stack)."""
+    if not any(faults_of.values()):
+        return fresh_driver()
+    return fresh_driver(
+        f"""sys.path.insert(0, {str(TESTS)!r})
+from faults import stacks
+FAULTS = {faults_of!r}
+def stack(path):
+    scope = contextlib.ExitStack()
+    for fault in FAULTS[path]:
+        scope.enter_context(stacks.installed(fault))
+    return scope""",
+        scope="stack",
+    )

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from faults import stacks
-from helpers import BASELINES, TESTS, assert_caught, fresh_driver, inject, run_inner
+from helpers import BASELINES, assert_caught, faulty_driver, inject, run_inner
 
 from harness.apps.cli import main
 from harness.platform import kernels
@@ -36,24 +36,6 @@ try:
     HAS_TORCHAO = True
 except ImportError:
     HAS_TORCHAO = False
-
-
-def _driver(faults_of: dict[str, list[str]]) -> str:
-    """One fresh interpreter, ``harness`` blocked, each script run on the faulty stacks
-    ``faults_of`` names for it (installed for that script only; none: the clean stack)."""
-    if not any(faults_of.values()):
-        return fresh_driver()
-    return fresh_driver(
-        f"""sys.path.insert(0, {str(TESTS)!r})
-from faults import stacks
-FAULTS = {faults_of!r}
-def stack(path):
-    scope = contextlib.ExitStack()
-    for fault in FAULTS[path]:
-        scope.enter_context(stacks.installed(fault))
-    return scope""",
-        scope="stack",
-    )
 
 
 #: fault -> (suite file, -k selection, the failed tests it must show)
@@ -354,7 +336,7 @@ def _exit_statuses(runs: list[dict[Path, list[str]]]) -> list[tuple[dict[str, in
     clean one); the runs' interpreters side by side."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-I", "-c", _driver({str(p): f for p, f in run.items()}), *map(str, run)],
+            [sys.executable, "-I", "-c", faulty_driver({str(p): f for p, f in run.items()}), *map(str, run)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TESTS, assert_caught, assert_clean, fresh_driver, inject, run_inner
+from helpers import REPO, assert_caught, assert_clean, faulty_driver, inject, run_inner
 
 from harness.apps import qualify
 from harness.apps.cli import main
@@ -181,13 +181,7 @@ def test_the_benchmark_script_exits_1_with_the_slow_kernel_and_0_without_it(slow
     faulty, clean = tmp_path / "faulty.py", tmp_path / "clean.py"
     for copy in (faulty, clean):
         shutil.copy(slow_kernel_script["path"], copy)
-    driver = fresh_driver(
-        f"""sys.path.insert(0, {str(TESTS)!r})
-from faults import stacks
-def stack(path):
-    return stacks.installed({SLOW_MATMUL!r}) if path.endswith("faulty.py") else contextlib.nullcontext()""",
-        scope="stack",
-    )
+    driver = faulty_driver({str(faulty): [SLOW_MATMUL], str(clean): []})
     done = subprocess.run(
         [sys.executable, "-I", "-c", driver, str(faulty), str(clean)], capture_output=True, text=True, timeout=300
     )
