@@ -301,18 +301,61 @@ class MarginTwice(TorchDelayedScaling):
             self._scale = self._scale / 2.0**self.cfg.margin
 
 
-class NonFiniteEnters(TorchDelayedScaling):
-    """An overflowed step's inf/NaN amax enters the history (the scale goes to 0 or NaN)."""
+class NonFiniteSetsScale(TorchDelayedScaling):
+    """No finite guard: an overflowed step's inf amax sets the scale to fp8_max / inf = 0 (every
+    later cast is 0 until the inf leaves the window), a NaN sets it to NaN."""
+
+    def _next_scale(self, window: torch.Tensor) -> torch.Tensor:
+        selected = window.max() if self.cfg.algorithm == "max" else window[-1]
+        if float(selected) == 0:
+            return self._scale
+        return (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
+
+
+class ScaleLagsAStep(TorchDelayedScaling):
+    """The scale is computed before the step's amax enters the window: every step casts with the
+    scale of the step before last."""
+
+    def update(self, amax: float) -> None:
+        self._scale = self._next_scale(self._history[-self._filled :]) if self._filled else self._scale
+        self._history = torch.roll(self._history, -1)
+        self._history[-1] = torch.tensor(amax, dtype=torch.float32).abs()
+        self._filled = min(self._filled + 1, self.cfg.history_len)
+
+
+class OverflowStoresInf(TorchDelayedScaling):
+    """An amax so small that fp8_max / amax overflows stores the scale inf (its reciprocal, the
+    dequantisation scale, is 0), as TransformerEngine's fused kernel did before it clamped."""
+
+    def _next_scale(self, window: torch.Tensor) -> torch.Tensor:
+        selected = window.max() if self.cfg.algorithm == "max" else window[-1]
+        if not (bool(torch.isfinite(selected)) and float(selected) > 0):
+            return self._scale
+        return (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
+
+
+class FusedKernelDelayedScaling(TorchDelayedScaling):
+    """Not a fault: TransformerEngine's fused bulk update in plain torch, the specification's other
+    admitted path (a NaN in the window ignored by ``fmaxf``, a step with amax 0 not recorded,
+    ``fp8_max x 2^-margin`` divided by the amax in one float32 rounding). It must pass."""
 
     def update(self, amax: float) -> None:
         a = torch.tensor(amax, dtype=torch.float32).abs()
+        if float(a) == 0:
+            return
         self._history = torch.roll(self._history, -1)
         self._history[-1] = a
         self._filled = min(self._filled + 1, self.cfg.history_len)
         window = self._history[-self._filled :]
-        selected = window.max() if self.cfg.algorithm == "max" else window[-1]
-        if float(selected) != 0:
-            self._scale = (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
+        finite_or_inf = window[~torch.isnan(window)]
+        if self.cfg.algorithm == "most_recent":
+            selected = a
+        else:
+            selected = finite_or_inf.max() if finite_or_inf.numel() else torch.tensor(0.0)
+        if bool(torch.isfinite(selected)) and float(selected) > 0:
+            scaled_max = self.cfg.fmt.max * 2.0**-self.cfg.margin  # exact in float64
+            q = (scaled_max / selected.double()).float()
+            self._scale = q if bool(torch.isfinite(q)) else torch.tensor(torch.finfo(torch.float32).max)
 
 
 class RoundTripDropsHistory(TorchDelayedScaling):

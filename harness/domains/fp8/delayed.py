@@ -1,24 +1,35 @@
 """Delayed scaling (an amax history per tensor) as a specification, a small implementation of it in
 plain torch, and the adapter API a recipe implements to be checked against it.
 
-Delayed scaling, as TransformerEngine's recipe defines it: each fp8-cast tensor keeps the amaxes of
-its last ``history_len`` steps; the scale a step casts with comes from the history *before* that
-step (``max`` of the window, or the ``most_recent`` entry), ``scale = fp8_max / amax / 2^margin``,
-and the step's own amax enters the history after it. The rules the specification fixes, each a
-place recipes have broken:
+Delayed scaling, as TransformerEngine's ``DelayedScaling`` recipe defines it
+(``transformer_engine/pytorch/quantization.py``: ``_update_amax_history`` and
+``_default_sf_compute``; ``common/recipe/delayed_scaling.cu``: the fused update): each fp8-cast
+tensor keeps the amaxes of its last ``history_len`` steps; after a step its amax enters the window
+(the oldest leaves), the amax the scale comes from is the window's ``max`` or its ``most_recent``
+entry, and ``scale = fp8_max / amax / 2^margin`` in float32 is what the next step casts with. The
+rules the specification fixes, each a place recipes have broken:
 
 * the window rolls: entry ``history_len + 1`` steps old leaves it (a history that never rolls keeps
   an ancient amax and a stale scale forever);
+* the scale follows the step's own amax: after a step, the scale is computed from a window that
+  holds it (a recipe that computes the scale first casts one step late);
 * the margin divides once (``2^margin``; applied twice, every cast loses ``margin`` binades);
-* a non-finite amax (an overflowed step) leaves history and scale as they were: one inf would
-  otherwise hold the scale at 0 for ``history_len`` steps;
-* an amax of 0 (a tensor of zeros) keeps the scale (``fp8_max / 0`` is no scale), and so does an
-  amax so small that the scale is not a float32 (it would overflow to inf);
+* a non-finite amax (an overflowed step) enters the window, and while the amax selected from it is
+  inf or NaN the scale stays as it was (never ``fp8_max / inf = 0``, which casts every value to 0);
+* a selected amax of 0 (a tensor of zeros) keeps the scale (``fp8_max / 0`` is no scale);
+* an amax so small that the scale overflows float32 gives float32's largest value, never inf
+  (whose reciprocal, the dequantisation scale, would be 0);
 * ``state_dict`` / ``load_state_dict`` round-trips history and scale bit for bit.
 
-The scale is float32: ``fp8_max / amax`` correctly rounded to float32 (exact rational arithmetic,
-:func:`float32_scale`), then divided by ``2^margin`` (exact unless it underflows). :func:`conformance_machine` drives any :class:`DelayedScalingAdapter` through random
-steps and round trips against :func:`reference_update`, as the loss-scaler suite does.
+TransformerEngine's own two update paths differ in three places, and the specification admits
+either behaviour there (:func:`admissible`): its fused kernel's ``fmaxf`` ignores a NaN in the
+window where ``torch.max`` propagates it (and the scale is kept); its bulk kernel does not record a
+step whose amax is 0 (nothing changes) where the Python path enters the 0; the kernel divides
+``fp8_max x 2^-margin`` by the amax in one rounding where the Python path rounds ``fp8_max / amax``
+and then divides, which differ only where the scale overflows. The scale is otherwise exact:
+``fp8_max / amax`` correctly rounded to float32 (exact rational arithmetic, :func:`float32_scale`),
+divided by ``2^margin``. :func:`conformance_machine` drives any :class:`DelayedScalingAdapter`
+through random steps and round trips against it, as the loss-scaler suite does.
 """
 
 from __future__ import annotations
@@ -36,6 +47,9 @@ from harness.numerics.formats import FP8_E4M3FN, FP32, FloatFormat
 
 Algorithm = Literal["max", "most_recent"]
 
+#: float32's largest finite value: the scale where ``fp8_max / amax`` overflows.
+FLOAT32_MAX = FP32.max
+
 
 @dataclass(frozen=True)
 class DelayedConfig:
@@ -47,34 +61,76 @@ class DelayedConfig:
 
 @dataclass(frozen=True)
 class DelayedState:
-    """The specification's state: the window (oldest first, at most ``history_len``) and the
-    scale the next step casts with."""
+    """The specification's state: the window (oldest first, at most ``history_len``; inf and NaN
+    amaxes included) and the scale the next step casts with."""
 
     history: tuple[float, ...] = ()
     scale: float = 1.0
 
 
+def _round_to_float32(q: Fraction) -> float:
+    r = FP32.round_ratio(q.numerator, q.denominator)
+    return math.inf if r.bits is None else FP32.decode(r.bits)
+
+
 def float32_scale(fmt: FloatFormat, amax: float, margin: int) -> float:
     """``fmt.max / amax`` correctly rounded to float32 (exact rational arithmetic), divided by
-    ``2^margin`` (exact while normal; float32's rounding below); inf where it overflows."""
-    q = Fraction(fmt.max) / Fraction(amax)
-    r = FP32.round_ratio(q.numerator, q.denominator)
-    scale = math.inf if r.bits is None else FP32.decode(r.bits)
-    return float(torch.tensor(math.ldexp(scale, -margin), dtype=torch.float32)) if math.isfinite(scale) else scale
+    ``2^margin`` (exact while normal; float32's rounding below); float32's largest value where it
+    overflows (TransformerEngine's Python path)."""
+    scale = _round_to_float32(Fraction(fmt.max) / Fraction(amax))
+    if not math.isfinite(scale):
+        return FLOAT32_MAX
+    return float(torch.tensor(math.ldexp(scale, -margin), dtype=torch.float32))
 
 
-def reference_update(cfg: DelayedConfig, state: DelayedState, amax: float) -> DelayedState:
-    """The state after a step whose tensor had ``amax`` (the rules of the module docstring; the
-    amax arrives as the float32 it is)."""
-    a = float(torch.tensor(amax, dtype=torch.float32))
-    if not math.isfinite(a):
-        return state
-    history = (*state.history, abs(a))[-cfg.history_len :]
-    selected = max(history) if cfg.algorithm == "max" else history[-1]
-    if selected <= 0:
-        return DelayedState(history, state.scale)
-    scale = float32_scale(cfg.fmt, selected, cfg.margin)
-    return DelayedState(history, scale if math.isfinite(scale) else state.scale)
+def float32_scale_margin_first(fmt: FloatFormat, amax: float, margin: int) -> float:
+    """``(fmt.max x 2^-margin) / amax`` in one float32 rounding (TransformerEngine's fused kernel),
+    float32's largest value where it overflows."""
+    scale = _round_to_float32(Fraction(fmt.max) / 2**margin / Fraction(amax))
+    return scale if math.isfinite(scale) else FLOAT32_MAX
+
+
+def _f32(v: float) -> float:
+    return float(torch.tensor(v, dtype=torch.float32))
+
+
+def admissible(cfg: DelayedConfig, state: DelayedState, amax: float) -> dict[str, DelayedState]:
+    """The states the specification admits after a step whose tensor had ``amax`` (as the float32
+    it is, absolute), keyed by the behaviour that gives each: ``"recorded"`` (the rules of the
+    module docstring, with ``torch.max``'s NaN), and where TransformerEngine's paths differ,
+    ``"nan_ignored"``, ``"zero_not_recorded"`` and ``"margin_first"``."""
+    a = abs(_f32(amax))
+    history = (*state.history, a)[-cfg.history_len :]
+    out: dict[str, DelayedState] = {}
+    if cfg.algorithm == "most_recent":
+        candidates = {"recorded": a}
+    else:
+        finite_or_inf = [v for v in history if not math.isnan(v)]
+        candidates = {"recorded": math.nan if len(finite_or_inf) < len(history) else max(history)}
+        if len(finite_or_inf) < len(history):
+            candidates["nan_ignored"] = max(finite_or_inf, default=0.0)
+    for name, selected in candidates.items():
+        if not (math.isfinite(selected) and selected > 0):
+            out[name] = DelayedState(history, state.scale)
+            continue
+        out[name] = DelayedState(history, float32_scale(cfg.fmt, selected, cfg.margin))
+        first = float32_scale_margin_first(cfg.fmt, selected, cfg.margin)
+        if first != out[name].scale:
+            out["margin_first"] = DelayedState(history, first)
+    if a == 0:
+        out["zero_not_recorded"] = state
+    return out
+
+
+def same_state(got_history: list[float], got_scale: float, want: DelayedState) -> bool:
+    """Bit-level equality of a recipe's history and scale with a specification state, every NaN
+    equal to every NaN (a payload is not part of the claim)."""
+
+    def key(v: float) -> object:
+        return "nan" if math.isnan(v) else v
+
+    want_history = [_f32(v) for v in want.history]
+    return key(got_scale) == key(want.scale) and [key(v) for v in got_history] == [key(v) for v in want_history]
 
 
 class DelayedScalingAdapter(Protocol):
@@ -95,8 +151,8 @@ class DelayedScalingAdapter(Protocol):
 
 
 class TorchDelayedScaling:
-    """The specification in plain torch, as a recipe would write it: a float32 history buffer
-    rolled each step, the scale a float32 tensor."""
+    """The specification in plain torch, as TransformerEngine's Python path writes it: a float32
+    history buffer rolled each step, ``torch.max`` over it, the scale a float32 tensor."""
 
     def __init__(self, cfg: DelayedConfig) -> None:
         self.cfg = cfg
@@ -108,18 +164,18 @@ class TorchDelayedScaling:
         return float(self._scale)
 
     def update(self, amax: float) -> None:
-        a = torch.tensor(amax, dtype=torch.float32).abs()
-        if not bool(torch.isfinite(a)):
-            return
         self._history = torch.roll(self._history, -1)
-        self._history[-1] = a
+        self._history[-1] = torch.tensor(amax, dtype=torch.float32).abs()
         self._filled = min(self._filled + 1, self.cfg.history_len)
-        window = self._history[-self._filled :]
+        self._scale = self._next_scale(self._history[-self._filled :])
+
+    def _next_scale(self, window: torch.Tensor) -> torch.Tensor:
         selected = window.max() if self.cfg.algorithm == "max" else window[-1]
-        if float(selected) > 0:
-            q = (self.cfg.fmt.max / selected.double()).float()  # one float64 division, rounded to float32
-            if bool(torch.isfinite(q)):
-                self._scale = q / 2.0**self.cfg.margin
+        if not (bool(torch.isfinite(selected)) and float(selected) > 0):
+            return self._scale
+        q = (self.cfg.fmt.max / selected.double()).float()  # one float64 division, rounded to float32
+        scale = q / 2.0**self.cfg.margin
+        return scale if bool(torch.isfinite(scale)) else torch.tensor(FLOAT32_MAX, dtype=torch.float32)
 
     def history(self) -> list[float]:
         return [float(v) for v in self._history[-self._filled :]] if self._filled else []
@@ -139,8 +195,10 @@ Factory = Callable[[DelayedConfig], DelayedScalingAdapter]
 def conformance_machine(factory: Factory, counts: Counter[str] | None = None) -> type:
     """A hypothesis state machine: random configurations, steps with amaxes across the format's
     range (zeros, subnormal-small, huge, inf, NaN) and state_dict round trips into a fresh
-    instance; after every rule the adapter's scale and history must equal the specification's,
-    bit for bit. ``counts`` tallies the rules run (so a check can require they were exercised)."""
+    instance; after every step the adapter's scale and history must be one of the states the
+    specification admits (:func:`admissible`), and after a round trip the state it had, bit for
+    bit. ``counts`` tallies the rules run and the admitted behaviours taken (so a check can require
+    they were exercised, and a report can say which of TransformerEngine's paths a recipe follows)."""
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -165,10 +223,20 @@ def conformance_machine(factory: Factory, counts: Counter[str] | None = None) ->
         def step(self, amax: float) -> None:
             tally["step"] += 1
             tally["non_finite" if not math.isfinite(amax) else "finite"] += 1
-            if len(self.ref.history) == self.cfg.history_len and math.isfinite(amax):
-                tally["rolled"] += 1
+            before = self.ref
+            admitted = admissible(self.cfg, before, amax)
             self.impl.update(amax)
-            self.ref = reference_update(self.cfg, self.ref, amax)
+            got_history, got_scale = self.impl.history(), self.impl.scale()
+            taken = next((name for name, s in admitted.items() if same_state(got_history, got_scale, s)), None)
+            assert taken is not None, (
+                f"{self.cfg}: after a step with amax {amax!r} from history {list(before.history)} and scale "
+                f"{before.scale!r}: scale {got_scale!r}, history {got_history}; the specification admits "
+                + "; ".join(f"{name}: scale {s.scale!r}, history {list(s.history)}" for name, s in admitted.items())
+            )
+            tally[f"admitted.{taken}"] += 1
+            if taken != "zero_not_recorded" and len(before.history) == self.cfg.history_len:
+                tally["rolled"] += 1
+            self.ref = admitted[taken]
 
         @rule()
         def round_trip(self) -> None:
@@ -181,15 +249,10 @@ def conformance_machine(factory: Factory, counts: Counter[str] | None = None) ->
         def matches_the_specification(self) -> None:
             if not hasattr(self, "impl"):
                 return
-            got_scale, want_scale = self.impl.scale(), self.ref.scale
-            got_history, want_history = (
-                self.impl.history(),
-                [float(torch.tensor(a, dtype=torch.float32)) for a in self.ref.history],
-            )
-            same_scale = got_scale == want_scale or (math.isnan(got_scale) and math.isnan(want_scale))
-            assert same_scale and got_history == want_history, (
-                f"{self.cfg}: scale {got_scale!r} (specification {want_scale!r}), history {got_history} "
-                f"(specification {want_history})"
+            got_scale, got_history = self.impl.scale(), self.impl.history()
+            assert same_state(got_history, got_scale, self.ref), (
+                f"{self.cfg}: scale {got_scale!r} (specification {self.ref.scale!r}), history {got_history} "
+                f"(specification {list(self.ref.history)})"
             )
 
     return DelayedScalingMachine
