@@ -1,10 +1,13 @@
-"""Claim family: stochastic rounding to bf16 is what it promises, judged statistically.
+"""Claim family: stochastic rounding is what it promises, judged statistically, into bf16 and e2m1.
 
-Every draw is one of the input's two bf16 neighbours; the share of draws away from zero is the
-exact probability the fp32 bits give (unbiased), within a binomial test whose designed false-alarm
-rate is 1e-6 per run (exact binomial p-values, Bonferroni over the inputs); an input halfway between its neighbours draws both, two seeds draw
-differently, one seed draws the same (``harness/domains/fp8/stochastic.py``). The implementation is
-torchao's (``stochastic_rounding_under_test``).
+Every draw is one of the input's two neighbours in the format; the share of draws away from zero is
+the exact probability the input gives (unbiased), within a binomial test whose designed false-alarm
+rate is 1e-6 per run (exact binomial p-values, Bonferroni over the inputs); an input halfway between
+its neighbours draws both, two seeds draw differently, one seed draws the same
+(``harness/domains/fp8/stochastic.py``). Into bf16 the rounding is torchao's (its optimizers',
+``stochastic_rounding_under_test``); into e2m1, NVFP4's gradients, the harness's own emulation by
+default (``e2m1_stochastic_rounding_under_test``: your kernel's element rounding), where a kernel
+returning zeros is the failure one GPU generation shipped (NVIDIA/TransformerEngine PR 3281).
 """
 
 from __future__ import annotations
@@ -21,71 +24,84 @@ pytestmark = pytest.mark.amp_capability("fp8")
 
 SEED = 20261202
 
+#: Each target format and the fixture that gives the rounding under test.
+UNDER_TEST = {"bf16": "stochastic_rounding_under_test", "e2m1": "e2m1_stochastic_rounding_under_test"}
+TARGETS = [pytest.param(S.TARGETS[name], id=name) for name in UNDER_TEST]
 
-def test_every_draw_is_a_neighbour_and_the_draws_are_unbiased(stochastic_rounding_under_test, amp_record):
-    x = S.inputs()
-    got = S.draw(stochastic_rounding_under_test, x, S.DRAWS, SEED)
-    d = S.judge_draws(x, got)
-    # torchao's rounding (the default): a script can call it; a rounding of your own keeps none
-    torchaos = stochastic_rounding_under_test is adapters.torchao_stochastic_rounding()
+
+def _under_test(request: pytest.FixtureRequest, target: S.Target) -> tuple[S.Rounding, bool]:
+    """The rounding under test for ``target``, and whether it is torchao's bf16 rounding (which a
+    failure's script can call; a rounding of your own or the harness's keeps none)."""
+    rounding = request.getfixturevalue(UNDER_TEST[target.name])
+    return rounding, target is S.BF16 and rounding is adapters.torchao_stochastic_rounding()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_draw_is_a_neighbour_and_the_draws_are_unbiased(request, target, amp_record):
+    rounding, torchaos = _under_test(request, target)
+    x = target.inputs()
+    got = S.draw(rounding, x, S.DRAWS, SEED)
+    d = S.judge_draws(x, got, target)
     what = "torchao's fp32 -> bf16 stochastic rounding: draws off the neighbours, or counts not Binomial(n, p)"
     amp_record.require_all(
         [
             compare_claim(
-                "sr_bf16.off_support_draws",
+                f"sr_{target.name}.off_support_draws",
                 d.off_support,
                 d.off_support == 0,
-                "every draw is the input's bf16 neighbour toward or away from zero (from the fp32 bits)",
+                f"every draw is the input's {target.name} neighbour toward or away from zero (from {target.reference})",
                 detail=f"{d.off_support} of {got.numel()} draws were neither neighbour",
                 expected=0,
                 allowance=0,
                 unit="draws",
             ),
             compare_claim(
-                "sr_bf16.smallest_adjusted_p_value",
+                f"sr_{target.name}.smallest_adjusted_p_value",
                 d.adjusted_p,
                 d.adjusted_p >= S.FALSE_ALARM,
                 f"over {S.DRAWS} draws of each of {len(x)} inputs, the count away from zero is Binomial(n, p) with p "
-                f"from the fp32 bits: every exact two-sided p-value x {len(x)} (Bonferroni) >= {S.FALSE_ALARM:g} (a "
-                f"correct rounding fails once in 1e6 runs; a probability bias of {S.detectable_bias(len(x)):.3g} of "
-                "a step is caught with 99% power)",
+                f"from {target.reference}: every exact two-sided p-value x {len(x)} (Bonferroni) >= "
+                f"{S.FALSE_ALARM:g} (a correct rounding fails once in 1e6 runs; a probability bias of "
+                f"{S.detectable_bias(len(x)):.3g} of a step is caught with 99% power)",
                 detail=f"input {d.worst_input!r}: {d.away} of {S.DRAWS} draws away from zero, {d.expected_away:.4g} "
                 f"expected; adjusted p-value {d.adjusted_p:.3g}",
                 allowance=S.FALSE_ALARM,
             ),
         ],
-        dtype="bfloat16",
+        dtype=target.dtype,
         tags={"draws": S.DRAWS, "inputs": len(x), "seed": SEED},
         repro_of=lambda _: stochastic_rounding(what, x, S.DRAWS, SEED, S.FALSE_ALARM) if torchaos else None,
     )
 
 
-def test_draws_differ_between_seeds_and_repeat_with_one(stochastic_rounding_under_test, amp_record):
-    half = torch.tensor([float((torch.tensor([1.0]).view(torch.int32) | 0x8000).view(torch.float32))])
-    a = S.draw(stochastic_rounding_under_test, half, 256, SEED)
-    b = S.draw(stochastic_rounding_under_test, half, 256, SEED + 1)
-    again = S.draw(stochastic_rounding_under_test, half, 256, SEED)
+@pytest.mark.parametrize("target", TARGETS)
+def test_draws_differ_between_seeds_and_repeat_with_one(request, target, amp_record):
+    rounding, torchaos = _under_test(request, target)
+    half = torch.tensor([target.halfway], dtype=torch.float32)
+    a = S.draw(rounding, half, 256, SEED)
+    b = S.draw(rounding, half, 256, SEED + 1)
+    again = S.draw(rounding, half, 256, SEED)
     both = int(torch.unique(a).numel())
     amp_record.require_all(
         [
             compare_claim(
-                "sr_bf16.halfway_draws_both_neighbours",
+                f"sr_{target.name}.halfway_draws_both_neighbours",
                 both,
                 both == 2,
-                "256 draws of an input halfway between its neighbours include both (all one: (1/2)^255)",
+                f"256 draws of {target.halfway!r}, halfway between its neighbours, include both (all one: (1/2)^255)",
                 detail=f"{both} distinct values drawn: the rounding is deterministic",
                 expected=2,
                 allowance=0,
             ),
             compare_claim(
-                "sr_bf16.seeds_draw_differently",
+                f"sr_{target.name}.seeds_draw_differently",
                 int((a != b).sum()),
                 not torch.equal(a, b),
                 "two seeds give different draws (equal by chance: (1/2)^256)",
                 detail="two seeds drew the same 256 values: the randomness ignores the generator",
             ),
             compare_claim(
-                "sr_bf16.one_seed_repeats",
+                f"sr_{target.name}.one_seed_repeats",
                 int((a != again).sum()),
                 torch.equal(a, again),
                 "the same seed gives the same draws (a training run's rounding can be replayed)",
@@ -94,13 +110,12 @@ def test_draws_differ_between_seeds_and_repeat_with_one(stochastic_rounding_unde
                 allowance=0,
             ),
         ],
-        dtype="bfloat16",
-        # torchao's rounding (the default): a script can call it; a rounding of your own keeps none
+        dtype=target.dtype,
         repro_of=lambda _: (
             stochastic_draws(
                 "torchao's fp32 -> bf16 stochastic rounding: broken promises of randomness and replay", half, 256, SEED
             )
-            if stochastic_rounding_under_test is adapters.torchao_stochastic_rounding()
+            if torchaos
             else None
         ),
     )

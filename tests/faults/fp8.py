@@ -275,6 +275,46 @@ SR_FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def _e2m1_sr_with(uniform: Callable[[torch.Size], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """fp32 -> e2m1 stochastic rounding (within +-6), away from zero where ``uniform(shape)`` lies
+    below the input's fraction of its step (steps 0.5 below 2, 1 below 4, 2 up to 6)."""
+
+    def rounding(x: torch.Tensor) -> torch.Tensor:
+        a = x.to(torch.float64).abs()
+        step = torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0)).to(torch.float64)
+        low = torch.floor(a / step)
+        away = uniform(a.shape) < a / step - low
+        return torch.copysign(((low + away.to(torch.float64)) * step).clamp(max=6.0), x.to(torch.float64))
+
+    return rounding
+
+
+def _unseeded_uniform(shape: torch.Size) -> torch.Tensor:
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    return torch.rand(shape, dtype=torch.float64, generator=g)
+
+
+def _e2m1_nearest(x: torch.Tensor) -> torch.Tensor:
+    from harness.domains.fp8.blockscaled import round_to_format
+    from harness.numerics.formats import FP4_E2M1
+
+    return round_to_format(x.to(torch.float64), FP4_E2M1)
+
+
+#: The same faults as :data:`SR_FAULTS`, in fp32 -> e2m1 stochastic rounding ("zeros" is what one GPU
+#: generation's NVFP4 rounding returned: NVIDIA/TransformerEngine PR 3281).
+E2M1_SR_FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "round_to_nearest": _e2m1_nearest,
+    "biased_an_eighth": _e2m1_sr_with(lambda shape: torch.rand(shape, dtype=torch.float64) - 1 / 8),
+    "zeros": lambda x: torch.zeros_like(x),
+    "deterministic": _e2m1_sr_with(lambda shape: torch.full(shape, 0.5, dtype=torch.float64)),
+    "ignores_the_generator": _e2m1_sr_with(
+        lambda shape: torch.rand(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    ),
+    "unseeded": _e2m1_sr_with(_unseeded_uniform),
+}
+
+
 def torchao_sr() -> Callable[[torch.Tensor], torch.Tensor]:
     """torchao's fp32 -> bf16 stochastic rounding (the implementation the suite judges)."""
     from torchao.optim.quant_utils import _fp32_to_bf16_sr  # type: ignore[import-untyped]

@@ -71,6 +71,17 @@ def torchao_stochastic_rounding() -> Callable[[torch.Tensor], torch.Tensor]:
     return rounding
 
 
+def harness_e2m1_stochastic_rounding(x: torch.Tensor) -> torch.Tensor:
+    """The harness's own fp32 -> e2m1 stochastic rounding (the NVFP4 pretraining recipe's
+    emulation, :func:`harness.domains.fp8.blockscaled.stochastic_round_to_format`), drawing from
+    torch's global generator: the ``e2m1_stochastic_rounding_under_test`` fixture's default, so the
+    CPU checks the specification itself (torchao's NVFP4 rounding is fused into a CUDA kernel)."""
+    from harness.domains.fp8.blockscaled import stochastic_round_to_format
+    from harness.numerics.formats import FP4_E2M1
+
+    return stochastic_round_to_format(x.to(torch.float64), FP4_E2M1, torch.default_generator)
+
+
 def import_torchao(name: str = "torchao") -> ModuleType:
     """Import torchao (or one of its modules). Its import warns that its CUDA-only extensions did
     not load on a CPU host: about torchao's environment, not about what the suite checks."""

@@ -1,11 +1,13 @@
-"""Stochastic rounding, judged statistically: fp32 to bf16 (torchao's ``_fp32_to_bf16_sr``, which
-its low-precision optimizers use for bf16 weights) against the rule it promises.
+"""Stochastic rounding, judged statistically against the rule it promises, into two formats: fp32 to
+bf16 (torchao's ``_fp32_to_bf16_sr``, which its low-precision optimizers use for bf16 weights) and
+to e2m1 (NVFP4's gradients in NVIDIA's pretraining recipe, where a kernel that returned zeros on one
+GPU generation went unnoticed: NVIDIA/TransformerEngine PR 3281).
 
 Stochastic rounding of ``x`` to a format returns one of ``x``'s two neighbours in the format,
 ``lo`` (toward zero) or ``hi`` (away from zero), the one away from zero with probability
-``p = (|x| - |lo|) / (|hi| - |lo|)``: unbiased, ``E[SR(x)] = x``. The reference here is bit
-arithmetic on the fp32 encoding (the neighbours and ``p`` exactly, never the implementation's own
-cast). Four claims, each with what it can miss:
+``p = (|x| - |lo|) / (|hi| - |lo|)``: unbiased, ``E[SR(x)] = x``. The reference (a :class:`Target`)
+never calls a cast: for bf16, bit arithmetic on the fp32 encoding; for e2m1, its eight magnitudes
+decoded from its bit layout. Four claims, each with what it can miss:
 
 * *support*: every draw is ``lo`` or ``hi`` (exact);
 * *unbiasedness*: over ``DRAWS`` draws of each input, the count of draws away from zero is
@@ -24,6 +26,7 @@ the binomial count, so a check of it could not fail on its own.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable
@@ -127,8 +130,60 @@ def binomial_p_values(k: torch.Tensor, n: int, p: torch.Tensor) -> torch.Tensor:
     return torch.clamp(2 * torch.exp(torch.minimum(lower, upper)), max=1.0)
 
 
-def judge_draws(x: torch.Tensor, got: torch.Tensor) -> Draws:
-    ref = neighbours(x)
+def e2m1_magnitudes() -> tuple[float, ...]:
+    """e2m1's magnitudes, decoded from its bit layout (0, 0.5, 1, 1.5, 2, 3, 4, 6)."""
+    from harness.numerics.formats import FP4_E2M1
+
+    return tuple(sorted({abs(FP4_E2M1.decode(c)) for c in range(1 << FP4_E2M1.total_bits)}))
+
+
+def e2m1_inputs(device: torch.device | str = "cpu") -> torch.Tensor:
+    """fp32 inputs at each of :data:`FRACTIONS` of the way between each pair of neighbouring e2m1
+    magnitudes, both signs (exact in fp32: the magnitudes are dyadic, the fractions k / 2^16)."""
+    grid = e2m1_magnitudes()
+    values = [lo + f / 65536 * (hi - lo) for lo, hi in itertools.pairwise(grid) for f in FRACTIONS]
+    return torch.tensor([s * v for v in values for s in (1, -1)], dtype=torch.float32, device=device)
+
+
+def e2m1_neighbours(x: torch.Tensor) -> Neighbours:
+    """Per input within e2m1's range: its neighbouring magnitudes toward and away from zero, with
+    the input's sign, and the exact probability of rounding away (float64: every quantity dyadic)."""
+    grid = torch.tensor(e2m1_magnitudes(), dtype=torch.float64)
+    a = x.detach().cpu().to(torch.float64).abs()
+    if bool((a > grid[-1]).any()):
+        raise ValueError(f"inputs beyond e2m1's largest magnitude {float(grid[-1])}: stochastic rounding saturates")
+    i = torch.searchsorted(grid, a, right=True) - 1
+    lo, hi = grid[i], grid[(i + 1).clamp(max=len(grid) - 1)]
+    p = torch.where(hi > lo, (a - lo) / (hi - lo).clamp(min=1e-300), torch.zeros_like(a))
+    sign = torch.where(x.detach().cpu() < 0, -1.0, 1.0).to(torch.float64)
+    return Neighbours(sign * lo, sign * hi, p)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A format stochastic rounding is judged into: the name its rows carry (and their dtype), what the reference
+    reads, its inputs (each a known fraction of a step between two neighbours), their neighbours,
+    and an input halfway between two."""
+
+    name: str
+    dtype: str
+    reference: str
+    inputs: Callable[[], torch.Tensor]
+    neighbours: Callable[[torch.Tensor], Neighbours]
+    halfway: float
+
+
+#: fp32 -> bf16 (torchao's optimizers) and fp32 -> e2m1 (NVFP4's gradients, values already divided
+#: by their block's scale: within +-6).
+BF16 = Target("bf16", "bfloat16", "the fp32 bits", inputs, neighbours, 1.0 + 2.0**-8)
+E2M1 = Target(
+    "e2m1", "float4_e2m1fn", "e2m1's magnitudes decoded from its bit layout", e2m1_inputs, e2m1_neighbours, 1.25
+)
+TARGETS = {t.name: t for t in (BF16, E2M1)}
+
+
+def judge_draws(x: torch.Tensor, got: torch.Tensor, target: Target = BF16) -> Draws:
+    ref = target.neighbours(x)
     on_lo, on_hi = got == ref.lo, got == ref.hi
     off = int((~(on_lo | on_hi)).sum())
     n = got.shape[0]
