@@ -1,10 +1,11 @@
-"""Error rates of the float8 training rule (docs/fp8.md), on the MLP.
+"""Error rates of the float8 training rule (docs/fp8.md), on the MLP (or the tiny LM).
 
 False alarms: for each recipe, the float8 run on seed k against fp32 seed k, over SEEDS seeds, with
-the seed band of fp32 seed k and five others. Detection: the same for tensorwise with every gradient
+the seed band of fp32 seed k and five others; beside it, the median over seeds of its worst gap over
+bf16 autocast's on the same seed. Detection (MLP): the same for tensorwise with every gradient
 element multiplied by (1 + sigma N(0, 1)) (the training suite's injected fault), per sigma.
 
-    python scripts/fp8_training_rates.py [SEEDS]      # about 4 minutes for 16 seeds on 2 CPU cores
+    python scripts/fp8_training_rates.py [SEEDS] [SETUP]   # mlp: about 4 minutes for 16 seeds on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 from harness.domains.fp8.recipes import RECIPES
 from harness.domains.fp8.training import FP8_PARITY_FRACTION, float8_recipe, float8_setup
-from harness.domains.training import FP32, SETUPS, Run, parity, seed_band, train
+from harness.domains.training import BF16, FP32, SETUPS, Run, parity, seed_band, train
 
 BAND_SEEDS = 5
 NOISE = (2.0**-3, 2.0**-2, 2.0**-1, 1.0)
@@ -26,18 +27,27 @@ def worst(run: Run, fp: list[Run], k: int) -> float:
     return parity(run, fp[k], seed_band([fp[k], *others]), FP8_PARITY_FRACTION).worst
 
 
-def main(seeds: int) -> None:
-    setup = SETUPS["mlp"]
+def main(seeds: int, setup_name: str) -> None:
+    setup = SETUPS[setup_name]
     fp = [train(setup, FP32, k) for k in range(seeds + BAND_SEEDS)]
+    bf16 = [worst(train(setup, BF16, k), fp, k) for k in range(seeds)]
+    print(f"{setup_name}: bf16 autocast worst {statistics.median(bf16):.3f} (median), {max(bf16):.3f} (largest)")
     print(
-        f"| recipe | injected gradient noise | seeds | fail (worst > {FP8_PARITY_FRACTION} x band) | median worst | largest worst |"
+        f"| recipe | injected gradient noise | seeds | fail (worst > {FP8_PARITY_FRACTION} x band) | median worst | "
+        "largest worst | median gap / bf16's |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name in RECIPES:
-        f8 = float8_setup(setup, name)
+        f8 = float8_setup(setup, name, emulate=setup_name != "mlp")  # the suite's LM: torchao's emulated matmul
         ws = [worst(train(f8, float8_recipe(name), k), fp, k) for k in range(seeds)]
         fails = sum(w > 1.0 for w in ws)
-        print(f"| {name} | none | {seeds} | {fails} | {statistics.median(ws):.2f} | {max(ws):.2f} |", flush=True)
+        ratio = statistics.median(w / b for w, b in zip(ws, bf16, strict=True))
+        print(
+            f"| {name} | none | {seeds} | {fails} | {statistics.median(ws):.2f} | {max(ws):.2f} | {ratio:.0f} |",
+            flush=True,
+        )
+    if setup_name != "mlp":
+        return
     f8 = float8_setup(setup, "tensorwise")
     for sigma in NOISE:
         recipe = dataclasses.replace(float8_recipe("tensorwise"), grad_noise=sigma)
@@ -50,4 +60,4 @@ def main(seeds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 16)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 16, sys.argv[2] if len(sys.argv) > 2 else "mlp")
