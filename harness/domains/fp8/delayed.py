@@ -4,10 +4,13 @@ plain torch, and the adapter API a recipe implements to be checked against it.
 Delayed scaling, as TransformerEngine's ``DelayedScaling`` recipe defines it
 (``transformer_engine/pytorch/quantization.py``: ``_update_amax_history`` and
 ``_default_sf_compute``; ``common/recipe/delayed_scaling.cu``: the fused update): each fp8-cast
-tensor keeps the amaxes of its last ``history_len`` steps; after a step its amax enters the window
+tensor's window holds the amaxes of its last ``history_len`` steps: after a step its amax enters
 (the oldest leaves), the amax the scale comes from is the window's ``max`` or its ``most_recent``
-entry, and ``scale = fp8_max / amax / 2^margin`` in float32 is what the next step casts with. The
-rules the specification fixes, each a place recipes have broken:
+entry, and ``scale = fp8_max / amax / 2^margin`` in float32 is what the next step casts with. What a
+recipe keeps between steps (its *history*) is the window without its oldest entry, the
+``history_len - 1`` amaxes the next step's window shares: TransformerEngine's buffer after its update,
+whose slot for the next amax is zeroed. The rules the specification fixes, each a place recipes
+have broken:
 
 * the window rolls: entry ``history_len + 1`` steps old leaves it (a history that never rolls keeps
   an ancient amax and a stale scale forever);
@@ -21,12 +24,14 @@ rules the specification fixes, each a place recipes have broken:
   (whose reciprocal, the dequantisation scale, would be 0);
 * ``state_dict`` / ``load_state_dict`` round-trips history and scale bit for bit.
 
-TransformerEngine's own two update paths differ in three places, and the specification admits
+TransformerEngine's own two update paths differ in four places, and the specification admits
 either behaviour there (:func:`admissible`): its fused kernel's ``fmaxf`` ignores a NaN in the
 window where ``torch.max`` propagates it (and the scale is kept); its bulk kernel does not record a
 step whose amax is 0 (nothing changes) where the Python path enters the 0; the kernel divides
-``fp8_max x 2^-margin`` by the amax in one rounding where the Python path rounds ``fp8_max / amax``
-and then divides, which differ only where the scale overflows. The scale is otherwise exact:
+``fp8_max x 2^-margin`` by the amax in one rounding where the Python path divides by ``2^margin``
+after (they differ only where the scale overflows); and the Python path's ``fp8_max / amax``, a
+float over a tensor, is torch's ``reciprocal() * fp8_max``, two roundings, where the kernel rounds
+once (they differ by one float32 ulp for some amaxes). The scale is otherwise exact:
 ``fp8_max / amax`` correctly rounded to float32 (exact rational arithmetic, :func:`float32_scale`),
 divided by ``2^margin``. :func:`conformance_machine` drives any :class:`DelayedScalingAdapter`
 through random steps and round trips against it, as the loss-scaler suite does.
@@ -61,8 +66,9 @@ class DelayedConfig:
 
 @dataclass(frozen=True)
 class DelayedState:
-    """The specification's state: the window (oldest first, at most ``history_len``; inf and NaN
-    amaxes included) and the scale the next step casts with."""
+    """The specification's state: the history (the last ``history_len - 1`` amaxes, oldest first;
+    inf and NaN included), which the next step's amax joins to make its window, and the scale the
+    next step casts with."""
 
     history: tuple[float, ...] = ()
     scale: float = 1.0
@@ -90,6 +96,19 @@ def float32_scale_margin_first(fmt: FloatFormat, amax: float, margin: int) -> fl
     return scale if math.isfinite(scale) else FLOAT32_MAX
 
 
+def float32_scale_reciprocal_first(fmt: FloatFormat, amax: float, margin: int) -> float:
+    """``fmt.max / amax`` as torch evaluates a Python float over a tensor (``Tensor.__rtruediv__``
+    is ``reciprocal() * other``: two float32 roundings, TransformerEngine's Python path), divided by
+    ``2^margin``; float32's largest value where it overflows."""
+    reciprocal = _round_to_float32(1 / Fraction(amax))
+    if not math.isfinite(reciprocal):
+        return FLOAT32_MAX
+    scale = _round_to_float32(Fraction(reciprocal) * Fraction(fmt.max))
+    if not math.isfinite(scale):
+        return FLOAT32_MAX
+    return float(torch.tensor(math.ldexp(scale, -margin), dtype=torch.float32))
+
+
 def _f32(v: float) -> float:
     return float(torch.tensor(v, dtype=torch.float32))
 
@@ -98,25 +117,29 @@ def admissible(cfg: DelayedConfig, state: DelayedState, amax: float) -> dict[str
     """The states the specification admits after a step whose tensor had ``amax`` (as the float32
     it is, absolute), keyed by the behaviour that gives each: ``"recorded"`` (the rules of the
     module docstring, with ``torch.max``'s NaN), and where TransformerEngine's paths differ,
-    ``"nan_ignored"``, ``"zero_not_recorded"`` and ``"margin_first"``."""
+    ``"nan_ignored"``, ``"zero_not_recorded"``, ``"margin_first"`` and ``"reciprocal_first"``."""
     a = abs(_f32(amax))
-    history = (*state.history, a)[-cfg.history_len :]
+    window = (*state.history, a)[-cfg.history_len :]
+    history = window[1:] if len(window) == cfg.history_len else window
     out: dict[str, DelayedState] = {}
     if cfg.algorithm == "most_recent":
         candidates = {"recorded": a}
     else:
-        finite_or_inf = [v for v in history if not math.isnan(v)]
-        candidates = {"recorded": math.nan if len(finite_or_inf) < len(history) else max(history)}
-        if len(finite_or_inf) < len(history):
+        finite_or_inf = [v for v in window if not math.isnan(v)]
+        candidates = {"recorded": math.nan if len(finite_or_inf) < len(window) else max(window)}
+        if len(finite_or_inf) < len(window):
             candidates["nan_ignored"] = max(finite_or_inf, default=0.0)
     for name, selected in candidates.items():
         if not (math.isfinite(selected) and selected > 0):
             out[name] = DelayedState(history, state.scale)
             continue
         out[name] = DelayedState(history, float32_scale(cfg.fmt, selected, cfg.margin))
-        first = float32_scale_margin_first(cfg.fmt, selected, cfg.margin)
-        if first != out[name].scale:
-            out["margin_first"] = DelayedState(history, first)
+        for variant, scale in (
+            ("margin_first", float32_scale_margin_first(cfg.fmt, selected, cfg.margin)),
+            ("reciprocal_first", float32_scale_reciprocal_first(cfg.fmt, selected, cfg.margin)),
+        ):
+            if scale != out[name].scale:
+                out.setdefault(variant, DelayedState(history, scale))
     if a == 0:
         out["zero_not_recorded"] = state
     return out
@@ -143,7 +166,8 @@ class DelayedScalingAdapter(Protocol):
         """After a step: its tensor's amax (fp32; may be inf or NaN)."""
 
     def history(self) -> list[float]:
-        """The amaxes in the window, oldest first."""
+        """The amaxes kept for the next step's window, oldest first: the last ``history_len - 1``
+        (TransformerEngine: its amax history buffer after the update, without the zeroed slot)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -178,7 +202,8 @@ class TorchDelayedScaling:
         return scale if bool(torch.isfinite(scale)) else torch.tensor(FLOAT32_MAX, dtype=torch.float32)
 
     def history(self) -> list[float]:
-        return [float(v) for v in self._history[-self._filled :]] if self._filled else []
+        kept = min(self._filled, self.cfg.history_len - 1)
+        return [float(v) for v in self._history[-kept:]] if kept else []
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": self._history.clone(), "filled": self._filled, "scale": self._scale.clone()}
@@ -234,7 +259,7 @@ def conformance_machine(factory: Factory, counts: Counter[str] | None = None) ->
                 + "; ".join(f"{name}: scale {s.scale!r}, history {list(s.history)}" for name, s in admitted.items())
             )
             tally[f"admitted.{taken}"] += 1
-            if taken != "zero_not_recorded" and len(before.history) == self.cfg.history_len:
+            if taken != "zero_not_recorded" and len(before.history) == self.cfg.history_len - 1:
                 tally["rolled"] += 1
             self.ref = admitted[taken]
 
