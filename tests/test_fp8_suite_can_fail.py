@@ -579,14 +579,22 @@ def test_the_plain_torch_delayed_scaling_meets_the_specification(pytester, suite
     assert_clean(_delayed(pytester, suite_copy, "faults.fp8.TorchDelayedScaling"), at_least=1)
 
 
-def test_transformer_engines_fused_update_path_is_admitted_too(pytester, suite_copy):
-    """The specification admits TransformerEngine's two update paths where they differ: the fused
-    kernel's (NaN ignored in the max, amax 0 not recorded, the margin first) passes, and the run's
-    row says it took those behaviours."""
-    run = _delayed(pytester, suite_copy, "faults.fp8.FusedKernelDelayedScaling")
+@pytest.mark.parametrize(
+    ("recipe", "took"),
+    [
+        ("PythonPathDelayedScaling", ("reciprocal_first",)),
+        ("FusedKernelDelayedScaling", ("nan_ignored", "zero_not_recorded")),
+    ],
+)
+def test_transformer_engines_two_update_paths_are_both_admitted(pytester, suite_copy, recipe, took):
+    """The specification admits TransformerEngine's two update paths where they differ: a recipe
+    written as its Python path (its buffer layout, ``float / tensor`` scales) and one following its
+    fused kernel (NaN ignored in the max, amax 0 not recorded) both pass, and the row says they
+    took those alternatives."""
+    run = _delayed(pytester, suite_copy, f"faults.fp8.{recipe}")
     assert_clean(run, at_least=1)
     tags = json.loads(next(r["tags"] for r in run.rows if r["metric"] == "delayed_scaling.conforms"))
-    assert tags.get("admitted.nan_ignored", 0) > 0 and tags.get("admitted.zero_not_recorded", 0) > 0, tags
+    assert all(tags.get(f"admitted.{t}", 0) > 0 for t in took), tags
 
 
 @pytest.mark.parametrize(
