@@ -14,7 +14,7 @@ import torch
 from harness.domains.fp8.adapters import TorchaoScaling
 from harness.domains.fp8.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
 from harness.domains.fp8.blockscaled import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
-from harness.domains.fp8.delayed import DelayedConfig, TorchDelayedScaling
+from harness.domains.fp8.delayed import TorchDelayedScaling
 from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2
 from harness.numerics.scaled import AMAX_EPS, CastSpec, Granularity
@@ -374,45 +374,24 @@ class OverflowStoresInf(TorchDelayedScaling):
         return (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
 
 
-class PythonPathDelayedScaling:
+class PythonPathDelayedScaling(TorchDelayedScaling):
     """Not a fault: a recipe written as TransformerEngine's Python path is (its buffer layout, slot
     0 the current step's amax and zeroed after the update; ``torch.max``; ``fp8_max / amax`` on
-    tensors, which torch evaluates as ``reciprocal() * fp8_max``). It must pass."""
-
-    def __init__(self, cfg: DelayedConfig) -> None:
-        self.cfg = cfg
-        self.amax_history = torch.zeros(cfg.history_len)
-        self.seen = 0
-        self._scale = torch.tensor(1.0)
+    tensors, which torch evaluates as ``reciprocal() * fp8_max``). It must pass. Its kept amaxes
+    end up at the end of the buffer, where the harness's recipe reads its history."""
 
     def update(self, amax: float) -> None:
-        self.amax_history[0] = torch.tensor(amax, dtype=torch.float32).abs()
-        self.seen += 1
-        if self.cfg.algorithm == "max":
-            selected = torch.max(self.amax_history, dim=0).values
-        else:
-            selected = self.amax_history[0].clone()
+        self._history[0] = torch.tensor(amax, dtype=torch.float32).abs()
+        self._filled = min(self._filled + 1, self.cfg.history_len)
+        latest = self._history[0].clone()
+        selected = torch.max(self._history, dim=0).values if self.cfg.algorithm == "max" else latest
         sf = (self.cfg.fmt.max / selected) / (2**self.cfg.margin)
         sf = torch.where(selected > 0.0, sf, self._scale)
         sf = torch.where(torch.isfinite(selected), sf, self._scale)
         self._scale = torch.where(torch.isinf(sf), torch.full_like(sf, torch.finfo(torch.float32).max), sf)
         if self.cfg.history_len > 1:
-            self.amax_history = torch.roll(self.amax_history, -1, 0)
-        self.amax_history[0] = 0.0
-
-    def scale(self) -> float:
-        return float(self._scale)
-
-    def history(self) -> list[float]:
-        kept = min(self.seen, self.cfg.history_len - 1)
-        return [float(v) for v in self.amax_history[-kept:]] if kept else []
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"amax_history": self.amax_history.clone(), "seen": self.seen, "scale": self._scale.clone()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.amax_history, self.seen = state["amax_history"].clone(), int(state["seen"])
-        self._scale = state["scale"].clone()
+            self._history = torch.roll(self._history, -1, 0)
+        self._history[0] = 0.0
 
 
 class FusedKernelDelayedScaling(TorchDelayedScaling):
