@@ -157,7 +157,7 @@ def test_nvfp4_with_the_pretraining_recipes_measures_stays_within_its_band(
 ):
     """NVFP4 as NVIDIA's pretraining recipe trains (16x16 weight tiles, stochastically rounded
     gradients, a random Hadamard transform on the weight gradient's inputs), emulated on the
-    harness's quantiser (torchao's are CUDA kernels): within NVFP4's band, its gap recorded."""
+    harness's quantiser (torchao's are Triton kernels for SM100+ GPUs): within NVFP4's band, its gap recorded."""
     _judge(
         setup_name,
         "nvfp4",

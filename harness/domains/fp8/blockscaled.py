@@ -87,7 +87,8 @@ class TorchaoBlockScaling:
         if spec.block[0] != 1:
             return (
                 "torchao quantises 16x16 NVFP4 weight tiles only in a Triton kernel "
-                "(moe_training.nvfp4_training.quantize_2d_triton, CUDA); its eager quantiser has 1x16 blocks"
+                "(moe_training.nvfp4_training.quantize_2d_triton) that needs a Blackwell GPU (SM100+); "
+                "its eager quantiser has 1x16 blocks"
             )
         return None
 

@@ -15,7 +15,7 @@ of which it can switch off:
   16x16 Hadamard / 4 with a random sign per column), which leaves the exact product unchanged and
   spreads outliers over their block before the cast.
 
-torchao implements these as CUDA kernels only; here each is plain torch over
+torchao implements these as Triton kernels for Blackwell GPUs (SM100+) only; here each is plain torch over
 :class:`~harness.domains.fp8.blockscaled.TorchBlockScaling` (checked against the exact reference),
 products of dequantised operands in float32. What a run costs against fp32 and bf16, with each
 measure on or off, is the recipe's envelope (docs/fp8.md).
