@@ -107,15 +107,17 @@ def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.T
 @pytest.fixture
 def e2m1_stochastic_rounding_under_test() -> Callable[[torch.Tensor], torch.Tensor]:
     """fp32 -> e2m1 stochastic rounding (NVFP4's gradients) the statistical checks judge: the
-    harness's own emulation by default (torchao's is fused into its CUDA quantise kernel). Return
-    your kernel's element rounding as ``(x: fp32 tensor within +-6) -> tensor of e2m1 values`` (a
-    block scale of 1) to judge it; it must draw from torch's global generator (the checks seed it).
+    harness's own emulation by default (torchao's is fused into a Triton quantise kernel that needs
+    a Blackwell GPU). Return your kernel's element rounding as ``(x: fp32 tensor within +-6) ->
+    tensor of e2m1 values`` (a block scale of 1) to judge it; ``x`` arrives on the CPU (move it to
+    your device: the result may stay there), and the rounding must draw from torch's generator on
+    that device (the checks seed them all with ``torch.manual_seed``).
 
     Example::
 
         @pytest.fixture
         def e2m1_stochastic_rounding_under_test():
-            return lambda x: my_nvfp4.dequantize(my_nvfp4.quantize(x, scale=1.0, stochastic=True))
+            return lambda x: my_nvfp4.dequantize(my_nvfp4.quantize(x.cuda(), scale=1.0, stochastic=True))
     """
     return adapters.harness_e2m1_stochastic_rounding
 

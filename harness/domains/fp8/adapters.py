@@ -75,7 +75,8 @@ def harness_e2m1_stochastic_rounding(x: torch.Tensor) -> torch.Tensor:
     """The harness's own fp32 -> e2m1 stochastic rounding (the NVFP4 pretraining recipe's
     emulation, :func:`harness.domains.fp8.blockscaled.stochastic_round_to_format`), drawing from
     torch's global generator: the ``e2m1_stochastic_rounding_under_test`` fixture's default, so the
-    CPU checks the specification itself (torchao's NVFP4 rounding is fused into a CUDA kernel)."""
+    CPU checks the specification itself (torchao's NVFP4 rounding is fused into a Triton kernel that
+    needs a Blackwell GPU)."""
     from harness.domains.fp8.blockscaled import stochastic_round_to_format
     from harness.numerics.formats import FP4_E2M1
 

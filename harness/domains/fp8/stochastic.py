@@ -161,9 +161,9 @@ def e2m1_neighbours(x: torch.Tensor) -> Neighbours:
 
 @dataclass(frozen=True)
 class Target:
-    """A format stochastic rounding is judged into: the name its rows carry (and their dtype), what the reference
-    reads, its inputs (each a known fraction of a step between two neighbours), their neighbours,
-    and an input halfway between two."""
+    """A format stochastic rounding is judged into: the name its rows carry (and their dtype), what
+    the reference reads, its inputs (each a known fraction of a step between two neighbours), their
+    neighbours, and an input halfway between two."""
 
     name: str
     dtype: str
