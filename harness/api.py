@@ -33,6 +33,10 @@
   against the correctly rounded recipe (accuracy, and conformance up to float32);
   :class:`NVFP4RecipeLinear` is NVFP4 as NVIDIA's pretraining recipe trains it (its measures
   switched by :class:`NVFP4Recipe`), emulated in plain torch.
+* Your stochastic rounding (fp32 -> bf16, or fp32 -> e2m1 as NVFP4's gradients use it):
+  :func:`check_stochastic_rounding` judges support, unbiasedness (an exact binomial test), draws
+  that differ and seeded replay, returning a :class:`RoundingCheck`; the fp8 suite takes yours from
+  a ``stochastic_rounding_under_test`` or ``e2m1_stochastic_rounding_under_test`` fixture.
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
   and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
@@ -61,6 +65,7 @@ from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
 from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
 from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
+from harness.domains.fp8.stochastic import RoundingCheck, check_stochastic_rounding
 from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
 from harness.domains.scaling.adapters import semantics_of as scaler_semantics_of
 from harness.domains.scaling.conformance import conformance_machine
@@ -156,6 +161,7 @@ __all__ = [
     "Outcome",
     "OverflowStep",
     "Recipe",
+    "RoundingCheck",
     "RowKind",
     "Run",
     "ScalerAdapter",
@@ -180,6 +186,7 @@ __all__ = [
     "check_fp8_scaling",
     "check_lane",
     "check_parity",
+    "check_stochastic_rounding",
     "compare_bits",
     "compare_bound",
     "compare_claim",

@@ -558,7 +558,7 @@ def test_the_unbiasedness_check_rarely_fails_a_correct_rounding_and_catches_an_e
     x = target.inputs()
 
     def fails(rounding, seed):
-        return S.judge_draws(x, S.draw(rounding, x, S.DRAWS, seed), target).adjusted_p < S.FALSE_ALARM
+        return not S.judge_draws(x, S.draw(rounding, x, S.DRAWS, seed), target).unbiased
 
     clean = sum(fails(correct, s) for s in range(S.MEASURED_FALSE_ALARMS[1]))
     assert clean == S.MEASURED_FALSE_ALARMS[0], f"{clean} false alarms in {S.MEASURED_FALSE_ALARMS[1]} runs"

@@ -111,6 +111,15 @@ class Draws:
     away: int
     expected_away: float
 
+    @property
+    def on_support(self) -> bool:
+        return self.off_support == 0
+
+    @property
+    def unbiased(self) -> bool:
+        """The binomial test passes: a correct rounding fails it with chance :data:`FALSE_ALARM`."""
+        return self.adjusted_p >= FALSE_ALARM
+
 
 def binomial_p_values(k: torch.Tensor, n: int, p: torch.Tensor) -> torch.Tensor:
     """Exact two-sided p-values of counts ``k`` of ``n`` Binomial(n, p) draws: twice the smaller
@@ -191,3 +200,95 @@ def judge_draws(x: torch.Tensor, got: torch.Tensor, target: Target = BF16) -> Dr
     adjusted = binomial_p_values(k, n, ref.p_away) * len(x)
     i = int(adjusted.argmin())
     return Draws(off, float(adjusted[i]), float(x[i]), int(k[i]), float(n * ref.p_away[i]))
+
+
+@dataclass(frozen=True)
+class Randomness:
+    """What draws of an input halfway between its neighbours showed: how many distinct values one
+    seed drew (2: both neighbours), how many draws two seeds differ in, and how many draws the same
+    seed run again differs in."""
+
+    distinct: int
+    differing_between_seeds: int
+    differing_on_replay: int
+
+    @property
+    def draws_both(self) -> bool:
+        return self.distinct == 2
+
+    @property
+    def seeds_differ(self) -> bool:
+        return self.differing_between_seeds > 0
+
+    @property
+    def repeats(self) -> bool:
+        return self.differing_on_replay == 0
+
+
+#: Draws of the halfway input per seed: all one value by chance with probability (1/2)^(n-1).
+HALFWAY_DRAWS = 256
+
+
+def judge_randomness(rounding: Rounding, target: Target, seed: int) -> Randomness:
+    """Draw the halfway input :data:`HALFWAY_DRAWS` times under ``seed``, ``seed + 1`` and ``seed``
+    again."""
+    half = torch.tensor([target.halfway], dtype=torch.float32)
+    a = draw(rounding, half, HALFWAY_DRAWS, seed)
+    b = draw(rounding, half, HALFWAY_DRAWS, seed + 1)
+    again = draw(rounding, half, HALFWAY_DRAWS, seed)
+    return Randomness(int(torch.unique(a).numel()), int((a != b).sum()), int((a != again).sum()))
+
+
+@dataclass(frozen=True)
+class RoundingCheck:
+    """The four claims on one rounding (:func:`check_stochastic_rounding`), each decided by the same
+    property the fp8 suite's rows use."""
+
+    target: Target
+    draws: Draws
+    randomness: Randomness
+
+    def failures(self) -> list[str]:
+        d, r, t = self.draws, self.randomness, self.target
+        out = []
+        if not d.on_support:
+            out.append(f"{d.off_support} draws were neither {t.name} neighbour of their input")
+        if not d.unbiased:
+            out.append(
+                f"biased: input {d.worst_input!r} drew {d.away} of {DRAWS} away from zero, {d.expected_away:.4g} "
+                f"expected (Bonferroni-adjusted binomial p-value {d.adjusted_p:.3g} < {FALSE_ALARM:g})"
+            )
+        if not r.draws_both:
+            out.append(f"deterministic: {HALFWAY_DRAWS} draws of {t.halfway!r} gave {r.distinct} value(s), not both")
+        if not r.seeds_differ:
+            out.append("two seeds drew the same values: the rounding ignores torch's generator")
+        if not r.repeats:
+            out.append(f"{r.differing_on_replay} of {HALFWAY_DRAWS} draws differ under the same seed: not replayable")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures()
+
+    def explain(self) -> str:
+        failures = self.failures()
+        return f"stochastic rounding to {self.target.name}: " + (
+            "; ".join(failures) if failures else "all four claims hold"
+        )
+
+
+def check_stochastic_rounding(rounding: Rounding, target: str | Target = "bf16", seed: int = 0) -> RoundingCheck:
+    """Judge ``rounding`` (``fp32 tensor -> tensor of the target format's values``, drawing from
+    torch's generator) on the four claims of this module, into ``"bf16"`` or ``"e2m1"`` (values
+    within +-6, a block scale of 1).
+
+    Example::
+
+        result = check_stochastic_rounding(lambda x: my_nvfp4_round(x.cuda()), "e2m1")
+        assert result.passed, result.explain()
+    """
+    if isinstance(target, str) and target not in TARGETS:
+        raise ValueError(f"unknown stochastic-rounding target {target!r}: one of {sorted(TARGETS)}")
+    t = TARGETS[target] if isinstance(target, str) else target
+    x = t.inputs()
+    return RoundingCheck(t, judge_draws(x, draw(rounding, x, DRAWS, seed), t), judge_randomness(rounding, t, seed))
