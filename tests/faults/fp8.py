@@ -346,10 +346,8 @@ class NonFiniteSetsScale(TorchDelayedScaling):
     later cast is 0 until the inf leaves the window), a NaN sets it to NaN."""
 
     def _next_scale(self, window: torch.Tensor) -> torch.Tensor:
-        selected = window.max() if self.cfg.algorithm == "max" else window[-1]
-        if float(selected) == 0:
-            return self._scale
-        return (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
+        selected = self._selected(window)
+        return self._scale if float(selected) == 0 else self._unclamped_scale(selected)
 
 
 class ScaleLagsAStep(TorchDelayedScaling):
@@ -368,10 +366,10 @@ class OverflowStoresInf(TorchDelayedScaling):
     dequantisation scale, is 0), as TransformerEngine's fused kernel did before it clamped."""
 
     def _next_scale(self, window: torch.Tensor) -> torch.Tensor:
-        selected = window.max() if self.cfg.algorithm == "max" else window[-1]
+        selected = self._selected(window)
         if not (bool(torch.isfinite(selected)) and float(selected) > 0):
             return self._scale
-        return (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
+        return self._unclamped_scale(selected)
 
 
 class PythonPathDelayedScaling(TorchDelayedScaling):

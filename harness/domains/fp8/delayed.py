@@ -126,8 +126,9 @@ def admissible(cfg: DelayedConfig, state: DelayedState, amax: float) -> dict[str
         candidates = {"recorded": a}
     else:
         finite_or_inf = [v for v in window if not math.isnan(v)]
-        candidates = {"recorded": math.nan if len(finite_or_inf) < len(window) else max(window)}
-        if len(finite_or_inf) < len(window):
+        has_nan = len(finite_or_inf) < len(window)
+        candidates = {"recorded": math.nan if has_nan else max(window)}
+        if has_nan:
             candidates["nan_ignored"] = max(finite_or_inf, default=0.0)
     for name, selected in candidates.items():
         if not (math.isfinite(selected) and selected > 0):
@@ -146,14 +147,14 @@ def admissible(cfg: DelayedConfig, state: DelayedState, amax: float) -> dict[str
 
 
 def same_state(got_history: list[float], got_scale: float, want: DelayedState) -> bool:
-    """Bit-level equality of a recipe's history and scale with a specification state, every NaN
-    equal to every NaN (a payload is not part of the claim)."""
+    """Bit-level equality of a recipe's history and scale with a specification state (whose amaxes
+    :func:`admissible` already holds as float32), every NaN equal to every NaN (a payload is not
+    part of the claim)."""
 
     def key(v: float) -> object:
         return "nan" if math.isnan(v) else v
 
-    want_history = [_f32(v) for v in want.history]
-    return key(got_scale) == key(want.scale) and [key(v) for v in got_history] == [key(v) for v in want_history]
+    return key(got_scale) == key(want.scale) and [key(v) for v in got_history] == [key(v) for v in want.history]
 
 
 class DelayedScalingAdapter(Protocol):
@@ -194,12 +195,20 @@ class TorchDelayedScaling:
         self._scale = self._next_scale(self._history[-self._filled :])
 
     def _next_scale(self, window: torch.Tensor) -> torch.Tensor:
-        selected = window.max() if self.cfg.algorithm == "max" else window[-1]
+        selected = self._selected(window)
         if not (bool(torch.isfinite(selected)) and float(selected) > 0):
             return self._scale
-        q = (self.cfg.fmt.max / selected.double()).float()  # one float64 division, rounded to float32
-        scale = q / 2.0**self.cfg.margin
+        scale = self._unclamped_scale(selected)
         return scale if bool(torch.isfinite(scale)) else torch.tensor(FLOAT32_MAX, dtype=torch.float32)
+
+    def _selected(self, window: torch.Tensor) -> torch.Tensor:
+        """The amax the scale comes from: the window's max (NaN propagates) or its latest entry."""
+        return window.max() if self.cfg.algorithm == "max" else window[-1]
+
+    def _unclamped_scale(self, selected: torch.Tensor) -> torch.Tensor:
+        """``fp8_max / selected`` (one float64 division, rounded to float32) over ``2^margin``: inf
+        where it overflows, 0 for an inf amax, NaN for a NaN one."""
+        return (self.cfg.fmt.max / selected.double()).float() / 2.0**self.cfg.margin
 
     def history(self) -> list[float]:
         kept = min(self._filled, self.cfg.history_len - 1)
