@@ -17,41 +17,29 @@ from harness.domains.training import FP32, SETUPS, parity, seed_band, train
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1
 
-#: e2m1's positive values, and inputs a fraction of the way between each neighbouring pair
-_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
-_FRACTIONS = torch.tensor([1 / 64, 0.25, 0.5, 0.75, 63 / 64], dtype=torch.float64)
-
-
-def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    lo, hi = _GRID[:-1].repeat_interleave(len(_FRACTIONS)), _GRID[1:].repeat_interleave(len(_FRACTIONS))
-    p = _FRACTIONS.repeat(len(_GRID) - 1)
-    x = lo + p * (hi - lo)
-    return torch.cat((x, -x)), torch.cat((lo, -lo)), torch.cat((p, p))
-
 
 def _unbiased(rounding) -> tuple[bool, float]:
-    """Support and the exact binomial test of :mod:`harness.domains.fp8.stochastic` on e2m1."""
-    x, lo, p = _inputs()
-    draws = torch.stack([rounding(x, torch.Generator().manual_seed(1000 + i)) for i in range(S.DRAWS)])
-    spacing = (_GRID[1:] - _GRID[:-1]).repeat_interleave(len(_FRACTIONS)).repeat(2)
-    hi = lo + torch.sign(x) * spacing
-    on_support = bool(((draws == lo) | (draws == hi)).all())
-    away = (draws == hi).sum(dim=0)
-    adjusted = float(S.binomial_p_values(away, S.DRAWS, p).min()) * len(x)
-    return on_support and adjusted >= S.FALSE_ALARM, adjusted
+    """Support and the exact binomial test of :mod:`harness.domains.fp8.stochastic` on e2m1 (its
+    inputs and reference neighbours; ``rounding`` draws from torch's generator)."""
+    x = S.e2m1_inputs()
+    d = S.judge_draws(x, S.draw(rounding, x, S.DRAWS, 1000), S.E2M1)
+    return d.on_support and d.unbiased, d.adjusted_p
 
 
 def test_stochastic_rounding_to_e2m1_draws_neighbours_unbiased():
-    passed, adjusted = _unbiased(lambda x, g: stochastic_round_to_format(x, FP4_E2M1, g))
+    passed, adjusted = _unbiased(lambda x: stochastic_round_to_format(x.double(), FP4_E2M1, torch.default_generator))
     assert passed, f"smallest Bonferroni-adjusted p-value {adjusted:.3g} < {S.FALSE_ALARM:g}"
 
 
 @pytest.mark.parametrize(
     "broken",
     [
-        pytest.param(lambda x, g: round_to_format(x, FP4_E2M1), id="secretly-to-nearest"),
+        pytest.param(lambda x: round_to_format(x.double(), FP4_E2M1), id="secretly-to-nearest"),
         pytest.param(
-            lambda x, g: stochastic_round_to_format(x + torch.sign(x) * 0.05, FP4_E2M1, g), id="biased-tenth-of-a-step"
+            lambda x: stochastic_round_to_format(
+                x.double() + torch.sign(x.double()) * 0.05, FP4_E2M1, torch.default_generator
+            ),
+            id="biased-tenth-of-a-step",
         ),
     ],
 )
