@@ -59,11 +59,11 @@ def _warm_compile_imports() -> None:
 def _warm_torchao_imports() -> None:
     """Import torchao's modules that register operator libraries at import (its MX training
     kernels, reached lazily by the block-scaled linear), so that an inner run's import is kept."""
-    from harness.domains.fp8.adapters import import_torchao, torchao_missing
+    from harness.platform.thirdparty import import_third_party, torchao_missing
 
     if torchao_missing() is None:
-        import_torchao("torchao.prototype.moe_training.mxfp8_linear")
-        import_torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+        import_third_party("torchao.prototype.moe_training.mxfp8_linear")
+        import_third_party("torchao.prototype.mx_formats.nvfp4_tensor")
 
 
 register_negative_control_profile()

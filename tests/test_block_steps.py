@@ -11,7 +11,6 @@ import torch
 from faults.fp8 import E5m2GradientsLinear, LinearOverBinadeHighScales
 
 from harness.domains.fp8.blocklinear import TorchaoBlockLinear
-from harness.domains.fp8.blockscaled import round_to_format
 from harness.domains.fp8.blocktraining import (
     block_lane,
     block_lane_reference,
@@ -24,6 +23,7 @@ from harness.domains.fp8.blocktraining import (
 from harness.domains.training import SETUPS, train
 from harness.domains.training import amp_lane as L
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN
+from harness.numerics.rounding import round_to_format
 
 pytest.importorskip("torchao", reason="the block-scaled linear under test is torchao's (pip install amp-harness[fp8])")
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from harness.domains.fp8 import stochastic as S
-from harness.domains.fp8.blockscaled import round_to_format, stochastic_round_to_format
 from harness.domains.fp8.blocktraining import block_recipe, block_setup, parity_fraction
 from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.training import FP32, SETUPS, parity, seed_band, train
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1
+from harness.numerics.rounding import round_to_format, stochastic_round_to_format
 
 
 def _unbiased(rounding) -> tuple[bool, float]:

@@ -13,6 +13,7 @@ import torch
 from harness.domains.fp8 import adapters
 from harness.domains.training import RunCache
 from harness.numerics.formats import FloatFormat, cast_bits
+from harness.platform import thirdparty
 
 Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
 
@@ -20,10 +21,10 @@ Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
 @pytest.fixture(scope="session")
 def fp8_torchao() -> ModuleType:
     """fp8_torchao, or a skip that names what is missing (install: ``pip install amp-harness[fp8]``)."""
-    missing = adapters.torchao_missing()
+    missing = thirdparty.torchao_missing()
     if missing is not None:
         pytest.skip(missing)
-    return adapters.import_torchao()
+    return thirdparty.import_third_party("torchao")
 
 
 @pytest.fixture

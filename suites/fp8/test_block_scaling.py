@@ -22,7 +22,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.domains.fp8 import known_issues
-from harness.domains.fp8.adapters import torchao_version
 from harness.domains.fp8.blockscaled import (
     SMALLEST_SCALE_DIVISOR,
     TorchaoBlockScaling,
@@ -34,6 +33,7 @@ from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP32, FloatFormat
 from harness.numerics.scaled import MxScaleMode
+from harness.platform.thirdparty import torchao_version
 
 pytestmark = pytest.mark.amp_capability("fp8")
 

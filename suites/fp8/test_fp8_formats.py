@@ -200,9 +200,9 @@ def test_fp4_e2m1_codes_and_rounding_match_the_reference(fp8_torchao, amp_device
     """torch has a packed fp4 dtype (float4_e2m1fn_x2) without casts; torchao's MX kernels are the
     casts MX training uses: decode of all 16 codes, round-to-nearest-even of every value and
     midpoint, and saturation beyond the largest value (the format has no inf or NaN)."""
-    from harness.domains.fp8.adapters import import_torchao
+    from harness.platform.thirdparty import import_third_party
 
-    kernels = import_torchao("torchao.prototype.mx_formats.kernels")
+    kernels = import_third_party("torchao.prototype.mx_formats.kernels")
     codes = torch.arange(16, dtype=torch.uint8)
     decoded = kernels.f4_unpacked_to_f32(codes).tolist()
     values = [*rounding_probes(FP4_E2M1), FP4_E2M1.max * 2, -FP4_E2M1.max * 2]

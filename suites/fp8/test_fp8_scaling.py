@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from harness.domains import versions
 from harness.domains.failure_repro import fp8_scales, mx_scale_codes
 from harness.domains.fp8 import known_issues, recipes
-from harness.domains.fp8.adapters import TorchaoScaling, import_torchao, torchao_version
+from harness.domains.fp8.adapters import TorchaoScaling
 from harness.domains.fp8.conformance import check_fp8_scaling
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, torch_dtype
@@ -37,6 +37,7 @@ from harness.numerics.scaled import (
     pow2_floor,
     scale_of_amax,
 )
+from harness.platform.thirdparty import import_third_party, torchao_version
 
 pytestmark = pytest.mark.amp_capability("fp8")
 
@@ -90,7 +91,7 @@ EDGE_TENSORS = {
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))
 def test_torchaos_recipe_casts_each_operand_as_its_specification_says(name, fp8_torchao, amp_record):
-    config = import_torchao("torchao.float8").Float8LinearConfig.from_recipe_name(name)
+    config = import_third_party("torchao.float8").Float8LinearConfig.from_recipe_name(name)
     got = recipes.from_torchao_config(name, config)
     spec = recipes.recipe(name)
     diffs = [
@@ -221,8 +222,8 @@ def _mx_blocks() -> st.SearchStrategy[list[float]]:
 @pytest.mark.parametrize("mode", list(MxScaleMode), ids=lambda m: m.value)
 @pytest.mark.parametrize("elem_id", sorted(MX_ELEMENTS))
 def test_mx_block_scales_equal_the_reference(elem_id, mode, fp8_torchao, amp_record):
-    mx = import_torchao("torchao.prototype.mx_formats.mx_tensor")
-    cfg = import_torchao("torchao.prototype.mx_formats.config")
+    mx = import_third_party("torchao.prototype.mx_formats.mx_tensor")
+    cfg = import_third_party("torchao.prototype.mx_formats.config")
     elem = MX_ELEMENTS[elem_id]
     dtype = torch.float8_e4m3fn if elem_id == "e4m3" else torch.float4_e2m1fn_x2
     explained = 0
@@ -271,14 +272,14 @@ def test_mx_block_scales_equal_the_reference(elem_id, mode, fp8_torchao, amp_rec
 # -- registered findings ------------------------------------------------------------------------------------
 def _observe(issue_id: str) -> tuple[bool, str]:
     if issue_id == "torchao-pow2-scale-rounds-up":
-        utils = import_torchao("torchao.float8.float8_utils")
+        utils = import_third_party("torchao.float8.float8_utils")
         amax_value = 448.0 / (32.0 * (1 - 2.0**-24))
         got = float(utils.amax_to_scale(torch.tensor(amax_value), torch.float8_e4m3fn, round_scales_to_power_of_2=True))
         exact = pow2_floor(scale_of_amax(amax_value, FP8_E4M3FN))
         return got != exact, f"amax {amax_value!r}: torchao scale {got!r}, exact power-of-two floor {exact!r}"
     if issue_id == "torchao-rceil-scale-near-power-of-2":
-        mx = import_torchao("torchao.prototype.mx_formats.mx_tensor")
-        cfg = import_torchao("torchao.prototype.mx_formats.config")
+        mx = import_third_party("torchao.prototype.mx_formats.mx_tensor")
+        cfg = import_third_party("torchao.prototype.mx_formats.config")
         block_amax = FP8_E4M3FN.max * 2.0**-100 * (1 + 2.0**-23)
         x = torch.tensor([block_amax] + [0.0] * (MX_BLOCK - 1), dtype=torch.float32)
         codes, _ = mx.to_mx(x, torch.float8_e4m3fn, MX_BLOCK, scaling_mode=cfg.ScaleCalculationMode.RCEIL)
@@ -286,14 +287,14 @@ def _observe(issue_id: str) -> tuple[bool, str]:
         want = mx_scale_code(block_amax, FP8_E4M3FN, MxScaleMode.RCEIL)
         return got != want, f"block amax {block_amax!r}: torchao code {got}, exact ceil code {want}"
     if issue_id == "torchao-nvfp4-zero-tensor-nan":
-        nv = import_torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+        nv = import_third_party("torchao.prototype.mx_formats.nvfp4_tensor")
         x = torch.zeros(1, 16)
         t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=nv.per_tensor_amax_to_scale(x.abs().max()))
         nans = int(t.dequantize(torch.float32).isnan().sum())
         return nans > 0, f"a 1x16 tensor of zeros dequantises to {nans} NaN of 16"
     if issue_id == "torchao-mx-smallest-scale-divisor":
-        mx = import_torchao("torchao.prototype.mx_formats.mx_tensor")
-        cfg = import_torchao("torchao.prototype.mx_formats.config")
+        mx = import_third_party("torchao.prototype.mx_formats.mx_tensor")
+        cfg = import_third_party("torchao.prototype.mx_formats.config")
         value = 2.0**-119  # = 256 x 2^-127: scale code 0 in every mode, element code 256
         x = torch.tensor([value] + [0.0] * (MX_BLOCK - 1), dtype=torch.float32)
         seen = []
@@ -304,7 +305,7 @@ def _observe(issue_id: str) -> tuple[bool, str]:
         present = any(got != value for _, got in seen)
         return present, f"element {value!r} decodes to " + ", ".join(f"{g!r} ({m})" for m, g in seen)
     if issue_id == "torchao-nvfp4-tiny-tensor-reciprocal-overflow":
-        nv = import_torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+        nv = import_third_party("torchao.prototype.mx_formats.nvfp4_tensor")
         x = torch.zeros(1, 32)
         x[0, 0] = 2.0**-119  # tensor amax: per-tensor scale 2^-119 / 2688 < 2^-128
         t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=nv.per_tensor_amax_to_scale(x.abs().max()))

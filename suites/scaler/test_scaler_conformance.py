@@ -23,6 +23,7 @@ from harness.domains.scaling import adapters
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.conformance import conformance_machine, judge_accepted
 from harness.numerics.comparison import compare_claim
+from harness.platform.thirdparty import version_of
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
 
@@ -78,12 +79,12 @@ def test_installed_third_party_scaler_conforms_to_the_semantics_of_its_release(p
     transcript: list[tuple[str, object]] = []
     amp_record.require_run(
         f"conformance.{package}",
-        f"{package} {adapters.version_of(package)} matches the {semantics} specification",
+        f"{package} {version_of(package)} matches the {semantics} specification",
         lambda: run_state_machine_as_test(
             conformance_machine(adapters.ADAPTERS[package], semantics, counts, transcript),
             settings=settings(stateful_step_count=STEPS),
         ),
-        tags={"version": adapters.version_of(package), "semantics": semantics, "counts": counts},
+        tags={"version": version_of(package), "semantics": semantics, "counts": counts},
         repro=lambda error: _conformance_repro(error, package, semantics, transcript),
     )
     amp_record.require(judge_accepted(package, counts))
@@ -114,7 +115,7 @@ def _conformance_repro(error, package, semantics, transcript):
     if found is None or found.what not in SCRIPTED:
         return None
     return scaler_conformance(
-        f"{package} {adapters.version_of(package)}'s scale, growth tracker and at-minimum error through the "
+        f"{package} {version_of(package)}'s scale, growth tracker and at-minimum error through the "
         f"failing example's iterations, against the {semantics} rule",
         package,
         semantics,

@@ -128,9 +128,9 @@ def one_less(original: int) -> int:
 
 def import_torchao() -> Any:
     """torchao, for an injected ``torchao`` fixture."""
-    from harness.domains.fp8.adapters import import_torchao as imp
+    from harness.platform.thirdparty import import_third_party as imp
 
-    return imp()
+    return imp("torchao")
 
 
 class PlainTorchScaling:
@@ -295,8 +295,8 @@ def _unseeded_uniform(shape: torch.Size) -> torch.Tensor:
 
 
 def _e2m1_nearest(x: torch.Tensor) -> torch.Tensor:
-    from harness.domains.fp8.blockscaled import round_to_format
     from harness.numerics.formats import FP4_E2M1
+    from harness.numerics.rounding import round_to_format
 
     return round_to_format(x.to(torch.float64), FP4_E2M1)
 

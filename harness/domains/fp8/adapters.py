@@ -8,20 +8,15 @@ the exact reference bit for bit. A user's own fp8 code is checked by returning a
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Protocol
 
 import torch
 
-from harness.numerics.formats import torch_dtype
+from harness.numerics.formats import FP4_E2M1, torch_dtype
+from harness.numerics.rounding import stochastic_round_to_format
 from harness.numerics.scaled import CastSpec, Granularity
-
-#: the torchao release this harness's CPU CI pins (constraints/cpu.txt); the suite runs on others
-#: and records which one it judged
-TORCHAO_TESTED = "0.18.0"
+from harness.platform.thirdparty import import_third_party
 
 
 class Fp8Scaling(Protocol):
@@ -67,45 +62,17 @@ def torch_e8m0_cast(values: Sequence[float], device: torch.device) -> list[int]:
 def torchao_stochastic_rounding() -> Callable[[torch.Tensor], torch.Tensor]:
     """torchao's fp32 -> bf16 stochastic rounding (its low-precision optimizers'), as installed now:
     the ``stochastic_rounding_under_test`` fixture's default, and what a failure's script calls."""
-    rounding: Callable[[torch.Tensor], torch.Tensor] = import_torchao("torchao.optim.quant_utils")._fp32_to_bf16_sr
+    rounding: Callable[[torch.Tensor], torch.Tensor] = import_third_party("torchao.optim.quant_utils")._fp32_to_bf16_sr
     return rounding
 
 
 def harness_e2m1_stochastic_rounding(x: torch.Tensor) -> torch.Tensor:
     """The harness's own fp32 -> e2m1 stochastic rounding (the NVFP4 pretraining recipe's
-    emulation, :func:`harness.domains.fp8.blockscaled.stochastic_round_to_format`), drawing from
+    emulation, :func:`harness.numerics.rounding.stochastic_round_to_format`), drawing from
     torch's global generator: the ``e2m1_stochastic_rounding_under_test`` fixture's default, so the
     CPU checks the specification itself (torchao's NVFP4 rounding is fused into a Triton kernel that
     needs a Blackwell GPU)."""
-    from harness.domains.fp8.blockscaled import stochastic_round_to_format
-    from harness.numerics.formats import FP4_E2M1
-
     return stochastic_round_to_format(x.to(torch.float64), FP4_E2M1, torch.default_generator)
-
-
-def import_torchao(name: str = "torchao") -> ModuleType:
-    """Import torchao (or one of its modules). Its import warns that its CUDA-only extensions did
-    not load on a CPU host: about torchao's environment, not about what the suite checks."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return importlib.import_module(name)
-
-
-def torchao_missing() -> str | None:
-    """Why the fp8 suite cannot use torchao here, or None when it can."""
-    try:
-        module = import_torchao()
-    except ImportError as e:
-        return f"torchao is not installed ({e}); install it with `pip install amp-harness[fp8]` (tested: torchao {TORCHAO_TESTED})"
-    except Exception as e:  # a torchao built for another torch fails in its own ways
-        return f"torchao failed to import with this torch {torch.__version__}: {type(e).__name__}: {e}"
-    if not hasattr(module, "float8"):
-        return f"torchao {getattr(module, '__version__', '?')} has no torchao.float8 (tested: {TORCHAO_TESTED})"
-    return None
-
-
-def torchao_version() -> str:
-    return str(getattr(import_torchao(), "__version__", "unknown"))
 
 
 class TorchaoScaling:
@@ -115,8 +82,8 @@ class TorchaoScaling:
     name = "torchao"
 
     def scale(self, x: torch.Tensor, spec: CastSpec) -> torch.Tensor:
-        utils = import_torchao("torchao.float8.float8_utils")
-        config = import_torchao("torchao.float8.config")
+        utils = import_third_party("torchao.float8.float8_utils")
+        config = import_third_party("torchao.float8.config")
         tensorwise = spec.granularity is Granularity.TENSOR
         granularity = config.ScalingGranularity.TENSORWISE if tensorwise else config.ScalingGranularity.AXISWISE
         s: torch.Tensor = utils.tensor_to_scale(
@@ -129,7 +96,7 @@ class TorchaoScaling:
         return s
 
     def cast(self, x: torch.Tensor, scale: torch.Tensor, spec: CastSpec) -> torch.Tensor:
-        tensor = import_torchao("torchao.float8.float8_training_tensor")
+        tensor = import_third_party("torchao.float8.float8_training_tensor")
         axis = None if spec.granularity is Granularity.TENSOR else spec.axis
         t = tensor.hp_tensor_and_scale_to_float8(x, scale, torch_dtype(spec.fmt), axiswise_dim=axis)
         data: torch.Tensor = t._data

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from harness.domains.distributed.ranks import FULLY_SHARD, resolve
-from harness.domains.fp8.adapters import import_torchao
+from harness.platform.thirdparty import import_third_party
 
 #: global batch, features: every rank's shard of every weight is whole rows, the batch splits evenly
 BATCH, WIDTH, HIDDEN = 32, 32, 64
@@ -29,7 +29,7 @@ def _step_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _train(rank: int, world: int, all_gather: bool, steps: int, emulate: bool, shard: str) -> dict[str, Any]:
     import torch.distributed as dist
 
-    float8 = import_torchao("torchao.float8")
+    float8 = import_third_party("torchao.float8")
     fully_shard = resolve(shard)
     torch.manual_seed(0)
     model = torch.nn.Sequential(

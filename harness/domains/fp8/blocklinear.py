@@ -25,11 +25,11 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from harness.domains.fp8.adapters import import_torchao
 from harness.domains.fp8.blockscaled import BlockScaling, TorchaoBlockScaling, torch_elem_dtype
 from harness.domains.fp8.matmul import ScaledBudget, budget
 from harness.numerics import blockscaled as B
 from harness.numerics.scaled import amax
+from harness.platform.thirdparty import import_third_party
 
 #: the designed chance that a correct cast's noise power exceeds :meth:`BlockOperand.relative_noise`
 NOISE_FALSE_ALARM = 1e-6
@@ -198,9 +198,9 @@ class TorchaoBlockLinear:
     def mm(self, x: torch.Tensor, w: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
         if spec.scale_format == "e4m3":
             return self._nvfp4.mm(x, w, spec)
-        linear = import_torchao("torchao.prototype.moe_training.mxfp8_linear")
-        cfg = import_torchao("torchao.prototype.mx_formats.config")
-        pref = import_torchao("torchao.quantization.quantize_.common.kernel_preference")
+        linear = import_third_party("torchao.prototype.moe_training.mxfp8_linear")
+        cfg = import_third_party("torchao.prototype.mx_formats.config")
+        pref = import_third_party("torchao.quantization.quantize_.common.kernel_preference")
         assert spec.mode is not None
         elem = torch_elem_dtype(spec)
         out: torch.Tensor = linear.mx_mm.apply(

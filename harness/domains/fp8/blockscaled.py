@@ -18,10 +18,17 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from harness.domains.fp8.adapters import import_torchao
 from harness.numerics import blockscaled as B
-from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32, FloatFormat
+from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32
+from harness.numerics.rounding import (
+    E2M1_MAGNITUDES,
+    e2m1_round,
+    floor_log2,
+    round_to_format,
+    stochastic_round_to_format,
+)
 from harness.numerics.scaled import E8M0_BIAS, MxScaleMode, amax, emax, near_power_of_2
+from harness.platform.thirdparty import import_third_party
 
 if TYPE_CHECKING:
     from harness.domains.failure_repro import FailureRepro
@@ -95,14 +102,14 @@ class TorchaoBlockScaling:
     def quantize(self, x: torch.Tensor, spec: B.BlockSpec) -> BlockQuantized:
         rows, cols = x.shape
         if spec.scale_format == "e8m0":
-            mx = import_torchao("torchao.prototype.mx_formats.mx_tensor")
-            cfg = import_torchao("torchao.prototype.mx_formats.config")
+            mx = import_third_party("torchao.prototype.mx_formats.mx_tensor")
+            cfg = import_third_party("torchao.prototype.mx_formats.config")
             assert spec.mode is not None
             t = mx.MXTensor.to_mx(x, torch_elem_dtype(spec), spec.block[1], cfg.ScaleCalculationMode(spec.mode.value))
             codes = t.qdata.view(torch.uint8) if spec.elem is FP8_E4M3FN else _unpack_fp4(t.qdata)
             grid = t.scale.view(torch.uint8).reshape(rows, cols // spec.block[1])
             return BlockQuantized(None, grid, codes.reshape(rows, cols), t.dequantize(torch.float32))
-        nv = import_torchao("torchao.prototype.mx_formats.nvfp4_tensor")
+        nv = import_third_party("torchao.prototype.mx_formats.nvfp4_tensor")
         pts = nv.per_tensor_amax_to_scale(x.abs().max()) if spec.per_tensor else None
         t = nv.NVFP4Tensor.to_nvfp4(x, per_tensor_scale=pts)
         grid = t.scale.view(torch.uint8).reshape(rows, cols // spec.block[1])
@@ -111,59 +118,12 @@ class TorchaoBlockScaling:
 
 
 # -- the harness's own, in plain torch ---------------------------------------------------------------
-_E2M1 = torch.tensor([FP4_E2M1.decode(c) for c in range(8)], dtype=torch.float64)
-
-
-def e2m1_round(p: torch.Tensor) -> torch.Tensor:
-    """float64 ratios -> e2m1 codes (uint8): round to nearest, ties to the even code, saturating."""
-    a = p.abs().clamp(max=FP4_E2M1.max)
-    mids = (_E2M1[1:] + _E2M1[:-1]) / 2
-    idx = torch.bucketize(a, mids)  # mids[i-1] < a <= mids[i] -> i
-    tie = a == mids[idx.clamp(max=len(mids) - 1)]
-    idx = torch.where(tie & (idx % 2 == 1), idx + 1, idx)
-    sign = torch.signbit(p).to(torch.uint8) << 3
-    return idx.to(torch.uint8) | sign
-
-
-def _floor_log2(a: torch.Tensor) -> torch.Tensor:
-    """floor(log2 a) of positive float64 values, exactly (frexp: a = m 2^e with 1/2 <= m < 1)."""
-    return (torch.frexp(a)[1] - 1).to(torch.float64)
-
-
-def _quantum(a: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
-    """The spacing of ``elem``'s values at magnitudes ``a``: 2^(max(floor(log2 a), emin) - mantissa bits)."""
-    binade = _floor_log2(a.clamp_min(elem.smallest_normal)).clamp_min(elem.emin)
-    return torch.exp2(binade - elem.mantissa_bits)
-
-
-def round_to_format(v: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
-    """float64 values rounded to ``elem``'s values by arithmetic alone (never a torch cast): to
-    nearest, ties to even, saturating at its maximum, signs (of zeros too) kept. The quantum of a
-    value is 2^(max(floor(log2|v|), emin) - mantissa bits); dividing by it is exact in float64."""
-    a = v.abs()
-    quantum = _quantum(a, elem)
-    r = (torch.round(a / quantum) * quantum).clamp(max=elem.max)
-    return torch.copysign(r, v)
-
-
-def stochastic_round_to_format(v: torch.Tensor, elem: FloatFormat, generator: torch.Generator) -> torch.Tensor:
-    """float64 values rounded to one of their two neighbours in ``elem``, away from zero with
-    probability equal to the distance from the lower one in units of their spacing (unbiased:
-    the mean of the draws is the value), saturating at the format's maximum, signs kept."""
-    a = v.abs()
-    quantum = _quantum(a, elem)
-    low = torch.floor(a / quantum)
-    up = torch.rand(a.shape, generator=generator, dtype=torch.float64) < (a / quantum - low)
-    r = ((low + up.to(torch.float64)) * quantum).clamp(max=elem.max)
-    return torch.copysign(r, v)
-
-
 def _e8m0_codes(block_amax: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
     """MX scale codes of float64 block amaxes (:func:`harness.numerics.scaled.mx_scale_code`, with
     exact comparisons against powers of two instead of rationals)."""
     a = block_amax
     positive = a > 0
-    floor = _floor_log2(torch.where(positive, a, 1.0))  # 2^floor <= a < 2^(floor + 1)
+    floor = floor_log2(torch.where(positive, a, 1.0))  # 2^floor <= a < 2^(floor + 1)
     if spec.mode is MxScaleMode.RCEIL:
         # the smallest e with a <= elem_max x 2^e (each product exact in float64); elem_max lies in
         # [2^emax, 2^(emax+1)), so e is emax below floor, or one or two above that
@@ -219,7 +179,9 @@ class TorchBlockScaling:
             codes = torch.signbit(x64).to(torch.uint8) << 3
         else:
             codes = self._codes(self._round(x64 / decode, spec, generator), spec)
-        values = (_E2M1[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0) * decode).to(torch.float32)
+        values = (E2M1_MAGNITUDES[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0) * decode).to(
+            torch.float32
+        )
         return BlockQuantized(tensor_scale, scales.view(torch.uint8), codes, values)
 
     @staticmethod

@@ -24,12 +24,12 @@ from torch import nn
 
 from harness.domains.failure_repro import FailureRepro, product_against_float64
 from harness.domains.fp8 import recipes
-from harness.domains.fp8.adapters import import_torchao
 from harness.domains.fp8.conformance import scale_shape
 from harness.domains.fp8.matmul import Operand, ScaledBudget, budget, sqnr
 from harness.numerics.comparison import ElementwiseComparison, compare_within
 from harness.numerics.formats import FP32
 from harness.numerics.scaled import CastSpec, scales
+from harness.platform.thirdparty import import_third_party
 
 #: Float8Linear's products: (a, role of a, a transposed), (b, role, transposed), the float64 reference
 GEMMS: dict[str, tuple[tuple[str, str, bool], tuple[str, str, bool], str]] = {
@@ -80,7 +80,7 @@ def products(
     """A bias-free linear of weight ``w`` (n x k), converted by torchao for recipe ``name``
     (``emulate``: torchao's emulated matmul, for kernel sets without fp8 matmul), run forward on
     ``x`` (m x k) and backward with ``go`` (m x n): its three products and their budgets."""
-    float8 = import_torchao("torchao.float8")
+    float8 = import_third_party("torchao.float8")
     spec = recipes.recipe(name)
     config = float8.Float8LinearConfig.from_recipe_name(name)
     if emulate:

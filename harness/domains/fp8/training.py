@@ -17,11 +17,11 @@ from torch import nn
 
 from harness.domains.failure_repro import FailureRepro
 from harness.domains.fp8 import linear
-from harness.domains.fp8.adapters import import_torchao
 from harness.domains.fp8.linear import Localised
 from harness.domains.training.parity import Parity
 from harness.domains.training.recipes import Batch, BatchFn, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
+from harness.platform.thirdparty import import_third_party
 
 #: float8 training must stay within this fraction of the fp32 seed band. Measured on the MLP over 16
 #: seeds per recipe (scripts/fp8_training_rates.py, docs/fp8.md): the worst checkpoint of a clean run
@@ -64,7 +64,7 @@ def float8_setup(setup: Setup, recipe_name: str, emulate: bool = False) -> Setup
     """``setup`` with every nn.Linear converted by torchao's ``convert_to_float8_training`` for the
     named recipe. ``emulate``: torchao's emulated matmul (the same fp8 casts, products in fp32), for
     CPUs whose fp8 kernels are too slow for a training run."""
-    float8 = import_torchao("torchao.float8")
+    float8 = import_third_party("torchao.float8")
     config = float8.Float8LinearConfig.from_recipe_name(recipe_name)
     if emulate:
         config = dataclasses.replace(config, emulate=True)

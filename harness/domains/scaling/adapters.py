@@ -26,7 +26,6 @@ DeepSpeed ``DynamicLossScaler``
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from harness.domains.scaling.reference import (
     Semantics,
     semantics_for,
 )
+from harness.platform.thirdparty import import_third_party, version_of
 
 #: DeepSpeed's message when an overflow hits the minimum scale (deepspeed/runtime/fp16/loss_scaler.py)
 DEEPSPEED_AT_MINIMUM = "Current loss scale already at minimum"
@@ -60,22 +60,6 @@ class CudaOnCpu(TorchFunctionMode):
         if device is not None and torch.device(device).type == "cuda":
             kwargs["device"] = "cpu"
         return func(*args, **kwargs)
-
-
-def _quiet_import(name: str) -> ModuleType:
-    """Import a third-party module; the warnings it emits on import (missing optional CUDA
-    extensions) are about that package's environment, not about the scaler under test."""
-    import importlib
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return importlib.import_module(name)
-
-
-def version_of(package: str) -> str:
-    from importlib.metadata import version
-
-    return version(package)
 
 
 def semantics_of(package: str) -> Semantics:
@@ -116,7 +100,7 @@ def megatron_core(cfg: ScalerConfig) -> MegatronCoreAdapter:
     ]
     if refused:
         raise ConfigurationDeclined("megatron-core DynamicGradScaler: " + "; ".join(refused))
-    module = _quiet_import("megatron.core.optimizer.grad_scaler")
+    module = import_third_party("megatron.core.optimizer.grad_scaler")
     args = dict(
         initial_scale=cfg.init_scale,
         min_scale=cfg.min_scale,
@@ -171,7 +155,7 @@ class DeepSpeedLossScalerAdapter:
 
 def deepspeed(cfg: ScalerConfig) -> DeepSpeedLossScalerAdapter:
     """DeepSpeed's ``DynamicLossScaler`` for ``cfg``, judged by the semantics of its release."""
-    module = _quiet_import("deepspeed.runtime.fp16.loss_scaler")
+    module = import_third_party("deepspeed.runtime.fp16.loss_scaler")
     cls = module.DynamicLossScaler
     args: dict[str, Any] = dict(
         init_scale=cfg.init_scale,
