@@ -47,7 +47,7 @@
 Anything else under ``harness`` is internal and may change between releases.
 """
 
-from harness.domains.failure_repro import FailureRepro, op_against_float64
+from harness.domains.autocast.repro import op_against_float64
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.blocklinear import BlockLinear, EmulatedBlockLinear, LinearProducts, TorchaoBlockLinear
 from harness.domains.fp8.blocklinear import linear_products as block_linear_products
@@ -66,6 +66,7 @@ from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, To
 from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
 from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.fp8.stochastic import RoundingCheck, check_stochastic_rounding
+from harness.domains.repro import FailureRepro
 from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
 from harness.domains.scaling.adapters import semantics_of as scaler_semantics_of
 from harness.domains.scaling.conformance import conformance_machine

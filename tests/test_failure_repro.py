@@ -598,7 +598,7 @@ def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_
 def test_one_check_failing_at_two_dtypes_keeps_two_scripts(tmp_path, capsys):
     """The metric names a script; where bf16 and fp16 of one check both failed, the dtype tells
     their scripts apart (one would otherwise overwrite the other)."""
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
     from harness.storage import report as rp
 
     rows = [
@@ -647,7 +647,7 @@ def test_a_failed_known_issue_check_writes_the_issues_own_script(tmp_path, capsy
     """A registry check fails when its issue occurs where the registry does not list it, or appears
     fixed where it does: ``repro`` writes the registered reproduction (proven to exit 1 on this
     stack and 0 with its fix by ``test_reproductions.py``) and says which way it failed."""
-    from harness.domains import reproductions as R
+    from harness.domains import known_issues as R
     from harness.storage import report as rp
 
     def row(issue: str, present: bool) -> dict[str, object]:

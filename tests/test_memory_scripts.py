@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from harness.domains import training as T
 from harness.domains.memory import accounting as mem
-from harness.domains.memory import standalone
+from harness.domains.memory import repro as memory_repro
 
 LM = T.SETUPS["tiny_lm"]
 CPU = torch.device("cpu")
@@ -48,7 +48,7 @@ def test_the_activation_script_counts_the_bytes_the_check_counts(dtype):
 
         return step
 
-    ran = _run(standalone.activation_repro_of(LM, 0, _batch(), dtype, CPU))
+    ran = _run(memory_repro.activation_repro_of(LM, 0, _batch(), dtype, CPU))
     assert ran["fp32"] == mem.saved_activation_bytes(forward(None))
     assert ran["amp"] == mem.saved_activation_bytes(forward(dtype))
     assert ran["measured"] <= ran["allowed"]  # the clean stack passes, as the check does
@@ -59,5 +59,5 @@ def test_the_activation_script_counts_the_bytes_the_check_counts(dtype):
     [("fp32", mem.FP32_ADAM), ("autocast", mem.AUTOCAST_ADAM), ("master_weights", mem.MASTER_WEIGHTS_ADAM)],
 )
 def test_each_model_state_script_holds_the_analytic_bytes_on_the_clean_stack(recipe, model):
-    ran = _run(standalone.state_repro_of(LM, 0, _batch(), recipe, model, CPU))
+    ran = _run(memory_repro.state_repro_of(LM, 0, _batch(), recipe, model, CPU))
     assert ran["held"] == ran["expected"] == model.total(sum(p.numel() for p in LM.model(0).parameters()))

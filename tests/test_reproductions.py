@@ -18,7 +18,7 @@ import torch
 from helpers import fresh_driver
 
 from harness.apps.cli import main
-from harness.domains import reproductions as R
+from harness.domains import known_issues as R
 from harness.domains.versions import KnownIssue
 
 #: Runs scripts in one fresh interpreter with ``harness`` blocked: each script's exit status, by path.

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.domains import failure_repro as FR
+from harness.domains import repro as FR
 from harness.domains import training as T
 from harness.domains.training import amp_lane as L
-from harness.domains.training import standalone
+from harness.domains.training import repro as training_repro
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,8 @@ def test_the_whole_run_script_trains_exactly_what_the_loop_trains(recipe, mlp_ba
     setup = T.SETUPS["mlp"]
     fp32_runs, band = mlp_band
     (result,) = T.check_parity(setup, [recipe], fp32_runs=fp32_runs).results
-    repro = standalone.repro_of(setup, recipe, band, torch.device("cpu"))
-    assert repro is not None, standalone.unsupported(setup, recipe)
+    repro = training_repro.repro_of(setup, recipe, band, torch.device("cpu"))
+    assert repro is not None, training_repro.unsupported(setup, recipe)
     code, names = _run_in_process(_script(repro, tmp_path))
     assert names["run"] == result.run.eval_losses
     assert names["fp32"] == result.reference.eval_losses
@@ -82,7 +82,7 @@ def test_fp16_gradient_buffers_fail_parity_and_their_script_exits_1(mlp_band, tm
     faulty = dataclasses.replace(T.FP16_GRAD_ACCUM, control=False)  # judged as a recipe, not a control
     (result,) = T.check_parity(setup, [faulty], fp32_runs=fp32_runs).results
     assert not result.parity.passed, result.parity
-    repro = standalone.repro_of(setup, faulty, band, torch.device("cpu"))
+    repro = training_repro.repro_of(setup, faulty, band, torch.device("cpu"))
     assert repro is not None
     code, names = _run_in_process(_script(repro, tmp_path))
     assert names["run"] == result.run.eval_losses
@@ -93,8 +93,8 @@ def test_fp16_gradient_buffers_fail_parity_and_their_script_exits_1(mlp_band, tm
 def test_a_run_the_script_cannot_carry_says_why():
     setup = T.SETUPS["mlp"]
     emulated = dataclasses.replace(T.BF16, name="emulated", emulate=torch.bfloat16)
-    assert "emulation" in str(standalone.unsupported(setup, emulated))
-    assert standalone.unsupported(setup, T.FP16_STATIC_FP32_ACCUM) is None
+    assert "emulation" in str(training_repro.unsupported(setup, emulated))
+    assert training_repro.unsupported(setup, T.FP16_STATIC_FP32_ACCUM) is None
 
 
 def _lane_and_script(
@@ -104,8 +104,8 @@ def _lane_and_script(
     setup = T.SETUPS[setup_name]
     run = T.train(setup, recipe, keep_states_at=frozenset(sorted(L.lane_steps(setup))[:states]))
     lane, _ = L.check_lane(setup, recipe, run)
-    repro = standalone.lane_repro_of(setup, recipe, run, [e.step for e in lane.errors], torch.device("cpu"))
-    assert repro is not None, standalone.unsupported(setup, recipe)
+    repro = training_repro.lane_repro_of(setup, recipe, run, [e.step for e in lane.errors], torch.device("cpu"))
+    assert repro is not None, training_repro.unsupported(setup, recipe)
     code, names = _run_in_process(_script(repro, where))
     return lane, code, names
 

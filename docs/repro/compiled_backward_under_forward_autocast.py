@@ -6,8 +6,8 @@
 # backward_pass_autocast = 'off'
 # Where: pytorch/pytorch#179804, #153044; default deprecated in #177286, 'off' by default from
 # #177287. Registered in amp-harness harness/domains/compiled/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch. Run: python compiled_backward_under_forward_autocast.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys
@@ -36,11 +36,11 @@ ROWS, WIDTH = 64, 64
 
 
 class Region(nn.Module):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.low, self.fp32 = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.low(x)
         with torch.autocast("cpu", enabled=False):
             return h, self.fp32(h.float())
@@ -51,12 +51,14 @@ x = torch.randn(ROWS, WIDTH, generator=torch.Generator().manual_seed(2000))
 compiled = torch.compile(model)
 with torch.autocast("cpu", dtype=torch.bfloat16):
     h, out = compiled(x)
-out.float().sum().backward()
+torch.autograd.backward(out.float().sum())
 h64 = h.detach().double()
 reference = h64.sum(0).expand(WIDTH, WIDTH)  # d/dW of sum(h W^T + b): every row is sum_i h_i
 u = 2.0**-24
 gamma = ROWS * u / (1 - ROWS * u)
 allowance = gamma * h64.abs().sum(0).expand(WIDTH, WIDTH)
-ratio = float(((model.fp32.weight.grad.double() - reference).abs() / allowance).max())
+grad = model.fp32.weight.grad
+assert grad is not None  # the backward above wrote it
+ratio = float(((grad.double() - reference).abs() / allowance).max())
 print(f"compiled region's fp32 weight gradient: worst error {ratio:.3g} x its float32 budget (allowed 1)")
 sys.exit(1 if ratio > 1 else 0)

@@ -5,8 +5,8 @@
 # in one step
 # Where: torch/optim/sgd.py: _fused_sgd() (is_first_step, empty_like) and _fused_sgd_'s found_inf
 # early return. Registered in amp-harness harness/domains/scaling/reference.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch. Run: python fused_sgd_first_step_overflow_keeps_uninitialised_momentum.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys
@@ -35,8 +35,8 @@ sgd = torch.optim.SGD([p], lr=0.1, momentum=0.9, fused=True)
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
 for t in range(2):
     sgd.zero_grad(set_to_none=True)
-    scaler.scale((p * 2).sum()).backward()
-    if t == 0:
+    torch.autograd.backward(scaler.scale((p * 2).sum()))
+    if t == 0 and p.grad is not None:
         p.grad.view(-1)[0] = math.inf
     scaler.step(sgd)
     scaler.update()

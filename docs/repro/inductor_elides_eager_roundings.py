@@ -5,8 +5,8 @@
 # there
 # Where: pytorch/pytorch#168148, #183761; torch/_inductor/config.py emulate_precision_casts.
 # Registered in amp-harness harness/domains/compiled/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch. Run: python inductor_elides_eager_roundings.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys
@@ -32,7 +32,7 @@ torch.manual_seed(0)
 x, w = torch.randn(64, 64), torch.randn(64, 64)
 
 
-def block(x, w):
+def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     y = x @ w  # bf16 under autocast
     return (torch.tanh(y) * 1.7 + y).sigmoid() * y
 

@@ -4,8 +4,8 @@
 # backoff = inf), so every later step is skipped
 # Where: torch/distributed/fsdp/sharded_grad_scaler.py: _amp_update_scale_cpu_ (vs
 # torch._amp_update_scale_). Registered in amp-harness harness/domains/scaling/reference.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch. Run: python sharded_cpu_growth_uncapped.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys
@@ -29,11 +29,12 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 # torch.amp.GradScaler does not apply a growth that would overflow float32 (the scale stays finite);
 # ShardedGradScaler on the CPU must follow the same rule. One clean step at 2^126 with growth x4:
 # 2^128 is not a float32, so the scale must stay 2^126.
-dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+store = dist.HashStore()  # type: ignore[attr-defined]
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
 scaler = ShardedGradScaler("cpu", init_scale=2.0**126, growth_factor=4.0, growth_interval=1)
 p = torch.nn.Parameter(torch.ones(2))
 opt = torch.optim.SGD([p], lr=0.0)
-scaler.scale(p.sum()).backward()
+torch.autograd.backward(scaler.scale(p.sum()))
 scaler.step(opt)
 scaler.update()
 measured = scaler.get_scale()

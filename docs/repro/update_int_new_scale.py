@@ -3,8 +3,8 @@
 # branch and raises AttributeError ('int' object has no attribute 'device')
 # Where: torch/amp/grad_scaler.py: update(): isinstance(new_scale, float) else tensor checks.
 # Registered in amp-harness harness/domains/scaling/reference.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch. Run: python update_int_new_scale.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys
@@ -28,7 +28,7 @@ import torch
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
 p = torch.nn.Parameter(torch.ones(4))
 opt = torch.optim.SGD([p], lr=0.1)
-scaler.scale((p * 2).sum()).backward()
+torch.autograd.backward(scaler.scale((p * 2).sum()))
 scaler.step(opt)
 expected = 1024.0  # the reference: the float the int names
 try:

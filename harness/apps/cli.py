@@ -269,7 +269,7 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     import importlib.metadata
     import platform
 
-    from harness.domains import reproductions as R
+    from harness.domains import known_issues as R
     from harness.storage import atomic
 
     if args.report is not None:
@@ -325,8 +325,8 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     its newest run) whose node id or row name contains one of ``selected`` (none: every failed
     check). Exit 0 when each has its script, 3 when some recorded none (each named, with the
     command that reruns it), 4 when nothing failed there or nothing matched."""
-    from harness.domains import failure_repro as FR
-    from harness.domains import reproductions as R
+    from harness.domains import known_issues as R
+    from harness.domains import repro as FR
     from harness.storage import atomic
 
     if not report.exists():

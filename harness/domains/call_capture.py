@@ -165,3 +165,39 @@ def capture(fn: Callable[..., Any], args: Sequence[Any], run: Callable[[Callable
     if raised is None and result is None:
         raise NotReplayable("the result is not the output of a torch call")
     return Captured(tuple(rec.lines), dict(rec.tensors), result, raised)
+
+
+# -- calls kept as source, for the reproduction scripts ----------------------------------------
+# -- calls kept as source (harness.domains.call_capture) ----------------------------------------
+def case_functions(captures: Sequence[tuple[str, Captured]]) -> tuple[list[str], list[str], dict[str, torch.Tensor]]:
+    """Each capture as a function ``case_i`` and the call of it on its saved inputs ``ci_x0, ...``."""
+    defs, calls, tensors = [], [], {}
+    for i, (_label, cap) in enumerate(captures):
+        defs.append(cap.function(f"case_{i}"))
+        tensors.update({f"c{i}_{k}": v for k, v in cap.tensors.items()})
+        calls.append(f"case_{i}, [{', '.join(f'c{i}_{k}' for k in cap.tensors)}]")
+    return defs, calls, tensors
+
+
+def observe_src(device: str, dtype: torch.dtype) -> str:
+    """Source of ``observe(run, inputs)``: the output dtype's name under autocast, or the error."""
+    return f"""def observe(run, inputs):
+    torch.manual_seed(0)  # random ops draw what they drew when the check ran
+    try:
+        with torch.autocast({device.split(":")[0]!r}, dtype={dtype!s}):
+            out = run(*inputs)
+    except RuntimeError as exc:
+        return "raises: " + (str(exc).strip().splitlines() or [""])[0]
+    return "no error" if out is None else str(out.dtype).removeprefix("torch.")"""
+
+
+def observed_cases(
+    cases: Sequence[tuple[str, Captured]], extra: Sequence[str], device: str, dtype: torch.dtype
+) -> tuple[str, dict[str, torch.Tensor]]:
+    """The cases' functions, ``observe`` and ``CASES = [(label, case_i, inputs<extra>), ...]``."""
+    defs, calls, tensors = case_functions(cases)
+    rows = "\n".join(
+        f"    ({label!r}, {call}{more})," for (label, _), call, more in zip(cases, calls, extra, strict=True)
+    )
+    nl = "\n\n\n"
+    return f"{nl.join(defs)}\n\n\n{observe_src(device, dtype)}\n\n\nCASES = [\n{rows}\n]", tensors

@@ -22,7 +22,7 @@ from harness.storage import baselines as bl
 if TYPE_CHECKING:
     import torch
 
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
     from harness.domains.training import Band, ParityReport, Recipe, RecipeResult, Setup
     from harness.domains.training.diagnosis import Diagnosis
     from harness.domains.training.ops import OpPrint
@@ -206,7 +206,7 @@ class TrainingChecks:
         """Record one recipe's parity verdict (and, when it fails, its diagnosis); the failure
         message, or None when it passed."""
         from harness.domains import training as T
-        from harness.domains.training import standalone
+        from harness.domains.training import repro as training_repro
         from harness.domains.training.diagnosis import diagnose
         from harness.domains.training.result import Kind
         from harness.numerics.comparison import explain
@@ -231,7 +231,7 @@ class TrainingChecks:
         # a failed AMP recipe keeps its whole run as a script (the built-in models; the step's first
         # op over its budget, when the diagnosis finds one, keeps its own)
         failed = verdict.outcome is Outcome.FAIL and not result.recipe.control
-        run_script = standalone.repro_of(setup, result.recipe, band, self._device) if failed else None
+        run_script = training_repro.repro_of(setup, result.recipe, band, self._device) if failed else None
         if self._judged(Kind.PARITY, recipe, verdict, device=self._device, dtype=dtype, tags=base, repro=run_script):
             return unclipped
         message = explain(verdict) if unclipped is None else f"{explain(verdict)}\n{unclipped}"
@@ -286,7 +286,7 @@ class TrainingChecks:
         cannot see one of them is INCONCLUSIVE (``power=False``: the controls are not tried).
         Records rows; returns the failure messages."""
         from harness.domains.training import amp_lane as L
-        from harness.domains.training import standalone
+        from harness.domains.training import repro as training_repro
         from harness.domains.training.result import Kind
         from harness.numerics.comparison import explain
 
@@ -319,7 +319,9 @@ class TrainingChecks:
                 localised = self._first_op(setup, r.recipe, "lane")
                 self._notes[(Kind.LANE, r.recipe.name)] = localised.lstrip("\n")
                 # the judged steps themselves, from the states saved beside the script
-                script = standalone.lane_repro_of(setup, r.recipe, r.run, [e.step for e in lane.errors], self._device)
+                script = training_repro.lane_repro_of(
+                    setup, r.recipe, r.run, [e.step for e in lane.errors], self._device
+                )
             tags = {
                 "per_step": [(e.step + 1, e.amp, e.emulated) for e in lane.errors],
                 "left_out": list(lane.left_out),

@@ -23,7 +23,7 @@ from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import report as rp
 
 if TYPE_CHECKING:  # the plugin imports no torch until a test uses it
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 #: The JUnit XML properties the qualification verdict reads (``amp-harness qualify``).
 CAPABILITY_PROPERTY = "amp_capability"

@@ -17,14 +17,14 @@ import torch
 
 from harness.domains.compiled import toolchain
 from harness.domains.speed import bench, thresholds
-from harness.domains.speed import standalone as speed_script
+from harness.domains.speed import repro as speed_script
 from harness.domains.speed import verdict as speed
 from harness.numerics.verdict import Outcome, RowKind
 from harness.pytest_plugin.recording import Recorder
 from harness.storage.profiles import Profile
 
 if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 
 def _pedantic(benchmark: Any, group: str | None = None) -> bench.Pedantic | None:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.domains.failure_repro import op_against_float64
+from harness.domains.autocast.repro import op_against_float64
 from harness.numerics import budgets as bd
 from harness.numerics.comparison import compare_claim, compare_within, explain
 from harness.numerics.formats import FP32, format_of

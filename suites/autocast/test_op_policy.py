@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPENDENT_ON_CPU
 from harness.domains.autocast.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
 from harness.domains.autocast.repro import dtypes_repro, hand_cast_repro, policy_repro, registered_ops_repro
-from harness.domains.failure_repro import FailureRepro
+from harness.domains.repro import FailureRepro
 from harness.numerics.comparison import compare_claim, compare_predicate
 from harness.numerics.verdict import RowKind
 from harness.storage.baselines import KeyKind

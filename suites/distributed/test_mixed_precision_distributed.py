@@ -18,7 +18,7 @@ import torch
 
 from harness.domains.distributed import policy
 from harness.domains.distributed import ranks as dist_h
-from harness.domains.failure_repro import distributed as distributed_repro
+from harness.domains.distributed.repro import distributed as distributed_repro
 from harness.numerics import budgets
 from harness.numerics.comparison import ElementwiseComparison, compare_claim, compare_within, explain
 from harness.numerics.formats import BF16, FP16, torch_dtype

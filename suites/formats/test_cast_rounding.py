@@ -16,7 +16,7 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.domains.failure_repro import cast_rounding
+from harness.domains.formats.repro import cast_rounding
 from harness.numerics.comparison import compare_bits, compare_bound, compare_predicate, explain
 from harness.numerics.formats import (
     BF16,

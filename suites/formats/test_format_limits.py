@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.failure_repro import format_limits
+from harness.domains.formats.repro import format_limits
 from harness.numerics.comparison import compare_scalar
 from harness.numerics.formats import FORMATS, FloatFormat, torch_dtype
 from harness.numerics.tolerance import EXACT

@@ -13,7 +13,8 @@ import math
 import pytest
 import torch
 
-from harness.domains.failure_repro import FailureRepro, cast_outcomes
+from harness.domains.formats.repro import cast_outcomes
+from harness.domains.repro import FailureRepro
 from harness.numerics.comparison import DataComparison, compare_claim
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits
 from harness.storage.baselines import KeyKind

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from harness.domains.failure_repro import torch_values
+from harness.domains.formats.repro import torch_values
 from harness.numerics.comparison import AnyComparison, compare_bound, compare_scalar, explain
 from harness.numerics.formats import BF16, FP16, FP32, tensor_bits
 from harness.numerics.tolerance import EXACT, QUOTED_TO_ONE_DECIMAL, Tolerance

@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.failure_repro import product_against_float64
 from harness.domains.fp8.blocklinear import (
     PRODUCTS,
     TorchaoBlockLinear,
@@ -25,6 +24,7 @@ from harness.domains.fp8.blocklinear import (
     torchao_script,
 )
 from harness.domains.fp8.matmul import sqnr
+from harness.domains.fp8.repro import product_against_float64
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_bound, compare_within
 

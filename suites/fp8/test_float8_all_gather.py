@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.domains.distributed import ranks as dist_h
-from harness.domains.failure_repro import distributed
+from harness.domains.distributed.repro import distributed
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("fp8")

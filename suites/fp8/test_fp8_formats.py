@@ -15,15 +15,10 @@ import math
 import pytest
 import torch
 
-from harness.domains.failure_repro import (
-    FailureRepro,
-    cast_rounding,
-    code_decoding,
-    e8m0_outcomes,
-    e8m0_rounding,
-    fp4_casts,
-)
+from harness.domains.formats.repro import cast_rounding
 from harness.domains.fp8 import adapters
+from harness.domains.fp8.repro import code_decoding, e8m0_outcomes, e8m0_rounding, fp4_casts
+from harness.domains.repro import FailureRepro
 from harness.numerics.comparison import DataComparison, compare_bits, compare_claim, compare_data, explain
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits, tensor_bits
 from harness.numerics.scaled import E8M0_BIAS, e8m0_decode, e8m0_nearest

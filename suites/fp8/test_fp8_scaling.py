@@ -21,10 +21,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.domains import versions
-from harness.domains.failure_repro import fp8_scales, mx_scale_codes
 from harness.domains.fp8 import known_issues, recipes
 from harness.domains.fp8.adapters import TorchaoScaling
 from harness.domains.fp8.conformance import check_fp8_scaling
+from harness.domains.fp8.repro import fp8_scales, mx_scale_codes
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2, FP32, torch_dtype
 from harness.numerics.scaled import (

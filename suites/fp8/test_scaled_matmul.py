@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.failure_repro import product_against_float64
 from harness.domains.fp8 import adapters, linear, recipes
 from harness.domains.fp8.matmul import Operand, budget, sqnr
+from harness.domains.fp8.repro import product_against_float64
 from harness.numerics.comparison import compare_bound, compare_within
 from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, format_of
 from harness.numerics.scaled import CastSpec, Granularity

@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.failure_repro import stochastic_draws, stochastic_rounding
 from harness.domains.fp8 import adapters
 from harness.domains.fp8 import stochastic as S
+from harness.domains.fp8.repro import stochastic_draws, stochastic_rounding
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("fp8")

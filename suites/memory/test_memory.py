@@ -15,7 +15,7 @@ import torch
 
 from harness.domains import training as T
 from harness.domains.memory import accounting as mem
-from harness.domains.memory import standalone as scripts
+from harness.domains.memory import repro as scripts
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("memory")

@@ -30,10 +30,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from harness.domains.failure_repro import scaler_rules
 from harness.domains.scaling import clipping
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.optimizers import same_bits
+from harness.domains.scaling.repro import scaler_rules
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("loss scaling")

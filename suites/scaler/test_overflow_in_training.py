@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from harness.domains import versions
-from harness.domains.failure_repro import scaler_trace
 from harness.domains.scaling import optimizers
 from harness.domains.scaling import reference as scaling
+from harness.domains.scaling.repro import scaler_trace
 from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP16

@@ -18,10 +18,10 @@ from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.domains.failure_repro import scaler_conformance
 from harness.domains.scaling import adapters
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.conformance import conformance_machine, judge_accepted
+from harness.domains.scaling.repro import scaler_conformance
 from harness.numerics.comparison import compare_claim
 from harness.platform.thirdparty import version_of
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from harness.domains import training as T
-from harness.domains.training import standalone
+from harness.domains.training import repro as training_repro
 from harness.domains.training.precision import PRECISION_FRACTION, PRECISION_SEEDS, judge_precision, precision_lane
 from harness.numerics.comparison import compare_curves
 from harness.storage.baselines import KeyKind
@@ -50,7 +50,7 @@ def _curve_script(setup, comparison, stored_curves, allowance, max_outliers, max
     name = next((c for c in changed if c in recipes and c in stored_curves), None)
     if name is None:
         return None
-    return standalone.curve_repro_of(
+    return training_repro.curve_repro_of(
         setup, recipes[name], list(stored_curves[name]), list(allowance[name]), max_outliers, max_run, lane, device
     )
 
@@ -191,7 +191,7 @@ def test_fp32_stays_within_rounding_distance_of_an_fp64_run(setup_name, train_ca
         # a failure keeps the runs as a script: fp32, bf16 and float64 for each data order
         repro=None
         if verdict.passed
-        else standalone.precision_repro_of(
+        else training_repro.precision_repro_of(
             setup, T.BF16, PRECISION_SEEDS, PRECISION_FRACTION, "sqrt(u_fp32 / u_bf16) = 2^-8", amp_device
         ),
     )

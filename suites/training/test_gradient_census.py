@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 from harness.domains import training as T
-from harness.domains.training import standalone
+from harness.domains.training import repro as training_repro
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("training parity")
@@ -98,5 +98,5 @@ def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_de
             ),
             device=amp_device,
             tags={"scale": first_over},
-            repro=None if skipped else standalone.census_skip_repro_of(setup, first_over, 0, amp_device),
+            repro=None if skipped else training_repro.census_skip_repro_of(setup, first_over, 0, amp_device),
         )

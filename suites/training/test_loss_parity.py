@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from harness.domains import training as T
-from harness.domains.training import standalone
+from harness.domains.training import repro as training_repro
 
 pytestmark = pytest.mark.amp_capability("training parity")
 
@@ -141,5 +141,5 @@ def test_the_same_recipe_run_twice_gives_bitwise_identical_losses(case, amp_devi
     finally:
         if amp_device.type == "cuda":
             torch.use_deterministic_algorithms(False)
-    script = None if same else standalone.determinism_repro_of(setup, recipe, amp_device)
+    script = None if same else training_repro.determinism_repro_of(setup, recipe, amp_device)
     amp_record.require(T.judge_determinism(setup_name, recipe, same, first), device=amp_device, repro=script)

@@ -317,7 +317,7 @@ E2M1_SR_FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 def torchao_sr() -> Callable[[torch.Tensor], torch.Tensor]:
     """torchao's fp32 -> bf16 stochastic rounding (the implementation the suite judges)."""
-    from torchao.optim.quant_utils import _fp32_to_bf16_sr  # type: ignore[import-untyped]
+    from torchao.optim.quant_utils import _fp32_to_bf16_sr
 
     return _fp32_to_bf16_sr  # type: ignore[no-any-return]
 

@@ -4,22 +4,17 @@ table, or whose autocast result is not the hand-cast op's, replayed from their c
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
-from harness.domains.autocast.oracle import ACCEPTED, Disagreement
+from harness.domains.autocast.oracle import ACCEPTED, CLASSES, LISTS, Disagreement
 from harness.domains.autocast.probe import INPUT_KINDS, dtype_name, replay
-from harness.domains.call_capture import Captured, NotReplayable, capture
-from harness.domains.failure_repro import (
-    FailureRepro,
-    autocast_categories,
-    autocast_dtypes,
-    autocast_hand_cast,
-)
+from harness.domains.call_capture import Captured, NotReplayable, capture, case_functions, observe_src, observed_cases
+from harness.domains.repro import FailureRepro, dtype_src, upcast_src
 from harness.numerics.comparison import DataComparison
 
 #: At most this many ops in one script: a reader sees the defect in a screenful, the check's
@@ -172,7 +167,6 @@ def coverage_repro(
     lists as the check does (an AST walk, nothing imported), so it names each op the harness's
     catalogue needs a row for. ``source``: a lists file the check was given instead of the
     installed torch's."""
-    from harness.domains.autocast.oracle import CLASSES, LISTS
 
     reached = sorted(set(listed) - set(uncovered))
     wrapped = textwrap.fill(", ".join(repr(o) for o in reached), 96, initial_indent="    ", subsequent_indent="    ")
@@ -210,3 +204,145 @@ allowed = 0"""
         code,
         "exact: the catalogue's coverage (a failure here asks for a catalogue row, not an upstream fix)",
     )
+
+
+# -- builders: an op against float64, observed dtypes, the hand-cast run, PyTorch's lists ------
+def op_against_float64(
+    what: str,
+    call: str,
+    tensors: Mapping[str, torch.Tensor],
+    bound: torch.Tensor,
+    origin: str,
+    *,
+    autocast: tuple[str, torch.dtype] | None,
+    device: str = "cpu",
+) -> FailureRepro:
+    """``call`` (an expression of the tensors' names) under autocast (or as is), against the same
+    expression on the inputs upcast exactly to float64; the worst element's error over its
+    ``bound`` (saved with the inputs, derived by the check from the format) must be at most 1."""
+    run = f"got = {call}"
+    if autocast is not None:
+        run = f'with torch.autocast("{autocast[0]}", dtype={dtype_src(autocast[1])}):\n    got = {call}'
+    code = f"""{run}
+# reference: the same computation on the same inputs upcast exactly to float64
+{upcast_src(tensors)}
+ref = {call}
+err = (got.double() - ref).abs()
+ratio = torch.where(err == 0, torch.zeros_like(err), err / bound.double())
+measured = float(ratio.max())  # the worst element's error, in units of its budget
+allowed = 1.0"""
+    return FailureRepro(
+        "op",
+        what,
+        code,
+        origin,
+        {**tensors, "bound": bound.detach()},
+        device=device,
+    )
+
+
+def autocast_dtypes(
+    what: str, cases: Sequence[tuple[str, Captured, str]], device: str, dtype: torch.dtype, origin: str
+) -> FailureRepro:
+    """Each case's calls under autocast: the output dtype (or the error's first line) against the
+    ``expected`` one (the golden table's, or the rule's)."""
+    prelude, tensors = observed_cases(
+        [(label, cap) for label, cap, _ in cases], [f", {exp!r}" for _, _, exp in cases], device, dtype
+    )
+    reference = "# reference: what the check expected (output dtype, or the start of the error's first line)\nCASES = ["
+    code = f"""{prelude.replace("CASES = [", reference, 1)}
+measured = 0
+for label, run, inputs, expected in CASES:
+    seen = observe(run, inputs)
+    same = seen == expected or (expected.startswith("raises: ") and seen.startswith(expected))
+    print(f"{{label}}: autocast gives {{seen}}; expected {{expected}}" + ("" if same else "   <- differs"))
+    measured += not same  # observations unlike the expected ones
+allowed = 0"""
+    return FailureRepro("autocast", what, code, origin, tensors, device=device)
+
+
+def autocast_hand_cast(
+    what: str, cases: Sequence[tuple[str, Captured]], device: str, dtype: torch.dtype
+) -> FailureRepro:
+    """Each case under autocast against the same calls with autocast disabled on its inputs cast
+    by hand to the dtype autocast chose: bitwise equal, as PyTorch's own autocast tests require."""
+    defs, calls, tensors = case_functions(cases)
+    rows = "\n".join(f"    ({label!r}, {call})," for (label, _), call in zip(cases, calls, strict=True))
+    dev = device.split(":")[0]
+    nl = "\n\n\n"
+    code = f"""{nl.join(defs)}
+
+
+CASES = [
+{rows}
+]
+measured = 0
+for label, run, inputs in CASES:
+    torch.manual_seed(0)
+    with torch.autocast({dev!r}, dtype={dtype_src(dtype)}):
+        got = run(*inputs)
+    # reference: autocast's own rule, cast the inputs by hand and run the op without autocast
+    by_hand = [t.to(got.dtype) if t.is_floating_point() else t for t in inputs]
+    torch.manual_seed(0)
+    with torch.autocast({dev!r}, enabled=False):
+        ref = run(*by_hand)
+    same = got.dtype == ref.dtype and got.shape == ref.shape and bool(((got == ref) | (got.isnan() & ref.isnan())).all())
+    worst = (got.double() - ref.double()).abs().nan_to_num(0.0).max().item() if got.shape == ref.shape else None
+    print(f"{{label}}: autocast {{got.dtype}}, by hand {{ref.dtype}}, " + ("bitwise equal" if same else f"differ (max |diff| {{worst}})"))
+    measured += not same  # ops unlike their hand-cast run
+allowed = 0"""
+    return FailureRepro(
+        "autocast", what, code, "exact: bitwise equality (autocast casts, then runs the op)", tensors, device=device
+    )
+
+
+def autocast_categories(
+    what: str,
+    cases: Sequence[tuple[str, Mapping[str, Captured], str, Sequence[str]]],
+    device: str,
+    dtype: torch.dtype,
+    origin: str,
+) -> FailureRepro:
+    """Each case observed with fp32, low-precision and (where it has two tensor inputs) mixed
+    inputs, the autocast list it behaves as decided from them, against the ``accepted`` lists of
+    its ``expected`` filing (PyTorch's own autocast test lists)."""
+    flat = [(f"{label} {kind}", cap) for label, caps, _, _ in cases for kind, cap in caps.items()]
+    defs, calls, tensors = case_functions(flat)
+    it = iter(calls)
+    rows = "\n".join(
+        f"    ({label!r}, {{{', '.join(f'{k!r}: ({next(it)})' for k in caps)}}}, {exp!r}, {list(ok)!r}),"
+        for label, caps, exp, ok in cases
+    )
+    nl = "\n\n\n"
+    low = dtype_src(dtype).removeprefix("torch.")
+    code = f"""{nl.join(defs)}
+
+
+{observe_src(device, dtype)}
+
+
+def behaves_as(seen):
+    \"\"\"The autocast list the observations show (the harness's rule, written out).\"\"\"
+    if seen["fp32_in"].startswith("raises"):
+        return "raises"
+    if seen["fp32_in"] == {low!r}:
+        return "lower_precision"
+    if seen.get("lowp_in") == "float32":
+        return "fp32"
+    if seen.get("mixed_in") == "float32":
+        return "widest_input"
+    return "follows_input"
+
+
+# reference: how PyTorch's own autocast test lists file each op, and the behaviour each filing accepts
+CASES = [
+{rows}
+]
+measured = 0
+for label, runs, filed_as, accepted in CASES:
+    seen = {{kind: observe(run, inputs) for kind, (run, inputs) in runs.items()}}
+    got = behaves_as(seen)
+    print(f"{{label}}: behaves as {{got}} {{seen}}; PyTorch's lists say {{filed_as}}" + ("" if got in accepted else "   <- differs"))
+    measured += got not in accepted  # ops unlike their filing
+allowed = 0"""
+    return FailureRepro("autocast", what, code, origin, tensors, device=device)

@@ -16,10 +16,11 @@ import torch
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
 from harness.domains.autocast.probe import dtype_name, run_op
 from harness.domains.autocast.repro import replayed
+from harness.domains.compiled.repro import compiled_dtypes
 from harness.domains.compiled.runs import Backend, compile_fn
 
 if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,6 @@ def repro_of(ops: list[CompiledOp], device: torch.device, dtype: torch.dtype, ba
     (at most ``MAX_CASES`` of :mod:`harness.domains.autocast.repro`), replayed from their captured
     calls, eager and compiled with the same backend. None where nothing differs, no call could be
     written, or the backend is a function of your own (the script would need your code)."""
-    from harness.domains.failure_repro import compiled_dtypes
 
     if not isinstance(backend, str):
         return None

@@ -4,6 +4,7 @@ that changes it is noticed: "appears fixed" fails until the registry is updated.
 
 from __future__ import annotations
 
+from harness.domains.repro import Reproduction
 from harness.domains.versions import KnownIssue
 
 KNOWN_ISSUES: dict[str, KnownIssue] = {
@@ -28,3 +29,31 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
 
 #: Where the registry lives, for the messages that ask to edit it.
 WHERE = "KNOWN_ISSUES in harness/domains/compiled/known_issues.py"
+
+
+#: The standalone script of each known issue above (``issue_scripts/``), and the edit standing for its fix.
+REPRODUCTIONS: dict[str, Reproduction] = {
+    r.issue: r
+    for r in (
+        Reproduction(
+            "compiled-backward-under-forward-autocast",
+            "harness.domains.compiled",
+            ("torch",),
+            (
+                "torch.manual_seed(0)\n",
+                'import torch._functorch.config\n\ntorch._functorch.config.backward_pass_autocast = "off"\ntorch.manual_seed(0)\n',
+            ),
+            compiles=True,
+        ),
+        Reproduction(
+            "inductor-elides-eager-roundings",
+            "harness.domains.compiled",
+            ("torch",),
+            (
+                "torch.manual_seed(0)\n",
+                "import torch._inductor.config\n\ntorch._inductor.config.emulate_precision_casts = True\ntorch.manual_seed(0)\n",
+            ),
+            compiles=True,
+        ),
+    )
+}

@@ -20,12 +20,13 @@ from torch import nn
 
 from harness.domains.autocast.probe import dtype_name
 from harness.domains.compiled.runs import Variant, compile_fn, configured
+from harness.domains.repro import FailureRepro
 from harness.numerics import budgets
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
 
 if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 #: Rows (batch x sequence) and width of the region's input.
 ROWS, WIDTH = 64, 64
@@ -163,8 +164,6 @@ def repro_of(runs: RegionRuns, dtype: torch.dtype, variant: Variant, part: str) 
     autocast, ``part``'s dtypes against eager's and |compiled - eager| against twice the fp32
     bound the harness derived (saved with the inputs). None for a custom backend."""
     import inspect
-
-    from harness.domains.failure_repro import FailureRepro
 
     if runs.backend != "inductor":
         return None

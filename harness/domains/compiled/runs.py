@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.domains.compiled import toolchain
+from harness.domains.compiled import probe, toolchain
 from harness.domains.compiled.budget import Budget, derive
 from harness.domains.compiled.probe import Observation, call_block, make_block, make_inputs, observe
+from harness.domains.repro import FailureRepro
 
 if TYPE_CHECKING:
     from harness.domains.compiled.budget import NumericsResult
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 Backend = str | Callable[..., Any]
 
@@ -174,8 +175,6 @@ def _block_script(block_runs: BlockRuns, dtype: torch.dtype) -> tuple[str, dict[
     ``eager`` and ``compiled`` (Inductor) observations of every stage and gradient under autocast."""
     import inspect
 
-    from harness.domains.compiled import probe
-
     state = {k: v.detach() for k, v in block_runs.model.state_dict().items()}
     names = {k: "p_" + k.replace(".", "_") for k in state}
     block = inspect.getsource(probe._identity) + "\n\n" + inspect.getsource(probe.Block)
@@ -223,7 +222,6 @@ def repro_of(block_runs: BlockRuns, dtype: torch.dtype, result: NumericsResult) 
     block (its source, its weights and inputs saved), eager and ``torch.compile`` (Inductor, what a
     user gets) under autocast, against float64, each quantity's excess over eager within the budget
     the harness derived (written into the script with its origin). None for a custom backend."""
-    from harness.domains.failure_repro import FailureRepro
 
     if block_runs.backend != "inductor":
         return None
@@ -261,7 +259,6 @@ allowed = 1.0"""
 def dtypes_repro_of(block_runs: BlockRuns, dtype: torch.dtype) -> FailureRepro | None:
     """The standalone reproduction of a failed dtype check: every stage output and gradient of the
     compiled (Inductor) probe block against eager's dtype. None for a custom backend."""
-    from harness.domains.failure_repro import FailureRepro
 
     if block_runs.backend != "inductor":
         return None

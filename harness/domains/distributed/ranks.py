@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from harness.domains.distributed import policy as P
+
 #: Per-launch limit: starting 2 ranks takes well under a second once the forkserver has imported
 #: torch (about 3 s the first time on 2 cores); a rank that has not
 #: finished after this long is hung (deadlocked collective, crashed peer).
@@ -179,8 +181,6 @@ def ddp_gradients(rank: int, world: int, hook: str, plain_hook: str | None = Non
     harness's negative controls put a lossy one there)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from harness.domains.distributed import policy as P
-
     dev = _device(rank)
     local = _model().to(dev)
     x, y = _batch(rank)
@@ -297,8 +297,6 @@ def fsdp2_gradients(rank: int, world: int, reduce_dtype: str, shard: str = FULLY
     averaged gradients, this rank's gradients of the same bf16 computation unsharded, and what the
     collectives carried and the modules computed in (:mod:`harness.domains.distributed.policy`)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    from harness.domains.distributed import policy as P
 
     fully_shard = resolve(shard)
     dev = _device(rank)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from harness.domains.fp8.repro import block_bits
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32
 from harness.numerics.rounding import (
@@ -31,7 +32,7 @@ from harness.numerics.scaled import E8M0_BIAS, MxScaleMode, amax, emax, near_pow
 from harness.platform.thirdparty import import_third_party
 
 if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 
 @dataclass(frozen=True)
@@ -361,7 +362,6 @@ def repro_of(
     the script would need its code): torchao's bits of ``rows`` against the specification written
     out in exact rationals. ``excused``: the findings ("rceil", "smallest", "overflow") the check
     excused for this torchao, whose cells the script excuses too."""
-    from harness.domains.failure_repro import block_bits
 
     if not isinstance(impl, TorchaoBlockScaling):
         return None

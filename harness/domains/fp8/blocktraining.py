@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.failure_repro import product_against_float64
 from harness.domains.fp8.blocklinear import (
     BlockLinear,
     EmulatedBlockLinear,
@@ -29,6 +28,7 @@ from harness.domains.fp8.blocklinear import (
 )
 from harness.domains.fp8.blockscaled import TorchBlockScaling
 from harness.domains.fp8.linear import Localised, over_budget, seen_by_linears
+from harness.domains.fp8.repro import product_against_float64
 from harness.domains.fp8.training import FP8_PARITY_FRACTION, fp32_state_at
 from harness.domains.training import amp_lane as L
 from harness.domains.training.batches import to_device

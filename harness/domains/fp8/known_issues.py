@@ -7,6 +7,7 @@ blocks at MX's smallest scale lose a factor of two (floor, ceil) or everything (
 
 from __future__ import annotations
 
+from harness.domains.repro import Reproduction
 from harness.domains.versions import KnownIssue
 
 KNOWN_ISSUES: dict[str, KnownIssue] = {
@@ -66,3 +67,58 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
 
 #: Where the registry lives, for the messages that ask to edit it.
 WHERE = "KNOWN_ISSUES in harness/domains/fp8/known_issues.py"
+
+
+#: The standalone script of each known issue above (``issue_scripts/``), and the edit standing for its fix.
+REPRODUCTIONS: dict[str, Reproduction] = {
+    r.issue: r
+    for r in (
+        Reproduction(
+            "torchao-pow2-scale-rounds-up",
+            "harness.domains.fp8",
+            ("torch", "torchao"),
+            (
+                "got = float(float8_utils.amax_to_scale(torch.tensor(amax), torch.float8_e4m3fn, round_scales_to_power_of_2=True))",
+                "got = 2.0 ** (math.frexp(FP8_MAX / amax)[1] - 1)",
+            ),
+        ),
+        Reproduction(
+            "torchao-rceil-scale-near-power-of-2",
+            "harness.domains.fp8",
+            ("torch", "torchao", "numpy"),
+            ("got = int(codes.view(torch.uint8).flatten()[0])", "got = 127 + math.ceil(math.log2(amax / ELEM_MAX))"),
+        ),
+        Reproduction(
+            "torchao-nvfp4-zero-tensor-nan",
+            "harness.domains.fp8",
+            ("torch", "torchao"),
+            (
+                "per_tensor_scale = per_tensor_amax_to_scale(x.abs().max())",
+                "per_tensor_scale = torch.where(x.abs().max() == 0, 1.0, per_tensor_amax_to_scale(x.abs().max()))",
+            ),
+        ),
+        Reproduction(
+            "torchao-mx-smallest-scale-divisor",
+            "harness.domains.fp8",
+            ("torch", "torchao"),
+            # the fix: elements divided by the power of two the stored code names
+            (
+                "    codes, data = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=mode)\n",
+                "    codes, data = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=mode)\n"
+                "    data = (x / 2.0 ** (int(codes.view(torch.uint8).flatten()[0]) - 127)).to(torch.float8_e4m3fn)\n",
+            ),
+        ),
+        Reproduction(
+            "torchao-nvfp4-tiny-tensor-reciprocal-overflow",
+            "harness.domains.fp8",
+            ("torch", "torchao"),
+            # the fix: elements divided by the combined scale instead of multiplied by an overflowed reciprocal
+            (
+                "back = q.dequantize(torch.float32)\n",
+                "back = q.dequantize(torch.float32)\n"
+                "back = (q.scale.to(torch.float32) * per_tensor_scale).repeat_interleave(16, -1)\n"
+                "back = back * torch.where(back > 0, x / back, 0.0).clamp(-6, 6).mul(2).round().div(2)\n",
+            ),
+        ),
+    )
+}

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.domains.failure_repro import FailureRepro, product_against_float64
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.conformance import scale_shape
 from harness.domains.fp8.matmul import Operand, ScaledBudget, budget, sqnr
+from harness.domains.fp8.repro import product_against_float64
+from harness.domains.repro import FailureRepro
 from harness.numerics.comparison import ElementwiseComparison, compare_within
 from harness.numerics.formats import FP32
 from harness.numerics.scaled import CastSpec, scales

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2
+from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, format_of
 from harness.numerics.scaled import CastSpec, Granularity
 
 TENSOR = Granularity.TENSOR
@@ -116,8 +116,6 @@ _TORCHAO_FIELDS: dict[tuple[str, str], str] = {
 def from_torchao_config(name: str, config: object) -> Fp8Recipe:
     """A torchao ``Float8LinearConfig`` in the spec's terms (axes in the spec's operand layout)."""
     import torch
-
-    from harness.numerics.formats import format_of
 
     casts: dict[tuple[str, str], CastSpec | None] = {}
     pow2 = bool(getattr(config, "round_scales_to_power_of_2", False))

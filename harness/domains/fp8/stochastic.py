@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.numerics.formats import FP4_E2M1
+
 #: Draws per input, and the fractions of the way from lo to hi (in 1/2^16 of the bf16 step) the
 #: inputs lie at: ends, quarters, halves and odd bit patterns, each at three magnitudes and signs.
 DRAWS = 4096
@@ -141,7 +143,6 @@ def binomial_p_values(k: torch.Tensor, n: int, p: torch.Tensor) -> torch.Tensor:
 
 def e2m1_magnitudes() -> tuple[float, ...]:
     """e2m1's magnitudes, decoded from its bit layout (0, 0.5, 1, 1.5, 2, 3, 4, 6)."""
-    from harness.numerics.formats import FP4_E2M1
 
     return tuple(sorted({abs(FP4_E2M1.decode(c)) for c in range(1 << FP4_E2M1.total_bits)}))
 

@@ -15,11 +15,13 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from harness.domains.failure_repro import FailureRepro
 from harness.domains.fp8 import linear
 from harness.domains.fp8.linear import Localised
+from harness.domains.repro import FailureRepro
+from harness.domains.training.batches import to_device
+from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
 from harness.domains.training.parity import Parity
-from harness.domains.training.recipes import Batch, BatchFn, Recipe, Setup
+from harness.domains.training.recipes import FP32, Batch, BatchFn, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.platform.thirdparty import import_third_party
 
@@ -99,8 +101,6 @@ def linear_count(model: Any) -> int:
 def fp32_state_at(setup: Setup, step: int, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], Any]:
     """Where a low-precision run is localised: the fp32 run's weights after ``step`` (seed 0), and
     the evaluation batch the training suite's diagnosis steps on."""
-    from harness.domains.training.loop import EVAL_SEED, train
-    from harness.domains.training.recipes import FP32
 
     weights = train(setup, FP32, 0, torch.device(device), keep_weights_at=frozenset({step})).weights[step]
     return weights, setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
@@ -117,8 +117,6 @@ def first_linear_over_budget(
     step of ``setup`` with its linears converted for ``recipe_name``; the first linear whose
     Float8Linear products leave their budget, with its script
     (:func:`harness.domains.fp8.linear.first_linear_over_budget`), and how many were judged."""
-    from harness.domains.training.batches import to_device
-    from harness.domains.training.loop import INIT_SEED
 
     dev = torch.device(device)
     weights, batch = fp32_state_at(setup, failed_step, dev)

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.domains.failure_repro import FailureRepro, clip_step
+from harness.domains.repro import FailureRepro
 from harness.domains.scaling.optimizers import differences, same_bits, small_model, state_of
+from harness.domains.scaling.repro import clip_step
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 
@@ -174,7 +175,7 @@ def observe(
 
 
 def repro_of(o: ClipObservation, foreach: bool, kind: str, device: torch.device) -> FailureRepro:
-    """Step ``o`` alone as a standalone script (:func:`harness.domains.failure_repro.clip_step`)."""
+    """Step ``o`` alone as a standalone script (:func:`harness.domains.scaling.repro.clip_step`)."""
     impl = "foreach" if foreach else "for-loop"
     what = {
         "float64": f"torch's {impl} unscale_ + clip_grad_norm_({o.max_norm:g}): the worst error over its float32 budget",

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from harness.domains.failure_repro import FailureRepro, optimizer_step
+from harness.domains.repro import FailureRepro
+from harness.domains.scaling.repro import optimizer_step
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 from harness.platform.kernels import first_line

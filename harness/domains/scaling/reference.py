@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from harness.domains import versions
+from harness.domains.repro import Reproduction
 from harness.domains.versions import release
 
 Semantics = Literal["torch", "megatron", "deepspeed<=0.17.0", "deepspeed>=0.17.1", "apex"]
@@ -486,4 +487,39 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         reference="torch/optim/sgd.py: _fused_sgd() (is_first_step, empty_like) and _fused_sgd_'s found_inf early return",
         devices=("cpu",),
     ),
+}
+
+
+#: The standalone script of each known issue above (``issue_scripts/``), and the edit standing for its fix.
+REPRODUCTIONS: dict[str, Reproduction] = {
+    r.issue: r
+    for r in (
+        Reproduction(
+            "update-int-new-scale",
+            "harness.domains.scaling",
+            ("torch",),
+            ("scaler.update(1024)", "scaler.update(1024.0)"),
+        ),
+        Reproduction(
+            "update-before-scale-after-load",
+            "harness.domains.scaling",
+            ("torch",),
+            (
+                "restored.load_state_dict(saved.state_dict())\n",
+                'restored.load_state_dict(saved.state_dict())\nrestored._lazy_init_scale_growth_tracker(torch.device("cpu"))\n',
+            ),
+        ),
+        Reproduction(
+            "sharded-cpu-growth-uncapped",
+            "harness.domains.scaling",
+            ("torch",),
+            ('scaler = ShardedGradScaler("cpu",', 'scaler = torch.amp.GradScaler("cpu",'),
+        ),
+        Reproduction(
+            "fused-sgd-first-step-overflow-keeps-uninitialised-momentum",
+            "harness.domains.scaling",
+            ("torch",),
+            ("momentum=0.9, fused=True)", "momentum=0.9, fused=False)"),
+        ),
+    )
 }

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.domains.autocast.catalogue import CATALOGUE
+from harness.domains.autocast.probe import Category, probe
 from harness.domains.speed.bench import CONTENDED, DETECT_SLOWDOWN, MIN_ROUNDS, PROBE_N
 from harness.domains.speed.workloads import WORKLOADS
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -146,8 +148,6 @@ def unchanged_by_autocast(workload: str, device: torch.device, dtype: torch.dtyp
     op = known.autocast_op if known is not None else None
     if op is None:
         return None
-    from harness.domains.autocast.catalogue import CATALOGUE
-    from harness.domains.autocast.probe import Category, probe
 
     [case] = [c for c in CATALOGUE if c.name == op]
     category = probe(case, device, dtype).category(dtype)

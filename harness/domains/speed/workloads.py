@@ -10,6 +10,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from harness.domains import training as T
+from harness.domains.training.repro import model_source
+
 Fn = Callable[[], Any]
 
 
@@ -145,7 +148,6 @@ def _from_source(
 
 def _lm_constants() -> dict[str, Any]:
     """The tiny LM's factory and loss, and batch 0 of its data, as the harness trains them."""
-    from harness.domains import training as T
 
     setup = T.SETUPS["tiny_lm"]
     x, y = setup.batch(0, torch.Generator().manual_seed(0))
@@ -154,8 +156,6 @@ def _lm_constants() -> dict[str, Any]:
 
 def _lm_prelude() -> tuple[str, dict[str, torch.Tensor]] | None:
     """The same names in a script: the model's and loss's source, the batch saved beside it."""
-    from harness.domains import training as T
-    from harness.domains.training.standalone import model_source
 
     setup = T.SETUPS["tiny_lm"]
     source = model_source(setup)

@@ -34,10 +34,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from harness.domains.training.repro import op_local_error
 from harness.numerics.formats import format_of
 
 if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 #: The local error (in units of u of the op's output dtype) an op may show: 1 u for rounding its
 #: output once, plus what kernels that keep low-precision intermediates add (a convolution's
@@ -318,7 +319,6 @@ def repro_of(o: OpPrint | None, device: torch.device | str = "cpu") -> FailureRe
     the op alone on the inputs it saw, against itself in float64."""
     if o is None or o.call is None:
         return None
-    from harness.domains.failure_repro import op_local_error
 
     unit = o.unit or o.dtype
     return op_local_error(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.domains.training import recipes as named
 from harness.domains.training.amp_lane import lane_steps
 from harness.domains.training.loop import Run, train
 from harness.domains.training.recipes import FP32, Recipe, Setup
@@ -183,7 +184,6 @@ MIN_CHECKPOINTS = 2
 def validate(setup: Setup, recipes: object, seeds: object) -> list[Recipe]:
     """Refuse a call that could only give a vacuous verdict, before anything trains: an empty or
     non-recipe list, fp32 as a recipe to check, fewer than 2 seeds, too few checkpoints."""
-    from harness.domains.training import recipes as named
 
     choices = ", ".join(
         sorted(n for n, v in vars(named).items() if isinstance(v, Recipe) and not v.control and v.dtype is not None)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from harness.domains.training import amp_lane as L
 from harness.domains.training.loop import Run, train
 from harness.domains.training.parity import (
     RecipeResult,
@@ -202,7 +203,6 @@ def lane_rates(
     """The AMP lane: the clean recipe on ``clean_seeds`` data orders (each a false alarm when it
     fails), and from each clean run's states the recipe with relative gradient noise of each
     ladder level (caught when it fails) and the canonical broken recipes."""
-    from harness.domains.training import amp_lane as L
 
     dtype = L.lane_dtype(recipe)
     if dtype is None:

@@ -24,17 +24,18 @@ from __future__ import annotations
 import inspect
 import re
 import textwrap
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
+from harness.domains.repro import FailureRepro, upcast_src
+from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
+from harness.domains.training.census import census_state
 from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED, Run
 from harness.domains.training.parity import PARITY_FRACTION, Band
-from harness.domains.training.recipes import Recipe, Setup
-
-if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+from harness.domains.training.recipes import FP32, Recipe, Setup
+from harness.numerics.formats import format_of
 
 
 def _sources(fn: Callable[..., Any]) -> str | None:
@@ -107,7 +108,6 @@ def repro_of(
     your own has no script), against eager too (None: see
     :func:`unsupported`, or a model or loss whose source cannot be read, or batches that are not
     two tensors)."""
-    from harness.domains.failure_repro import FailureRepro
 
     allowed = {t: PARITY_FRACTION * band.per_step[t] for t in sorted(band.per_step)}
     trainer = _trainer(setup, recipe, device, backend, overflow, sorted(allowed))
@@ -174,7 +174,6 @@ def curve_repro_of(
 ) -> FailureRepro | None:
     """The whole run's per-step training losses against a stored golden curve: each step within its
     allowance (0: bitwise), up to ``max_outliers`` steps excepted, at most ``max_run`` in a row."""
-    from harness.domains.failure_repro import FailureRepro
 
     eager = _eager(setup, recipe, device)
     if eager is None:
@@ -207,7 +206,6 @@ allowed = MAX_OUTLIERS"""
 def determinism_repro_of(setup: Setup, recipe: Recipe, device: torch.device) -> FailureRepro | None:
     """The run made twice in one process, as the determinism check makes it: every step's training
     loss bitwise the same (a NaN equal to a NaN); on CUDA with deterministic algorithms, as there."""
-    from harness.domains.failure_repro import FailureRepro
 
     eager = _eager(setup, recipe, device)
     if eager is None:
@@ -251,7 +249,6 @@ def model_prelude(
     with ``weights``, saved beside the script, on the device) and ``loss_of(model, low)`` (the loss
     of the batch ``x, y`` under autocast to ``low``; None: fp32). None: see :func:`unsupported`, a
     source that cannot be read, or a batch that is not two tensors."""
-    from harness.domains.training.recipes import FP32
 
     source = model_source(setup)
     if unsupported(setup, FP32) is not None or source is None:
@@ -410,7 +407,6 @@ def precision_repro_of(
 ) -> FailureRepro | None:
     """fp32 against a float64 run of the same problem, per data order, against ``recipe``'s
     (bf16 autocast's) distance from it: the median ratio over ``seeds`` orders at most ``fraction``."""
-    from harness.domains.failure_repro import FailureRepro
 
     checkpoints = setup.checkpoints()
     trainer = _trainer(setup, recipe, device, None, frozenset(), checkpoints, seeds)
@@ -614,8 +610,6 @@ def lane_repro_of(
     state saved beside the script, the next step taken by the recipe, in float64 and correctly
     rounded in float64, the median ratio of their errors against ``LANE_FACTOR`` (None: see
     :func:`unsupported`, or a model whose source cannot be read, or batches that are not two tensors)."""
-    from harness.domains.failure_repro import FailureRepro
-    from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
 
     dtype = lane_dtype(recipe)
     source = model_source(setup)
@@ -689,8 +683,6 @@ def census_skip_repro_of(setup: Setup, scale: float, seed: int, device: torch.de
     """The gradient census's scaler claim: from the census's state (saved beside the script), the
     fp32 gradients scaled by ``scale`` overflow fp16, so torch's GradScaler at ``scale`` must skip
     the step and back off (None: see :func:`unsupported`, or a source that cannot be read)."""
-    from harness.domains.failure_repro import FailureRepro
-    from harness.domains.training.census import census_state
 
     at = census_state(setup, seed, device=device)  # the state the check stepped from
     prelude = model_prelude(setup, at.model.state_dict(), (at.inputs, at.targets), device)
@@ -732,3 +724,36 @@ allowed = 0"""
         tensors,
         device=str(device),
     )
+
+
+def op_local_error(
+    what: str,
+    call: str,
+    tensors: Mapping[str, torch.Tensor],
+    unit_dtype: torch.dtype,
+    budget_u: float,
+    origin: str,
+    *,
+    device: str = "cpu",
+    cast: bool = False,
+) -> FailureRepro:
+    """One aten op of a training step, on the inputs it saw, against itself in float64: its local
+    error ``max |out - ref| / max |ref|`` in units of ``unit_dtype``'s unit roundoff (the op's
+    output format, or the recipe's where the output's is narrower). ``cast``: a cast, whose exact
+    result is its input (``t0``)."""
+    u = format_of(unit_dtype).unit_roundoff
+    reference = (
+        "# reference: a cast's exact result is its input\nref = t0.double()"
+        if cast
+        else f"""# reference: the same op on the same inputs upcast exactly to float64
+{upcast_src(tensors)}
+ref = {call}
+ref = ref[0] if isinstance(ref, (tuple, list)) else ref"""
+    )
+    code = f"""got = {call}
+got = got[0] if isinstance(got, (tuple, list)) else got  # an op with several outputs: the first
+{reference}
+U = {u!r}  # unit roundoff of {str(unit_dtype).removeprefix("torch.")}
+measured = float((got.double() - ref).abs().max() / ref.abs().max()) / U  # the op's own error, in u
+allowed = {budget_u!r}"""
+    return FailureRepro("op", what, code, origin, dict(tensors), device=device)

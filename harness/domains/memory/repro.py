@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.domains.memory.accounting import StateModel
-from harness.domains.training import standalone as training_script
+from harness.domains.repro import FailureRepro
+from harness.domains.training import repro as training_script
 from harness.domains.training.recipes import Setup
 
 if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 
 def _prelude(
@@ -33,7 +34,6 @@ def activation_repro_of(
     setup: Setup, seed: int, batch: tuple[torch.Tensor, torch.Tensor], dtype: torch.dtype, device: torch.device
 ) -> FailureRepro | None:
     """The forward pass under autocast to ``dtype`` must save fewer bytes for backward than fp32."""
-    from harness.domains.failure_repro import FailureRepro
 
     prelude = _prelude(setup, seed, batch, device)
     if prelude is None:
@@ -79,7 +79,6 @@ def state_repro_of(
 ) -> FailureRepro | None:
     """One AdamW step of ``recipe`` ("fp32", "autocast", "master_weights"): the bytes of the model
     state against ``model``'s bytes per parameter."""
-    from harness.domains.failure_repro import FailureRepro
 
     prelude = _prelude(setup, seed, batch, device)
     if prelude is None:

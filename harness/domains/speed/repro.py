@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from harness.domains.repro import FailureRepro
 from harness.domains.speed.bench import BLOCK_S, CPU_THREADS, MIN_ROUNDS
 from harness.domains.speed.workloads import Workload
 
 if TYPE_CHECKING:
-    from harness.domains.failure_repro import FailureRepro
+    from harness.domains.repro import FailureRepro
 
 _TIMING = """import statistics
 import time
@@ -71,7 +72,6 @@ def repro_of(
 ) -> FailureRepro | None:
     """The script of a speedup below ``threshold`` (``origin``: where it comes from), or None where
     the workload has no script (compiled paths, a baseline other than fp32)."""
-    from harness.domains.failure_repro import FailureRepro
 
     if workload.script is None or workload.baseline is not None or workload.compiled_paths:
         return None

@@ -1,0 +1,240 @@
+"""Standalone reproductions of failed checks: what a check saw when it failed, written so that
+``amp-harness repro`` can turn it into a script that needs only torch (and the library concerned).
+
+A check that fails attaches a :class:`FailureRepro` to its row: the failing example's tensors
+(saved exactly, beside the run report), the computation under test and its independent reference
+as source text, and the allowance with its origin. The script :func:`render` writes seeds nothing
+and draws nothing: it loads the very inputs the check failed on, so it shows the same numbers on
+the same stack. Its last line prints measured against allowed and exits 1 while the defect is
+present (``measured > allowed``, or not a number), 0 once fixed, 2 if it could not run.
+
+The families' builders live with their checks, one ``repro`` module per family package
+(``harness.domains.<family>.repro``); this module is what they share: the type, the rendering,
+the header, the could-not-run hook, and the known-issue scripts' type. Families, one builder each: an op against float64 (autocast numerics), captured calls under
+autocast against their expected dtypes, the hand-cast run or PyTorch's lists (autocast policy,
+with :mod:`harness.domains.call_capture`), one aten op of a training step against itself in
+float64, a loss-scaler trace or the state machine's rules against the scaler's rule, a
+third-party scaler's conformance example against its release's rule, one optimizer
+step under GradScaler against its float64 update or a skip, fp8 scales,
+casts and format limits against their exact definitions, stochastic rounding against the binomial
+law of its draws, and
+(``harness.domains.compiled.runs.repro_of``) the compiled probe block. A check of another kind
+records no reproduction; ``amp-harness repro`` says so and prints the rerun command.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import torch
+
+from harness.domains.versions import KnownIssue
+
+#: A tensor this small is written into the script itself; a larger one is saved beside it.
+INLINE_ELEMENTS = 64
+
+
+@dataclass(frozen=True)
+class FailureRepro:
+    """One failed check, reproducible without the harness. ``code`` runs after the inputs are
+    defined (each tensor by its name) and must set ``measured`` and ``allowed``; ``what`` says what
+    is measured, ``allowance`` where the allowance comes from."""
+
+    family: str
+    what: str
+    code: str
+    allowance: str
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    needs: tuple[str, ...] = ("torch",)
+    device: str = "cpu"
+
+    def spec(self, attachment: str | None) -> dict[str, Any]:
+        """What the row keeps (JSON): everything but the tensors, which ``attachment`` names."""
+        return {
+            "family": self.family,
+            "what": self.what,
+            "code": self.code,
+            "allowance": self.allowance,
+            "needs": list(self.needs),
+            "device": self.device,
+            "tensors": {k: [str(v.dtype).removeprefix("torch."), list(v.shape)] for k, v in self.tensors.items()},
+            "attachment": attachment,
+        }
+
+    def tensor_bytes(self) -> bytes:
+        """The tensors, saved exactly (``torch.save`` of a dict, CPU)."""
+        buf = io.BytesIO()
+        torch.save({k: v.detach().cpu().clone() for k, v in self.tensors.items()}, buf)
+        return buf.getvalue()
+
+
+def load_tensors(data: bytes) -> dict[str, torch.Tensor]:
+    loaded = torch.load(io.BytesIO(data), weights_only=True)
+    return {str(k): v for k, v in loaded.items()}
+
+
+def _literal(name: str, t: torch.Tensor, device: str) -> str:
+    """``name = torch.tensor([...])``, exact: float64 reprs round-trip, and every narrower float is
+    a float64 exactly."""
+    dtype = str(t.dtype)
+    values = t.detach().cpu().double().flatten().tolist() if t.is_floating_point() else t.flatten().tolist()
+    body = ", ".join("float('nan')" if v != v else repr(v).replace("inf", "float('inf')") for v in values)
+    src = f"torch.tensor([{body}], dtype=torch.float64)" if t.is_floating_point() else f"torch.tensor([{body}])"
+    to = f".to({dtype})" if t.dtype != torch.float64 else ""
+    dev = f'.to("{device}")' if device != "cpu" else ""
+    return f"{name} = {src}.reshape({tuple(t.shape)!r}){to}{dev}"
+
+
+def render(
+    spec: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], header: list[str], inputs_file: str | None
+) -> str:
+    """The script: ``header`` (comment lines), the could-not-run hook, imports, the inputs (inline
+    when small, else loaded from ``inputs_file`` beside the script), the check's code, the verdict."""
+    device = str(spec.get("device", "cpu"))
+    lines = ["# " + h if h else "#" for h in header]
+    code = str(spec["code"]).rstrip("\n")
+    imports = ["import math", "", "import torch"] + (["import torch.nn.functional as F"] if "F." in code else [])
+    out = ["\n".join(lines), "", COULD_NOT_RUN.rstrip("\n"), "", *imports, ""]
+    if tensors:
+        out.append("# the inputs the check failed on, exactly")
+    if tensors and not needs_file(tensors):
+        out += [_literal(k, v, device) for k, v in tensors.items()]
+    elif tensors:
+        if inputs_file is None:
+            raise ValueError("tensors too large to inline need an inputs file beside the script")
+        dev = f'.to("{device}")' if device != "cpu" else ""
+        out += [
+            "from pathlib import Path",
+            "",
+            f"_inputs = torch.load(Path(__file__).with_name({inputs_file!r}), weights_only=True)",
+            *(f"{k} = _inputs[{k!r}]{dev}" for k in tensors),
+        ]
+    two_blank_lines = tensors and code.startswith(("def ", "class "))  # a definition after the inputs
+    out += ["", "", code, ""] if two_blank_lines else ["", code, ""]
+    what, allowance = str(spec["what"]), str(spec["allowance"])
+    out += [
+        f'print({what!r} + f": measured {{measured!r}}, allowed {{allowed!r}}")',  # what: text, not a format
+        f"print({('allowance: ' + allowance).__repr__()})",
+        "_sys.exit(0 if measured <= allowed else 1)  # NaN is not <=: a defect",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def needs_file(tensors: Mapping[str, torch.Tensor]) -> bool:
+    return sum(t.numel() for t in tensors.values()) > INLINE_ELEMENTS
+
+
+# -- the families -------------------------------------------------------------------------------
+def dtype_src(dtype: torch.dtype) -> str:
+    return str(dtype)
+
+
+def upcast_src(tensors: Mapping[str, torch.Tensor]) -> str:
+    """Source rebinding each floating input to itself upcast exactly to float64."""
+    names = ", ".join(tensors) + ("," if len(tensors) == 1 else "")
+    values = ", ".join(f"{k}.double() if {k}.is_floating_point() else {k}" for k in tensors)
+    return f"{names} = ({values}{',' if len(tensors) == 1 else ''})"
+
+
+def header(
+    spec: Mapping[str, Any], nodeid: str, metric: str, run: str, provenance: str, rerun: str, script: str
+) -> list[str]:
+    """The script's header: what failed, where it was produced, how to rerun the check itself."""
+    wrap = textwrap.TextWrapper(width=96, break_on_hyphens=False, break_long_words=False)
+    return [
+        f"Reproduces a failed amp-harness check: {metric} (run {run}), of",
+        f"  {nodeid}",
+        *wrap.wrap(f"Produced on: {provenance}."),
+        *wrap.wrap(f"What is measured: {spec['what']}."),
+        f"Needs only {' and '.join(spec.get('needs', ['torch']))}. Run: python {script}",
+        "Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.",
+        "The check itself, with the harness:",
+        f"  {rerun}",
+    ]
+
+
+def float_src(x: float) -> str:
+    return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
+
+
+def dict_src(d: Mapping[str, Any]) -> str:
+    """A dict of plain values as source (inf and NaN included)."""
+    items = (f"{k!r}: {float_src(v) if isinstance(v, float) else repr(v)}" for k, v in d.items())
+    return "{" + ", ".join(items) + "}"
+
+
+#: Every script starts with this: an error the script did not expect (a missing package, an API
+#: that moved) exits 2, never 1, so that it cannot read as "the defect is present".
+COULD_NOT_RUN = """import sys as _sys
+
+
+def _could_not_run(kind, value, traceback):  # an unexpected error is not the defect: exit 2
+    _sys.__excepthook__(kind, value, traceback)
+    print("could not run the reproduction (exit 2): the error above is not the defect", file=_sys.stderr)
+    _sys.stderr.flush()
+    __import__("os")._exit(2)
+
+
+_sys.excepthook = _could_not_run
+
+"""
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """A registered known issue's standalone script: a real ``.py`` file in its family's
+    ``issue_scripts/`` folder (package data, linted and type-checked with the harness, runnable as
+    it is), what it imports, the edit standing for the upstream fix (``fixed``: the control that the
+    script can say "fixed"), and whether it compiles (Inductor: seconds per run on a small CPU)."""
+
+    issue: str
+    #: the family package whose ``issue_scripts/`` holds the script
+    package: str
+    needs: tuple[str, ...]
+    fixed: tuple[str, str]
+    compiles: bool = False
+
+    @property
+    def filename(self) -> str:
+        return f"{self.issue.replace('-', '_')}.py"
+
+    @property
+    def body(self) -> str:
+        """The script as it lies in the package."""
+        return resources.files(self.package).joinpath("issue_scripts", self.filename).read_text(encoding="utf-8")
+
+    def fixed_body(self) -> str:
+        """The body with the fix applied (the control that the script can say "fixed")."""
+        old, new = self.fixed
+        body = self.body
+        if body.count(old) != 1:
+            raise ValueError(f"{self.issue}: the fix's anchor {old!r} must occur once in {self.filename}")
+        return body.replace(old, new, 1)
+
+
+def known_issue_script(
+    issue: KnownIssue, where: str, reproduction: Reproduction, provenance: str, body: str | None = None
+) -> str:
+    """The standalone script of a known issue: a header naming the issue, its registry entry
+    (``where``) and ``provenance`` (versions, hardware, date: where the script was written), the
+    could-not-run hook, then its body."""
+    wrap = textwrap.TextWrapper(
+        width=98, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False, break_long_words=False
+    )
+    header = [
+        f"# Reproduces {issue.id} ({issue.package} {', '.join(issue.affected)}, {', '.join(issue.devices)}).",
+        *wrap.wrap(issue.summary),
+        *wrap.wrap(f"Where: {issue.reference}. Registered in amp-harness {where}."),
+        *wrap.wrap(f"Written on: {provenance}."),
+        f"# Needs only {' and '.join(reproduction.needs)}. Run: python {reproduction.filename}",
+        "# Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.",
+        "",
+    ]
+    return "\n".join(header) + COULD_NOT_RUN + (reproduction.body if body is None else body)
