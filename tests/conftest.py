@@ -88,7 +88,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def training_checks():
     """TrainingChecks whose rows stay in a list (``.rows``): no pytest session needed, and tests that
     expect failures leave no FAIL rows in the session's report."""
-    from harness.pytest_plugin.collaborators import TrainingChecks
+    from harness.domains.training.check import TrainingChecks
     from harness.pytest_plugin.recording import Recorder, TestIdentity
 
     rows: list = []

@@ -10,15 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from harness import __version__
+from harness.apps import qualify
+from harness.platform.hardware import KERNEL_SETS, cpu_class, detect, kernel_set, uncapped_cpu
+from harness.storage import atomic, fleet
 from harness.storage import report as rp
+from harness.storage.provenance import git_commit, provenance
 
 if TYPE_CHECKING:  # the CLI imports torch only in the commands that use it
     import torch
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from harness.platform.hardware import detect
-    from harness.storage import profiles
+    from harness.storage import profiles  # lazy: imports torch, seconds the command may not need
 
     fp = detect()
     if args.json:
@@ -39,7 +42,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_baselines(args: argparse.Namespace) -> int:
-    from harness.storage.inventory import validate_tree
+    from harness.storage.inventory import validate_tree  # lazy: imports torch, seconds the command may not need
 
     report = validate_tree(Path(args.baseline_dir))
     for line in report.lines:
@@ -74,7 +77,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from harness.apps import dashboard as db
+    from harness.apps import dashboard as db  # lazy: imports pandas, seconds the command may not need
 
     if not args.reports and not args.fleet:
         print("amp-harness dashboard: name run or report directories, or --fleet DIR", file=sys.stderr)
@@ -91,7 +94,6 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from harness.storage import fleet
 
     published, problems = 0, 0
     for path in map(Path, args.runs):
@@ -110,7 +112,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from harness.apps import diff as df
+    from harness.apps import diff as df  # lazy: imports torch, seconds the command may not need
 
     try:
         if args.fleet:
@@ -123,15 +125,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     result = df.diff(a, b)
     text = df.RENDERERS[args.format](result)
     if args.output:
-        from harness.storage import atomic
-
         atomic.write_text(Path(args.output), text)
         print(f"{result.summary()} -> {args.output}")
     else:
         sys.stdout.write(text)
     if args.csv:
-        from harness.storage import atomic
-
         atomic.write_text(Path(args.csv), df.render_csv(result))
     return 1 if result.regressed else 0
 
@@ -139,12 +137,16 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
 
-    from harness.domains.compiled import speed as compiled_speed
-    from harness.domains.fp8 import speed as fp8_speed
-    from harness.domains.speed import bench, calibration, thresholds
-    from harness.platform.hardware import detect
-    from harness.storage import profiles
-    from harness.storage.provenance import git_commit, provenance
+    from harness.domains.compiled import (
+        speed as compiled_speed,  # lazy: imports torch, seconds the command may not need
+    )
+    from harness.domains.fp8 import speed as fp8_speed  # lazy: imports torch, seconds the command may not need
+    from harness.domains.speed import (  # lazy: imports torch, seconds the command may not need
+        bench,
+        calibration,
+        thresholds,
+    )
+    from harness.storage import profiles  # lazy: imports torch, seconds the command may not need
 
     fp = detect()
     device = torch.device(args.device)
@@ -213,8 +215,6 @@ def _cmd_kernels(args: argparse.Namespace, rest: list[str]) -> int:
     import subprocess
     import tempfile
 
-    from harness.platform.hardware import KERNEL_SETS, cpu_class, kernel_set, uncapped_cpu
-
     cpu = uncapped_cpu()
     threads = os.cpu_count() or 1
     if args.name is None:
@@ -251,7 +251,6 @@ def _positive_int(text: str) -> int:
 
 def _capability_list(values: Sequence[str], option: str) -> list[str]:
     """``--optional speed,memory --optional numerics`` -> names, each checked."""
-    from harness.apps import qualify
 
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
     unknown = [n for n in names if n not in qualify.CAPABILITIES]
@@ -269,8 +268,7 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     import importlib.metadata
     import platform
 
-    from harness.domains import known_issues as R
-    from harness.storage import atomic
+    from harness.domains import known_issues as R  # lazy: imports torch, seconds the command may not need
 
     if args.report is not None:
         if args.known or args.list:
@@ -286,8 +284,6 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     if unknown:
         raise _UsageError(f"no known issue {', '.join(unknown)}; known: {', '.join(sorted(R.REPRODUCTIONS))}")
     import torch
-
-    from harness.platform.hardware import detect
 
     versions = [f"torch {torch.__version__}"]
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -325,9 +321,8 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     its newest run) whose node id or row name contains one of ``selected`` (none: every failed
     check). Exit 0 when each has its script, 3 when some recorded none (each named, with the
     command that reruns it), 4 when nothing failed there or nothing matched."""
-    from harness.domains import known_issues as R
-    from harness.domains import repro as FR
-    from harness.storage import atomic
+    from harness.domains import known_issues as R  # lazy: imports torch, seconds the command may not need
+    from harness.domains import repro as FR  # lazy: imports torch, seconds the command may not need
 
     if not report.exists():
         raise _UsageError(f"--report {report}: no such run report directory")
@@ -417,7 +412,6 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
 
 
 def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
-    from harness.apps import qualify
 
     optional = _capability_list(args.optional, "--optional")
     required = _capability_list(args.require, "--require") if args.require else None
@@ -575,7 +569,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if own[:1] != ["qualify"]:
             print(f"amp-harness: usage error: {exc}", file=sys.stderr)
             return 2
-        from harness.apps import qualify
 
         hint = " (pytest options go after --: amp-harness qualify tests/ -- -k parity)"
         print(f"amp-harness: usage error: {exc}{hint}", file=sys.stderr)

@@ -35,9 +35,10 @@ from typing import Any
 
 import pandas as pd
 
+from harness.domains.versions import release
 from harness.numerics.trend import band, finite_or_none, violates
 from harness.numerics.verdict import Outcome
-from harness.storage import atomic
+from harness.storage import atomic, fleet
 from harness.storage import report as rp
 
 #: Previous runs whose median is the reference of a point (as CI dashboards of large projects use).
@@ -92,7 +93,6 @@ def load_fleet(root: str | os.PathLike[str], window: int = WINDOW) -> Loaded:
     """From a fleet dataset (:mod:`harness.storage.fleet`), only what the dashboard shows: the
     last ``window + 1`` runs of each hardware class and stack (trends, flags, stacks view), read
     file by file, so memory is bounded by that, not by the fleet's size."""
-    from harness.storage import fleet
 
     rows: list[pd.DataFrame] = []
     runs: list[dict[str, Any]] = []
@@ -503,14 +503,12 @@ def stacks_view(loaded: Loaded) -> pd.DataFrame:
     """The latest run of each (torch release, hardware class) side by side: per suite, what
     ``amp-harness diff`` says of it against its class's reference column (the oldest torch release's
     latest run on the same hardware class)."""
-    from harness.apps import diff as df_
+    from harness.apps import diff as df_  # lazy: imports torch, seconds the command may not need
 
     runs = loaded.runs.dropna(subset=["run_id"])
     if runs.empty:
         return pd.DataFrame()
     latest = runs.groupby(["torch", "profile"], dropna=False, sort=False).tail(1)
-
-    from harness.domains.versions import release
 
     def key(r: Any) -> tuple[tuple[int, ...], str]:
         torch = str(r["torch"]) if isinstance(r["torch"], str) else "0"

@@ -36,6 +36,7 @@ from typing import Any
 from harness.domains.training.ops import OpPrint, first_difference
 from harness.numerics.trend import finite_or_none, violates
 from harness.numerics.verdict import Outcome, RowKind
+from harness.storage import fleet
 from harness.storage import report as rp
 
 #: the speed rule's detectable slowdown (harness.domains.speed.bench.DETECT_SLOWDOWN): an unjudged
@@ -140,7 +141,6 @@ def load_side(label: str, path: str | Path) -> Side:
 
 def fleet_side(label: str, root: str | Path, selector: str) -> Side:
     """The latest run of a fleet dataset that matches ``selector`` (:func:`harness.storage.fleet.select`)."""
-    from harness.storage import fleet
 
     try:
         run = fleet.select(fleet.index(root), selector)

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.platform.hardware import Fingerprint
-from harness.pytest_plugin.collaborators import BaselineContext, Baselines, TrainingChecks
+from harness.pytest_plugin.collaborators import BaselineContext, Baselines
 from harness.pytest_plugin.options import DTYPE_NAMES
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, NOTE_PROPERTY, OUTCOME_PROPERTY, Recorder, TestIdentity
 from harness.pytest_plugin.state import State, state_of, suite_of
 from harness.storage import baselines as bl
+from harness.storage.provenance import provenance
 
 #: ``amp_speedup``'s callback: ``(workload, dtype_name, calibrate_flags="") -> None``.
 SpeedCheck = Callable[..., None]
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from harness.domains.speed.workloads import Workload
+    from harness.domains.training.check import TrainingChecks
     from harness.storage.profiles import Profile
 
 __all__ = [
@@ -164,7 +166,7 @@ def amp_hardware_class(request: pytest.FixtureRequest) -> Profile:
         def test_speed(amp_hardware_class):
             th = amp_hardware_class.threshold("matmul_1024", "bfloat16")
     """
-    from harness.storage import profiles
+    from harness.storage import profiles  # lazy: imports torch, seconds the command may not need
 
     st = _active(request)
     device = str(request.getfixturevalue("amp_device")) if "amp_device" in request.fixturenames else st.primary_device
@@ -255,7 +257,7 @@ def amp_speedup(
         def test_my_speed(amp_speedup):
             amp_speedup(Workload("mm", make_mm, flops=2 * 1024**3), "bfloat16")
     """
-    from harness.pytest_plugin.speed import check_speedup
+    from harness.pytest_plugin.speed import check_speedup  # lazy: imports torch, seconds the command may not need
 
     def check(workload: Workload, dtype_name: str, calibrate_flags: str = "") -> None:
         __tracebackhide__ = True
@@ -290,7 +292,9 @@ def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> Traini
         def test_my_model(amp_training):
             amp_training.check(Setup("mine", model, batch, loss, steps=20, lr=1e-3), [BF16, FP16_SCALER])
     """
-    import torch
+    import torch  # lazy: the plugin loads in every pytest run, and imports torch only when a test uses it
+
+    from harness.domains.training.check import TrainingChecks  # lazy: it imports torch
 
     if "amp_device" in request.fixturenames:
         return TrainingChecks(amp_record, request.getfixturevalue("amp_device"))
@@ -306,7 +310,6 @@ def amp_baseline(request: pytest.FixtureRequest, amp_record: Recorder) -> Baseli
         def test_table(amp_baseline):
             amp_baseline.check("limits", table, key=KeyKind.UNIVERSAL)
     """
-    from harness.storage.provenance import provenance
 
     st = _active(request)
     regen: list[str] = []

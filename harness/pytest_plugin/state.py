@@ -17,7 +17,7 @@ import pytest
 
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import Fingerprint, detect
-from harness.pytest_plugin.options import Options
+from harness.pytest_plugin.options import Options, worker_threads
 from harness.storage import baselines as bl
 from harness.storage import report as rp
 from harness.storage.provenance import git_commit
@@ -86,8 +86,6 @@ class State:
         import os
 
         import torch
-
-        from harness.pytest_plugin.options import worker_threads
 
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         n, why = worker_threads(self.options.worker_threads, self.worker_count, cpus, os.environ.get("OMP_NUM_THREADS"))

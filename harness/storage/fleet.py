@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.domains.versions import minor
 from harness.storage import report as rp
 
 META_KEY = b"amp_harness_run"
@@ -48,7 +49,6 @@ class FleetRun:
 
 def stack_of(meta: dict[str, Any]) -> str:
     """``torch-2.13`` from a run's metadata (its fingerprint's torch version)."""
-    from harness.domains.versions import minor
 
     fp = meta.get("fingerprint") or {}
     version = fp.get("torch_version") if isinstance(fp, dict) else None

@@ -32,8 +32,8 @@ from harness.domains.fp8.repro import product_against_float64
 from harness.domains.fp8.training import FP8_PARITY_FRACTION, fp32_state_at
 from harness.domains.training import amp_lane as L
 from harness.domains.training.batches import to_device
-from harness.domains.training.loop import INIT_SEED, Run, step_from, train
-from harness.domains.training.recipes import FP32, Recipe, Setup
+from harness.domains.training.loop import Run, step_from, train
+from harness.domains.training.recipes import FP32, INIT_SEED, Recipe, Setup
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP8_E4M3FN
@@ -316,7 +316,7 @@ def block_linear_over_budget(
     model = block_setup(setup, spec_id, linear).model(INIT_SEED).to(dev)
     model.load_state_dict(weights, strict=False)  # the block-scaled linears hold the same parameters
     inputs, targets = to_device(batch, dev)
-    seen = seen_by_linears(model, lambda: setup.loss_from(setup.forward(model, inputs), targets), BlockScaledLinear)
+    seen = seen_by_linears(model, lambda: setup.loss_on(model, inputs, targets), BlockScaledLinear)
     for s in seen:
         got = linear_products(linear, s.x, s.w, s.go, spec)
         for name, (ref, bud) in product_budgets(s.x, s.w, s.go, spec).items():

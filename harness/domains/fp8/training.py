@@ -19,9 +19,9 @@ from harness.domains.fp8 import linear
 from harness.domains.fp8.linear import Localised
 from harness.domains.repro import FailureRepro
 from harness.domains.training.batches import to_device
-from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
+from harness.domains.training.loop import train
 from harness.domains.training.parity import Parity
-from harness.domains.training.recipes import FP32, Batch, BatchFn, Recipe, Setup
+from harness.domains.training.recipes import FP32, INIT_SEED, Batch, BatchFn, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.platform.thirdparty import import_third_party
 
@@ -103,7 +103,7 @@ def fp32_state_at(setup: Setup, step: int, device: torch.device | str = "cpu") -
     the evaluation batch the training suite's diagnosis steps on."""
 
     weights = train(setup, FP32, 0, torch.device(device), keep_weights_at=frozenset({step})).weights[step]
-    return weights, setup.batch(0, torch.Generator().manual_seed(EVAL_SEED))
+    return weights, setup.eval_batch("cpu")
 
 
 def first_linear_over_budget(
@@ -124,7 +124,7 @@ def first_linear_over_budget(
     model.load_state_dict(weights)
     inputs, targets = to_device(batch, dev)
     return linear.first_linear_over_budget(
-        recipe_name, model, lambda: setup.loss_from(setup.forward(model, inputs), targets), dev, emulate
+        recipe_name, model, lambda: setup.loss_on(model, inputs, targets), dev, emulate
     )
 
 

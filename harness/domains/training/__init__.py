@@ -18,7 +18,7 @@ from harness.domains.training.census import (
     lm_gradients,
     scaler_skips_at,
 )
-from harness.domains.training.loop import DATA_SEED_OFFSET, EVAL_SEED, INIT_SEED, Run, evaluate, train
+from harness.domains.training.loop import Run, evaluate, train
 from harness.domains.training.models import SETUPS, TinyLM
 from harness.domains.training.parity import (
     CONTROL_FACTOR,
@@ -52,12 +52,15 @@ from harness.domains.training.recipes import (
     BF16_GRAD_ACCUM,
     BF16_PARAMS,
     CLIP,
+    DATA_SEED_OFFSET,
+    EVAL_SEED,
     FP16_GRAD_ACCUM,
     FP16_NO_SCALER,
     FP16_SCALER,
     FP16_STATIC_FP32_ACCUM,
     FP16_WITH_SCALER_SMALL,
     FP32,
+    INIT_SEED,
     OPTIMIZERS,
     SMALL_GRAD,
     Batch,

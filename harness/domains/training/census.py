@@ -11,9 +11,8 @@ import torch
 from torch import nn
 
 from harness.domains.training.batches import to_device
-from harness.domains.training.loop import DATA_SEED_OFFSET, INIT_SEED
 from harness.domains.training.models import SETUPS
-from harness.domains.training.recipes import Setup
+from harness.domains.training.recipes import DATA_SEED_OFFSET, Setup
 from harness.numerics.formats import FP16
 
 FP16_TINY = FP16.smallest_subnormal  # 2^-24: below half of it a value flushes to zero
@@ -65,13 +64,13 @@ class CensusState:
 def census_state(setup: Setup, seed: int = 0, warmup_steps: int = 5, device: torch.device | str = "cpu") -> CensusState:
     """The model after ``warmup_steps`` fp32 steps of ``setup`` and the next step's batch."""
     torch.manual_seed(seed)
-    model = setup.model(INIT_SEED).to(device)
+    model = setup.build(device)
     opt = setup.make_optimizer(list(model.parameters()), setup.lr)
     gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
     for step in range(warmup_steps):
         x, y = to_device(setup.batch(step, gen), torch.device(device))
         opt.zero_grad()
-        setup.loss_from(setup.forward(model, x), y).backward()  # type: ignore[no-untyped-call]
+        setup.loss_on(model, x, y).backward()  # type: ignore[no-untyped-call]
         opt.step()
     x, y = to_device(setup.batch(warmup_steps, gen), torch.device(device))
     model.zero_grad(set_to_none=True)
@@ -83,7 +82,7 @@ def fp32_gradients(
 ) -> list[torch.Tensor]:
     """fp32 parameter gradients after a few fp32 steps (the census input)."""
     at = census_state(setup, seed, warmup_steps, device)
-    setup.loss_from(setup.forward(at.model, at.inputs), at.targets).backward()  # type: ignore[no-untyped-call]
+    setup.loss_on(at.model, at.inputs, at.targets).backward()  # type: ignore[no-untyped-call]
     return [p.grad.detach().clone() for p in at.model.parameters() if p.grad is not None]
 
 
@@ -97,7 +96,7 @@ def scaler_skips_at(setup: Setup, scale: float, seed: int = 0, device: torch.dev
     dev = torch.device(device)
     scaler = torch.amp.GradScaler(dev.type, init_scale=scale)
     with torch.autocast(dev.type, dtype=torch.float16):
-        loss = setup.loss_from(setup.forward(at.model, at.inputs), at.targets)
+        loss = setup.loss_on(at.model, at.inputs, at.targets)
     scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
     scaler.step(opt)
     scaler.update()

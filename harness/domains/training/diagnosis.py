@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.batches import cast_floating, tensors, to_device, tree_map
-from harness.domains.training.loop import EVAL_SEED, INIT_SEED, train
+from harness.domains.training.batches import cast_floating, tensors, tree_map
+from harness.domains.training.loop import train
 from harness.domains.training.ops import OpPrint, first_over_budget, localised, record_step
 from harness.domains.training.parity import Band, RecipeResult, parity
 from harness.domains.training.recipes import Recipe, Setup
@@ -182,7 +182,7 @@ def _observe(
     try:
         model.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = setup.loss_from(setup.forward(model, inputs), targets)
+            loss = setup.loss_on(model, inputs, targets)
         (loss * loss_scale).backward()  # type: ignore[no-untyped-call]
     finally:
         for h in handles:
@@ -208,9 +208,9 @@ def attribute(
 ) -> tuple[float, list[ModuleError]]:
     """Per-module relative errors of ``recipe``'s autocast against fp32 at ``weights``."""
     dev = torch.device(device)
-    base = setup.model(INIT_SEED).to(dev)
+    base = setup.build(dev)
     base.load_state_dict(weights)
-    inputs, targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+    inputs, targets = setup.eval_batch(dev)
     amp_model = copy.deepcopy(base)
     ref_calls, ref_grads = _observe(setup, copy.deepcopy(base), inputs, targets, None, 1.0)
     amp_calls, amp_grads = _observe(setup, amp_model, inputs, targets, recipe.dtype, loss_scale)
@@ -323,13 +323,13 @@ def localise(
     (None: the initial ones), each against float64 on its own inputs
     (:func:`harness.domains.training.ops.record_step`)."""
     dev = torch.device(device)
-    model = setup.model(INIT_SEED).to(dev)
+    model = setup.build(dev)
     if weights is not None:
         model.load_state_dict(weights)
-    inputs, targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+    inputs, targets = setup.eval_batch(dev)
 
     def step() -> torch.Tensor:
         with torch.autocast(dev.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
-            return setup.loss_from(setup.forward(model, inputs), targets)
+            return setup.loss_on(model, inputs, targets)
 
     return record_step(model, step, recipe.dtype)

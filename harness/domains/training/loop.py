@@ -14,7 +14,7 @@ from torch import nn
 
 from harness.domains.training.batches import cast_floating, split, tensors, to_device, tree_map
 from harness.domains.training.emulation import RoundingMode
-from harness.domains.training.recipes import Recipe, Setup
+from harness.domains.training.recipes import DATA_SEED_OFFSET, INIT_SEED, Recipe, Setup
 
 
 @dataclass
@@ -55,14 +55,6 @@ class State:
     scale: float | None
 
 
-#: Models start from one initialisation; seeds vary the data stream. The seed band is then the
-#: run-to-run noise of the data order, the spread a practitioner sees re-running the same model.
-INIT_SEED = 0
-#: Training data of seed s is drawn from generator seed DATA_SEED_OFFSET + s: apart from the
-#: initialisation seeds and from the evaluation batch's seed.
-DATA_SEED_OFFSET = 10_000
-#: Seed of the fixed evaluation batch (never used for training data).
-EVAL_SEED = 99_999
 #: Generators of injected gradient noise (Recipe.grad_noise) start here: apart from all the above.
 NOISE_SEED_OFFSET = 200_000
 
@@ -230,7 +222,7 @@ def train(
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
-    model = setup.model(INIT_SEED).to(dev)
+    model = setup.build(dev)
     if recipe.params_dtype is not None:
         model = model.to(recipe.params_dtype)
     outside_autocast(model, fp32_modules)
@@ -243,7 +235,7 @@ def train(
     schedule = setup.schedule(opt) if setup.schedule is not None else None
     scaler = setup.make_scaler(dev.type) if recipe.scaler else None
     gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
-    eval_inputs, eval_targets = to_device(setup.batch(0, torch.Generator().manual_seed(EVAL_SEED)), dev)
+    eval_inputs, eval_targets = setup.eval_batch(dev)
     checkpoints = set(setup.checkpoints())
     run = Run(recipe.name, seed, [])
     zero, total = 0, 0

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from harness.domains.scaling.optimizers import differences
-from harness.domains.training.loop import INIT_SEED, State, train
-from harness.domains.training.recipes import Recipe, Setup
+from harness.domains.training.loop import State, train
+from harness.domains.training.recipes import INIT_SEED, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: Changes named in a failure message; the rest are counted.

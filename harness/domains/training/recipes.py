@@ -15,7 +15,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.batches import call, logits_of, loss_of
+from harness.domains.training.batches import call, logits_of, loss_of, to_device
+
+#: Models start from one initialisation; seeds vary the data stream. The seed band is then the
+#: run-to-run noise of the data order, the spread a practitioner sees re-running the same model.
+INIT_SEED = 0
+#: Training data of seed s is drawn from generator seed DATA_SEED_OFFSET + s: apart from the
+#: initialisation seeds and from the evaluation batch's seed.
+DATA_SEED_OFFSET = 10_000
+#: Seed of the fixed evaluation batch (never used for training data).
+EVAL_SEED = 99_999
 
 #: (inputs, targets): inputs a tensor, tuple/list (positional), dict (keyword) or Inputs; targets
 #: any structure of tensors, or None where the model computes its own loss (see batches.py)
@@ -164,6 +173,20 @@ class Setup:
     def make_scaler(self, device_type: str) -> torch.amp.GradScaler:
         """The loss scaler of a recipe with one: yours, or torch's GradScaler with its defaults."""
         return torch.amp.GradScaler(device_type) if self.scaler is None else self.scaler(device_type)
+
+    def build(self, device: torch.device | str, seed: int = INIT_SEED) -> nn.Module:
+        """The model every run of this setup starts from, on ``device``."""
+        return self.model(seed).to(torch.device(device))
+
+    def eval_batch(self, device: torch.device | str) -> tuple[Any, Any]:
+        """The fixed evaluation batch (inputs, targets), on ``device``: never a training batch."""
+        inputs, targets = to_device(self.batch(0, torch.Generator().manual_seed(EVAL_SEED)), torch.device(device))
+        return inputs, targets
+
+    def loss_on(self, model: nn.Module, inputs: Any, targets: Any) -> torch.Tensor:
+        """Call the user's model on a batch and get its loss: the one place that does it (parity,
+        the lane, the census, the diagnosis, fp8 training all go through here)."""
+        return self.loss_from(self.forward(model, inputs), targets)
 
     def forward(self, model: nn.Module, inputs: Any) -> Any:
         """The model's raw output for batch inputs of any structure."""

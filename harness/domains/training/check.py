@@ -1,0 +1,394 @@
+"""Bring your own model: the training checks of a user's ``Setup`` (parity, the AMP lane with its
+positive controls, determinism, the gradient census, overflow handling), driven here in the
+training domain so that following a user's setup never leaves it. What a verdict becomes is the
+caller's: every row goes through a :class:`RowRecorder` (in a pytest test the plugin's
+``amp_record``; in plain Python any object with those three methods), so this module knows no
+pytest and no files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from harness.domains import training as T
+from harness.domains.repro import FailureRepro
+from harness.domains.training import amp_lane as L
+from harness.domains.training import overflow as O
+from harness.domains.training import repro as training_repro
+from harness.domains.training.diagnosis import Diagnosis, diagnose, localise
+from harness.domains.training.ops import OpPrint, first_over_budget, localised
+from harness.domains.training.ops import repro_of as op_repro_of
+from harness.domains.training.parity import Band, ParityReport, RecipeResult
+from harness.domains.training.recipes import Recipe, Setup
+from harness.domains.training.result import Checked, Kind, TrainingCheckFailed, TrainingResult
+from harness.numerics.comparison import AnyComparison, explain
+from harness.numerics.verdict import Outcome
+
+
+class RowRecorder(Protocol):
+    """What the training checks need of a recorder: a row, a verdict's row (returning whether it
+    passed), and the tags that keep a failed check's script. The plugin's ``amp_record`` is one."""
+
+    def __call__(
+        self,
+        metric: str,
+        value: float | int | bool | None,
+        *,
+        unit: str = ...,
+        expected: float | None = ...,
+        allowance: float | None = ...,
+        dtype: object = ...,
+        device: object = ...,
+        tags: dict[str, Any] | None = ...,
+        note: str = ...,
+        comparable: bool | None = ...,
+    ) -> None: ...
+
+    def result(self, result: AnyComparison, *, repro: FailureRepro | None = None, **kw: Any) -> bool: ...
+
+    def repro_tags(self, repro: FailureRepro | None) -> dict[str, Any]: ...
+
+
+class TrainingChecks:
+    """Bring your own model: parity, the AMP lane, determinism and gradient census of the training suite.
+
+    Example::
+
+        def test_my_model(amp_training):
+            setup = harness.api.Setup("mine", model, batch, loss, steps=20, lr=1e-3)
+            amp_training.check(setup, [harness.api.BF16, harness.api.FP16_SCALER])
+
+    Every verdict comes from :mod:`harness.domains.training` (the same functions the training
+    suite uses); this object only records them and fails the test with every miss. A failed
+    parity verdict is diagnosed (:mod:`harness.domains.training.diagnosis`): the module where the
+    AMP run departs from fp32 is named in the message and recorded.
+    """
+
+    def __init__(self, recorder: RowRecorder, device: torch.device) -> None:
+        self._record, self._device = recorder, device
+        #: while :meth:`check` runs: the verdicts, diagnoses and notes it collects
+        self._collected: list[Checked] | None = None
+        self._diagnoses: dict[str, Diagnosis] = {}
+        self._notes: dict[tuple[Kind, str], str] = {}
+
+    def _judged(self, kind: Kind, recipe: str, comparison: AnyComparison, **row: Any) -> bool:
+        """Record one verdict as a row (and, inside :meth:`check`, keep it for the result)."""
+        if self._collected is not None:
+            self._collected.append(Checked(kind, recipe, comparison))
+        return self._record.result(comparison, **row)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the checks train."""
+        return self._device
+
+    def on(self, device: str | torch.device) -> TrainingChecks:
+        """The same checks on another device: ``amp_training.on("cuda:1").check(setup, [BF16])``."""
+        return TrainingChecks(self._record, torch.device(device))
+
+    def parity_verdict(
+        self, setup: Setup, result: RecipeResult, band: Band, tags: dict[str, Any] | None = None
+    ) -> str | None:
+        """Record one recipe's parity verdict (and, when it fails, its diagnosis); the failure
+        message, or None when it passed."""
+        verdict = T.judge(setup.name, result)
+        recipe = result.recipe.name
+        base = {
+            "control": result.recipe.control,
+            "skipped_steps": result.run.skipped_at,
+            "taken_steps": result.run.taken_steps,
+            "steps": len(result.run.losses),
+            "param_change": result.reference.param_change,
+            **(tags or {}),
+        }
+        dtype = str(result.recipe.dtype or "float32")
+        clipping = T.judge_clipping(setup.name, result)
+        unclipped = None
+        if clipping is not None and not self._judged(
+            Kind.CLIPPING, recipe, clipping, device=self._device, dtype=dtype, tags={"norms": result.run.clip_norms}
+        ):
+            unclipped = explain(clipping)
+        # a failed AMP recipe keeps its whole run as a script (the built-in models; the step's first
+        # op over its budget, when the diagnosis finds one, keeps its own)
+        failed = verdict.outcome is Outcome.FAIL and not result.recipe.control
+        run_script = training_repro.repro_of(setup, result.recipe, band, self._device) if failed else None
+        if self._judged(Kind.PARITY, recipe, verdict, device=self._device, dtype=dtype, tags=base, repro=run_script):
+            return unclipped
+        message = explain(verdict) if unclipped is None else f"{explain(verdict)}\n{unclipped}"
+        if failed:
+            try:
+                diagnosis = diagnose(setup, result, band, self._device)
+            except Exception as exc:  # the verdict stands; a diagnosis that cannot run must not hide it
+                message += f"\n(no diagnosis: {type(exc).__name__}: {exc})"
+            else:
+                self._record_diagnosis(setup, result, diagnosis, dtype)
+                self._diagnoses[recipe] = diagnosis
+                message += "\n" + diagnosis.explain()
+        return message
+
+    def _record_diagnosis(self, setup: Setup, result: RecipeResult, d: Diagnosis, dtype: str) -> None:
+        u = d.unit_roundoff
+        metric = f"{setup.name}.{result.recipe.metric_id}.diagnosis"
+        if d.departure is not None:
+            self._record(
+                f"{metric}.departure_own_error",
+                (d.departure.local or 0.0) / u,
+                unit="u",
+                device=self._device,
+                dtype=dtype,
+                tags={
+                    "module": d.departure.name,
+                    "kind": d.departure.kind,
+                    "step": d.step,
+                    "output_error": d.departure.forward,
+                    "ranked": [(m.name, m.kind, (m.local or 0.0) / u) for m in d.ranked()],
+                },
+                note="the module with the largest error of its own (local error in units of the autocast dtype's u)",
+            )
+        if d.first_op is not None:
+            self._record_first_op(f"{metric}.first_op_over_budget", d.first_op)
+        if d.remedy is not None:
+            self._record(
+                f"{metric}.remedy_worst_over_allowance",
+                d.remedy.worst_after,
+                expected=1.0,
+                device=self._device,
+                dtype=dtype,
+                tags={"module_in_fp32": d.remedy.module, "before": d.remedy.worst_before, "fixes": d.remedy.fixes},
+                note=f"parity with {d.remedy.module} outside autocast (before: {d.remedy.worst_before:.3g})",
+            )
+
+    def lane_verdicts(
+        self, setup: Setup, report: ParityReport, underflow_share: float | None = None, power: bool = True
+    ) -> list[str]:
+        """The AMP lane of every recipe of ``report`` (its runs kept their states), after the
+        canonical broken recipes were tried from the same states: a PASS on a setup where the lane
+        cannot see one of them is INCONCLUSIVE (``power=False``: the controls are not tried).
+        Records rows; returns the failure messages."""
+        failures: list[str] = []
+        references: dict[torch.dtype, L.LaneReference] = {}
+        for r in report.results:
+            dtype = L.lane_dtype(r.recipe)
+            if dtype is None or not r.run.states:
+                continue
+            if dtype not in references:
+                references[dtype] = L.lane_reference(setup, r.run, dtype, r.recipe, self._device)
+            lane = L.amp_lane(setup, r.recipe, r.run, references[dtype], self._device)
+            blind: list[L.Control] = []
+            if power and not r.recipe.control:
+                for control in L.power(setup, r.recipe, r.run, references, self._device, underflow_share):
+                    self._judged(
+                        Kind.POWER,
+                        r.recipe.name,
+                        L.judge_control(setup.name, control),
+                        device=self._device,
+                        dtype=str(L.lane_dtype(control.recipe)),
+                        tags={"for_recipe": r.recipe.name, "per_step": [e.ratio for e in control.lane.errors]},
+                        comparable=False,
+                    )
+                    if not control.caught:
+                        blind.append(control)
+            verdict = L.judge_lane(lane, control=r.recipe.control, blind=blind)
+            localised, script = "", None
+            if verdict.outcome is Outcome.FAIL and not r.recipe.control:
+                localised = self._first_op(setup, r.recipe, "lane")
+                self._notes[(Kind.LANE, r.recipe.name)] = localised.lstrip("\n")
+                # the judged steps themselves, from the states saved beside the script
+                script = training_repro.lane_repro_of(
+                    setup, r.recipe, r.run, [e.step for e in lane.errors], self._device
+                )
+            tags = {
+                "per_step": [(e.step + 1, e.amp, e.emulated) for e in lane.errors],
+                "left_out": list(lane.left_out),
+                "emulated_calls": lane.calls,
+                "attention_kernel_ratio": lane.kernel_ratio,
+                "control": r.recipe.control,
+            }
+            if not self._judged(
+                Kind.LANE, r.recipe.name, verdict, device=self._device, dtype=str(dtype), tags=tags, repro=script
+            ):
+                failures.append(explain(verdict) + localised)
+            if lane.kernel_ratio is not None:
+                self._record(
+                    f"{setup.name}.{r.recipe.metric_id}.amp_lane_attention_kernel_ratio",
+                    lane.kernel_ratio,
+                    unit="x",
+                    device=self._device,
+                    dtype=str(dtype),
+                    comparable=False,
+                    note="the lane's ratio with the stack's own attention kernel instead of a correctly rounded one "
+                    "(information: the op numerics suite holds the kernel to its budget)",
+                )
+        return failures
+
+    def _first_op(self, setup: Setup, recipe: Recipe, rule: str) -> str:
+        """For a failed verdict: the first aten op of one AMP step whose own error against float64
+        leaves its budget (a row, and a line for the message; "" where every op stays within it)."""
+        try:
+            ops = localise(setup, recipe, None, self._device)
+        except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
+            return f"\n  (no op localisation: {type(exc).__name__}: {exc})"
+        o = first_over_budget(ops)
+        if o is not None:
+            self._record_first_op(f"{setup.name}.{recipe.metric_id}.{rule}.first_op_over_budget", o)
+        return f"\n  {localised(o, len(ops))}"
+
+    def _record_first_op(self, metric: str, o: OpPrint) -> None:
+        """The row of the first aten op of an AMP step whose own error leaves its budget."""
+        repro = op_repro_of(o, self._device)
+        self._record(
+            metric,
+            o.error_u,
+            unit="u",
+            allowance=o.budget_u,
+            device=self._device,
+            dtype=o.dtype,
+            tags={
+                "op": f"aten.{o.op}",
+                "module": o.module,
+                "index": o.index,
+                "shape": list(o.shape),
+                **self._record.repro_tags(repro),
+            },
+            note="the first aten op of one AMP step whose own error against float64 (same inputs) leaves its budget",
+        )
+
+    def detection_ladder(self, setup: Setup, recipe: Recipe, report: ParityReport) -> float | None:
+        """The smallest relative gradient noise the AMP lane catches on ``setup`` (one row per level
+        and one for the limit): what the rules can see on your model. About a lane's cost per level."""
+        result = next((r for r in report.results if r.recipe == recipe), None)
+        dtype = L.lane_dtype(recipe)
+        if result is None or dtype is None:
+            raise ValueError(f"recipe {recipe.name!r} is not a low-precision recipe of this report")
+        reference = L.lane_reference(setup, result.run, dtype, recipe, self._device)
+        lanes = L.ladder_lanes(setup, recipe, result.run, reference, L.POWER_LADDER, self._device)
+        limit = L.detection_limit(lanes)
+        for level, lane in lanes.items():
+            self._record(
+                f"{setup.name}.{recipe.metric_id}.power.noise_{level:.3g}",
+                lane.ratio,
+                allowance=L.LANE_FACTOR,
+                unit="x",
+                device=self._device,
+                dtype=str(dtype),
+                comparable=False,
+                note="AMP lane ratio with this relative gradient noise injected into the recipe's steps",
+            )
+        self._record(
+            f"{setup.name}.{recipe.metric_id}.power.detection_limit",
+            limit if limit is not None else float("inf"),
+            unit="relative gradient noise",
+            device=self._device,
+            dtype=str(dtype),
+            comparable=False,
+            note="the smallest injected gradient noise the AMP lane fails, every larger level failing too",
+        )
+        return limit
+
+    def check(
+        self,
+        setup: Setup,
+        recipes: Sequence[Recipe],
+        seeds: int | None = None,
+        determinism: bool = True,
+        census: bool = True,
+        lane: bool = True,
+        power: bool = True,
+        ladder: bool = False,
+        overflow: bool = True,
+    ) -> TrainingResult:
+        """Parity, the AMP lane with its positive controls, determinism, the gradient census and,
+        for recipes with a loss scaler, overflow handling of ``recipes`` on ``setup``; returns a
+        :class:`~harness.domains.training.result.TrainingResult` with every verdict, and fails the
+        test with every miss by raising
+        :class:`~harness.domains.training.result.TrainingCheckFailed` (an ``AssertionError``
+        carrying the same result). Overflow handling (``overflow=False``: not tried) runs the recipe
+        once more with a non-finite gradient element planted at checkpoint steps: your optimizer and
+        scaler must leave parameters and optimizer state untouched there and back the scale off
+        (:mod:`harness.domains.training.overflow`). A recipe that passes on a setup
+        where the lane does not see the canonical broken recipes (no fp32 master weights; for fp16,
+        no loss scaling) is INCONCLUSIVE, naming them (``power=False``: not tried, for a setup whose
+        power is shown otherwise).
+        ``ladder=True`` also measures the smallest gradient noise the lane catches on this setup
+        (a lane per noise level: about the cost of the lane again per level). A call that
+        could only be vacuous (no recipes, a non-recipe, fewer than 2 seeds, too few checkpoints)
+        is refused before anything trains."""
+        __tracebackhide__ = True
+        n = T.DEFAULT_SEEDS if seeds is None else seeds
+        recipes = T.validate(setup, recipes, n)
+        collected: list[Checked] = []
+        self._collected, self._diagnoses, self._notes = collected, {}, {}
+        try:
+            counted: dict[str, float] | None = None
+            underflow: float | None = None
+            if census:
+                c = T.gradient_census(T.fp32_gradients(setup, device=self._device))
+                underflow = float(c["underflow_share"])
+                counted = {"underflow_share": underflow, "subnormal_share": float(c["subnormal_share"])}
+                self._record(
+                    f"{setup.name}.grad.underflow_share", c["underflow_share"], unit="share", device=self._device
+                )
+                self._record(
+                    f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device
+                )
+            report = T.check_parity(setup, recipes, seeds=n, device=self._device)
+            result = TrainingResult(setup.name, report, collected, counted, self._diagnoses, notes=self._notes)
+            for r in report.results:
+                self.parity_verdict(setup, r, report.band)
+            if lane:
+                self.lane_verdicts(setup, report, underflow, power)
+                if ladder:
+                    for recipe in recipes:
+                        result.detection_limits[recipe.name] = self.detection_ladder(setup, recipe, report)
+            if overflow:
+                self.overflow_verdicts(setup, recipes)
+            if determinism:
+                for recipe in recipes:
+                    same, first = T.is_deterministic(setup, recipe, self._device)
+                    self._judged(
+                        Kind.DETERMINISM,
+                        recipe.name,
+                        T.judge_determinism(setup.name, recipe, same, first),
+                        device=self._device,
+                    )
+        finally:
+            self._collected = None
+        if result.failures:
+            raise TrainingCheckFailed(result)
+        return result
+
+    def overflow_verdicts(self, setup: Setup, recipes: Sequence[Recipe]) -> list[str]:
+        """Overflow handling of each recipe with a loss scaler (controls excepted): a verdict row
+        per planted step; returns the failure messages."""
+        failures: list[str] = []
+        for recipe in recipes:
+            if not recipe.scaler or recipe.control:
+                continue
+            for step in O.run(setup, recipe, self._device):
+                p = step.planted
+                tags = {
+                    "step": p.step,
+                    "parameter": p.parameter,
+                    "element": p.element,
+                    "planted": step.label,
+                    "scale_before": step.scale_before,
+                    "scale_after": step.scale_after,
+                    "changed": list(step.changed),
+                }
+                verdict = O.judge(setup.name, recipe, step)
+                if not self._judged(
+                    Kind.OVERFLOW, recipe.name, verdict, device=self._device, dtype=str(recipe.dtype), tags=tags
+                ):
+                    failures.append(explain(verdict))
+        return failures
+
+    def require_parity(
+        self, setup: Setup, result: RecipeResult, band: Band, tags: dict[str, Any] | None = None
+    ) -> None:
+        """:meth:`parity_verdict`, failing the test on a miss (the training suite's assertion)."""
+        __tracebackhide__ = True
+        failure = self.parity_verdict(setup, result, band, tags)
+        if failure is not None:
+            raise AssertionError(failure)
