@@ -121,3 +121,19 @@ def test_a_report_before_test_results_reads_its_failed_count():
     tests = pd.DataFrame(columns=list(rp.TEST_COLUMNS))
     assert db.run_verdict(rows, tests, {"tests": {"passed": 3, "failed": 1}}) is Outcome.FAIL
     assert db.run_verdict(rows, tests, {"tests": {"passed": 3}}) is Outcome.PASS
+
+
+def test_no_harness_module_compares_an_outcome_word_as_a_string():
+    """Outcome words travel as Outcome: a comparison with a bare "fail" or "known" would not move
+    with the vocabulary (and parses a stored value the enum already parses)."""
+    import ast
+
+    words = {o.value for o in Outcome} | {o.label for o in Outcome}
+    found = []
+    for path in sorted(Path(__file__).resolve().parents[1].joinpath("harness").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    if isinstance(side, ast.Constant) and side.value in words:
+                        found.append(f"{path.name}:{node.lineno}: {side.value!r}")
+    assert not found, f"compare with Outcome members instead: {found}"

@@ -194,6 +194,14 @@ def test_rows_reject_unknown_outcomes():
         rp.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1, outcome="great")
 
 
+def test_a_rows_keywords_are_declared_once_beside_its_columns():
+    """The recorder passes a row's keywords through: RowFields (report.py) is their one list, and
+    every key is a column of Row; a keyword that is no column is refused, naming the columns."""
+    assert set(rp.RowFields.__annotations__) <= set(rp.COLUMNS)
+    with pytest.raises(TypeError, match="no report column colour"):
+        rp.make_row(run_id="r", nodeid="n", suite="s", metric="m", value=1.0, colour="red")
+
+
 def test_a_version_1_report_still_loads(tmp_path):
     """Schema 2 added the ``unjudged`` outcome; version-1 reports load unchanged."""
     row = rp.make_row(run_id="r", nodeid="n", suite="s", check="c", metric="m", value=1.0, outcome="pass")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from harness import __version__
 from harness.apps import qualify
+from harness.numerics.verdict import Outcome
 from harness.platform.hardware import KERNEL_SETS, cpu_class, detect, kernel_set, uncapped_cpu
 from harness.storage import atomic, fleet
 from harness.storage import report as rp
@@ -68,7 +69,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     meta = loaded.meta
     print(f"run {meta.get('run_id')} ({meta.get('started')} .. {meta.get('finished')}), profile {meta.get('profile')}")
     print(f"tests: {meta.get('tests')}; rows: {len(loaded.rows)} by outcome {meta.get('row_outcomes')}")
-    failed = loaded.rows[loaded.rows["outcome"] == "fail"]
+    failed = loaded.rows[loaded.rows["outcome"] == Outcome.FAIL.value]
     for _, r in failed.iterrows():
         print(
             f"  FAIL {r['suite']}/{r['check']} {r['metric']}={r['value']} (expected {r['expected']}, allowance {r['allowance']})"
@@ -333,7 +334,7 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
         raise _UsageError(f"--report {exc}") from None
     # each row with its tags, parsed once
     every = [(r, json.loads(str(r.get("tags") or "{}"))) for r in rp.records(loaded.rows)]
-    failed_tests = {str(r["nodeid"]) for r, _ in every if r["outcome"] == "fail"}
+    failed_tests = {str(r["nodeid"]) for r, _ in every if r["outcome"] == Outcome.FAIL.value}
     failed_tests |= {str(t["nodeid"]) for t in rp.records(loaded.tests) if t.get("result") in ("failed", "error")}
     # a failed row, and a diagnosis row of a failed test that kept a reproduction (the first op of a
     # training step over its budget); a failed row whose test has such a row is reproduced by it
@@ -341,7 +342,7 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     rows = [
         (r, tags)
         for r, tags in every
-        if (r["outcome"] == "fail" and ("repro" in tags or str(r["nodeid"]) not in kept))
+        if (r["outcome"] == Outcome.FAIL.value and ("repro" in tags or str(r["nodeid"]) not in kept))
         or ("repro" in tags and str(r["nodeid"]) in failed_tests)
     ]
     if selected:

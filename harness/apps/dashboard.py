@@ -694,7 +694,7 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
     parts += ["</div>", OPEN_TARGET, "</body></html>"]
     out = "\n".join(parts)
     # colour cells by their text (no scripts): wrap known words
-    for word in ("FAIL", "PASS", "NOISY", "regression", "suspicious"):
+    for word in (Outcome.FAIL.label, Outcome.PASS.label, Outcome.NOISY.label, "regression", "suspicious"):
         out = out.replace(f"<td>{word}</td>", f"<td class='{word}'>{word}</td>")
     return out
 

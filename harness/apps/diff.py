@@ -222,13 +222,13 @@ def _policy(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
     return out
 
 
-def _known(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
+def _known(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Outcome]:
     """(suite, issue id) -> its outcome (known: present where listed; pass: absent where not)."""
     out = {}
     for r in records:
         metric = str(r["metric"])
         if _kind(r) is RowKind.KNOWN_ISSUE:
-            out[(str(r["suite"]), metric.removeprefix("known_issue."))] = str(r["outcome"])
+            out[(str(r["suite"]), metric.removeprefix("known_issue."))] = Outcome.parse(str(r["outcome"]))
     return out
 
 
@@ -363,13 +363,15 @@ def diff(a: Side, b: Side) -> Diff:
         x, y = ka.get(key), kb.get(key)
         if x == y:
             status = Status.UNCHANGED
-        elif y == "fail":
+        elif y is Outcome.FAIL:
             status = Status.REGRESSED
         else:
             status = Status.CHANGED
-        words = {"known": "present", "pass": "absent", "fail": "registry disagrees", None: "not observed"}
-        detail = f"A: {words.get(x, x)}, B: {words.get(y, y)}" if status is not Status.UNCHANGED else ""
-        out.changes.append(Change(key[0], "known", key[1], status, x or "-", y or "-", detail))
+        was, now = (o.known_issue_state if o is not None else "not observed" for o in (x, y))
+        detail = f"A: {was}, B: {now}" if status is not Status.UNCHANGED else ""
+        out.changes.append(
+            Change(key[0], "known", key[1], status, x.value if x else "-", y.value if y else "-", detail)
+        )
     out.changes.sort(key=lambda c: (c.suite, ORDER[c.status], c.kind, c.name))
     return out
 

@@ -577,7 +577,7 @@ def explain_claim(r: ClaimComparison) -> str:
     seen = f"{_fmt(r.value)}{u}"
     if r.allowance is not None:
         seen += f" (allowance {_fmt(r.allowance)}{u})"
-    verdict = "INCONCLUSIVE" if r.outcome is Outcome.INCONCLUSIVE else _verdict(r.passed)
+    verdict = Outcome.INCONCLUSIVE.label if r.outcome is Outcome.INCONCLUSIVE else _verdict(r.passed)
     head = f"{r.name}: {verdict}: {seen}; criterion: {r.criterion}"
     return "\n".join([head, *(f"  {line}" for line in r.detail)])
 

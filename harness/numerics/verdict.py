@@ -73,6 +73,12 @@ class Outcome(str, Enum):
         """How every reader names it: upper case, ``NOT JUDGED`` and ``SKIPPED`` in words."""
         return _LABELS.get(self, self.value.upper())
 
+    @property
+    def known_issue_state(self) -> str:
+        """What a known-issue row with this outcome says of the issue (``amp-harness diff``): KNOWN
+        where listed and present, PASS where absent, FAIL where the registry disagrees."""
+        return _KNOWN_ISSUE_STATES.get(self, self.value)
+
     @classmethod
     def worst(cls, outcomes: Iterable[Outcome | str]) -> Outcome | None:
         """The most severe of ``outcomes`` (None for none)."""
@@ -140,3 +146,6 @@ _SEVERITY = (
 _LABELS = {Outcome.UNJUDGED: "NOT JUDGED", Outcome.SKIP: "SKIPPED"}
 #: Every outcome value, in the order reports list their counts.
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+
+
+_KNOWN_ISSUE_STATES = {Outcome.KNOWN: "present", Outcome.PASS: "absent", Outcome.FAIL: "registry disagrees"}

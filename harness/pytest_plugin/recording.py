@@ -19,10 +19,12 @@ from harness.numerics.comparison import (
     compare_claim,
     explain,
 )
-from harness.numerics.verdict import Outcome, RowKind
+from harness.numerics.verdict import Outcome
 from harness.storage import report as rp
 
 if TYPE_CHECKING:  # the plugin imports no torch until a test uses it
+    from typing_extensions import Unpack
+
     from harness.domains.repro import FailureRepro
 
 #: The JUnit XML properties the qualification verdict reads (``amp-harness qualify``).
@@ -76,55 +78,29 @@ class Recorder:
     def check(self) -> str:
         return self._who.check
 
-    def __call__(
-        self,
-        metric: str,
-        value: float | int | bool | None,
-        *,
-        check: str | None = None,
-        unit: str = "",
-        expected: float | None = None,
-        allowance: float | None = None,
-        outcome: Outcome | str = Outcome.INFO,
-        dtype: object = "",
-        device: object = "",
-        tags: dict[str, Any] | None = None,
-        note: str = "",
-        comparable: bool | None = None,
-        drift: float | None = None,
-        kind: RowKind = RowKind.MEASUREMENT,
-    ) -> None:
-        """Record one row. Judged rows (pass/fail) should come from :meth:`require`, which
-        decides the outcome and the assertion from the same comparison. ``comparable``/``drift``:
-        see :func:`harness.storage.report.make_row` (judged rows are comparable and deterministic
-        unless told otherwise; a statistic states its run-to-run ``drift``)."""
-        outcome = Outcome.parse(outcome)
-        dev = str(device)
+    def __call__(self, metric: str, value: float | int | bool | None, **fields: Unpack[rp.RowFields]) -> None:
+        """Record one row; ``fields`` are the row's keywords (:class:`~harness.storage.report.RowFields`).
+        Judged rows (pass/fail) should come from :meth:`require`, which decides the outcome and the
+        assertion from the same comparison. ``comparable``/``drift``: see
+        :func:`harness.storage.report.make_row` (judged rows are comparable and deterministic unless
+        told otherwise; a statistic states its run-to-run ``drift``)."""
+        outcome = Outcome.parse(fields.get("outcome", Outcome.INFO))
+        dev = str(fields.get("device", ""))
+        fields["check"] = fields.get("check") or self._who.check
         self._sink(
             rp.make_row(
                 run_id=self._run_id,
                 nodeid=self._who.nodeid,
                 suite=self._who.suite,
-                check=check or self._who.check,
                 metric=metric,
                 value=value,
-                unit=unit,
-                expected=expected,
-                allowance=allowance,
-                outcome=outcome,
-                dtype=dtype,
-                device=dev,
                 profile=self._profile_for(dev or "cpu"),
-                tags=tags,
-                note=note,
-                comparable=comparable,
-                drift=drift,
-                kind=kind,
+                **fields,
             )
         )
         if outcome in _LABELS and outcome not in self._labelled:
             self._labelled.add(outcome)
-            self._label(outcome.value, note)
+            self._label(outcome.value, fields.get("note", ""))
 
     def repro_tags(self, repro: FailureRepro | None) -> dict[str, Any]:
         """The tags that keep a failed check's reproduction: its spec, and its tensors saved

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 # Outcome and OUTCOMES are re-exported: the report's outcome column holds their values.
 from harness.numerics.verdict import OUTCOMES as OUTCOMES
@@ -28,6 +28,7 @@ from harness.storage import atomic
 
 if TYPE_CHECKING:
     import pandas as pd
+    from typing_extensions import Unpack
 
 #: 2: the ``unjudged`` outcome (measured, nothing to judge it against yet). 3: the
 #: ``inconclusive`` outcome (a check that tested nothing it claims), and the ``comparable`` and
@@ -92,53 +93,71 @@ class Row:
 COLUMNS: tuple[str, ...] = tuple(Row.__dataclass_fields__)
 
 
+class RowFields(TypedDict, total=False):
+    """What a recorder says of one measurement beyond its metric and value, as it may say it (a
+    dtype or device object, tags as a dict): the one declaration of a row's keywords. The plugin's
+    recorder passes them through untouched, so a new column is a field of :class:`Row` and a key
+    here, in this module alone."""
+
+    check: str | None
+    unit: str
+    expected: float | None
+    allowance: float | None
+    outcome: Outcome | str
+    dtype: object
+    device: object
+    tags: dict[str, Any] | None
+    note: str
+    comparable: bool | None
+    drift: float | None
+    kind: RowKind | str
+
+
 def make_row(
     *,
     run_id: str,
     nodeid: str,
     suite: str,
-    check: str,
     metric: str,
     value: float | int | bool | None,
-    unit: str = "",
-    expected: float | None = None,
-    allowance: float | None = None,
-    outcome: Outcome | str = Outcome.INFO,
-    dtype: object = "",
-    device: object = "",
     profile: str = "",
-    tags: dict[str, Any] | None = None,
-    note: str = "",
-    comparable: bool | None = None,
-    drift: float | None = None,
-    kind: RowKind | str = RowKind.MEASUREMENT,
+    **fields: Unpack[RowFields],
 ) -> Row:
     """Build a row, normalising dtypes/devices to strings and tags to sorted JSON.
 
     ``comparable`` defaults to whether the row is judged (pass, fail, or a known finding: values a
     verdict was decided on, deterministic on their stack unless ``drift`` says how much they move);
     information, unjudged, noisy, skipped and inconclusive rows are not comparable."""
-    is_comparable = Outcome.parse(outcome).judged if comparable is None else comparable
+    unknown = sorted(set(fields) - set(RowFields.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"no report column {', '.join(unknown)}; a row's keywords: {', '.join(RowFields.__annotations__)}"
+        )
+    outcome = Outcome.parse(fields.get("outcome", Outcome.INFO))
+    comparable = fields.get("comparable")
+    is_comparable = outcome.judged if comparable is None else comparable
+    drift = fields.get("drift")
+    expected, allowance = fields.get("expected"), fields.get("allowance")
     return Row(
         run_id=run_id,
         nodeid=nodeid,
         suite=suite,
-        check=check,
+        check=fields.get("check") or "",
         metric=metric,
         value=None if value is None else float(value),
-        unit=unit,
+        unit=fields.get("unit", ""),
         expected=None if expected is None else float(expected),
         allowance=None if allowance is None else float(allowance),
-        outcome=Outcome.parse(outcome),
-        dtype=str(dtype).removeprefix("torch."),
-        device=str(device),
+        outcome=outcome,
+        dtype=str(fields.get("dtype", "")).removeprefix("torch."),
+        device=str(fields.get("device", "")),
         profile=profile,
-        tags=json.dumps(tags or {}, sort_keys=True, default=str),
-        note=note,
+        tags=json.dumps(fields.get("tags") or {}, sort_keys=True, default=str),
+        note=fields.get("note", ""),
         recorded_at=now_iso(),
         comparable=is_comparable,
         drift=(drift if drift is not None else 0.0) if is_comparable else None,
-        kind=RowKind(kind).value,
+        kind=RowKind(fields.get("kind", RowKind.MEASUREMENT)).value,
     )
 
 
