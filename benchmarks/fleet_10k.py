@@ -45,23 +45,28 @@ def build(root: Path, runs: int, metrics: int) -> None:
     """``runs`` runs spread evenly over classes, stacks and days, each ``metrics`` rows."""
     rng = np.random.default_rng(0)
     suites = np.array(["autocast", "formats", "training", "speed", "fp8"])
-    base = {
-        "nodeid": [f"suites/s/test_s.py::test_{i % 50}[cpu]" for i in range(metrics)],
-        "suite": list(suites[np.arange(metrics) % len(suites)]),
-        "check": [f"test_{i % 50}" for i in range(metrics)],
-        "metric": [f"m{i}.error_over_budget" for i in range(metrics)],
-        "unit": [""] * metrics,
-        "expected": [None] * metrics,
-        "allowance": [1.0] * metrics,
-        "outcome": ["pass"] * metrics,
-        "dtype": ["bfloat16"] * metrics,
-        "device": ["cpu"] * metrics,
-        "profile": ["cpu-avx512bf16"] * metrics,
-        "tags": ["{}"] * metrics,
-        "note": [""] * metrics,
-        "comparable": [True] * metrics,
-        "drift": [0.0] * metrics,
-    }
+    # every column as the report writes it (one row made by the report itself, so a new column
+    # reaches the benchmark without an edit here), then the values that vary per metric
+    template = rp.make_row(
+        run_id="",
+        nodeid="",
+        suite="",
+        metric="",
+        value=None,
+        allowance=1.0,
+        outcome=rp.Outcome.PASS,
+        dtype="bfloat16",
+        device="cpu",
+        profile="cpu-avx512bf16",
+        comparable=True,
+    ).as_dict()
+    base = {c: [template[c]] * metrics for c in rp.COLUMNS}
+    base.update(
+        nodeid=[f"suites/s/test_s.py::test_{i % 50}[cpu]" for i in range(metrics)],
+        suite=list(suites[np.arange(metrics) % len(suites)]),
+        check=[f"test_{i % 50}" for i in range(metrics)],
+        metric=[f"m{i}.error_over_budget" for i in range(metrics)],
+    )
     per_group = max(1, runs // (len(CLASSES) * len(STACKS)))
     n = 0
     for cls in CLASSES:

@@ -13,9 +13,9 @@ relative gradient noise (the smallest level each rule fails at every larger leve
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
-import sys
 
 import torch
 
@@ -122,8 +122,11 @@ def main(seeds: int, setup_name: str, noise_seeds: int = NOISE_SEEDS) -> None:
 
 
 if __name__ == "__main__":
-    main(
-        int(sys.argv[1]) if len(sys.argv) > 1 else 16,
-        sys.argv[2] if len(sys.argv) > 2 else "mlp",
-        int(sys.argv[3]) if len(sys.argv) > 3 else NOISE_SEEDS,
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("seeds", nargs="?", type=int, default=16, help="seeds per recipe (default 16)")
+    ap.add_argument("setup", nargs="?", default="mlp", choices=sorted(SETUPS), help="the training setup (default mlp)")
+    ap.add_argument(
+        "noise_seeds", nargs="?", type=int, default=NOISE_SEEDS, help=f"seeds per noise level (default {NOISE_SEEDS})"
     )
+    args = ap.parse_args()
+    main(args.seeds, args.setup, args.noise_seeds)

@@ -10,7 +10,7 @@ one mantissa bit less; in e2m1), the smallest format slip a recipe table can mak
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import torch
 
@@ -58,4 +58,6 @@ def main(seeds: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("seeds", nargs="?", type=int, default=200, help="seeds of the operands (default 200)")
+    main(ap.parse_args().seeds)

@@ -11,8 +11,8 @@ with MXFP8's output gradients cast to e2m1. Then NVFP4 as the pretraining recipe
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 
 import torch
 
@@ -79,4 +79,8 @@ def main(seeds: int, setup_name: str) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 8, sys.argv[2] if len(sys.argv) > 2 else "mlp")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("seeds", nargs="?", type=int, default=8, help="seeds per recipe (default 8)")
+    ap.add_argument("setup", nargs="?", default="mlp", choices=sorted(SETUPS), help="the training setup (default mlp)")
+    args = ap.parse_args()
+    main(args.seeds, args.setup)

@@ -10,9 +10,9 @@ element multiplied by (1 + sigma N(0, 1)) (the training suite's injected fault),
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
-import sys
 
 from harness.domains.fp8.recipes import RECIPES
 from harness.domains.fp8.training import FP8_PARITY_FRACTION, float8_recipe, float8_setup
@@ -51,13 +51,17 @@ def main(seeds: int, setup_name: str) -> None:
     f8 = float8_setup(setup, "tensorwise")
     for sigma in NOISE:
         recipe = dataclasses.replace(float8_recipe("tensorwise"), grad_noise=sigma)
-        ws = [worst(train(f8, recipe, k), fp, k) for k in range(seeds // 2)]
+        ws = [worst(train(f8, recipe, k), fp, k) for k in range(max(1, seeds // 2))]  # one seed at least
         fails = sum(w > 1.0 for w in ws)
         print(
-            f"| tensorwise | sigma {sigma:g} | {seeds // 2} | {fails} | {statistics.median(ws):.2f} | {max(ws):.2f} |",
+            f"| tensorwise | sigma {sigma:g} | {len(ws)} | {fails} | {statistics.median(ws):.2f} | {max(ws):.2f} |",
             flush=True,
         )
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 16, sys.argv[2] if len(sys.argv) > 2 else "mlp")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("seeds", nargs="?", type=int, default=16, help="seeds per recipe (default 16)")
+    ap.add_argument("setup", nargs="?", default="mlp", choices=sorted(SETUPS), help="the training setup (default mlp)")
+    args = ap.parse_args()
+    main(args.seeds, args.setup)

@@ -14,6 +14,9 @@
 # judged / did not run); on the first run on a new GPU, missing CUDA baselines fail by design:
 # the archive holds them as candidates (review, then commit them).
 set -uo pipefail
+case "${1:-}" in
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 
 OUT="${1:-gpu-qualify-out}"

@@ -147,7 +147,7 @@ def run_verdict(rows: pd.DataFrame, tests: pd.DataFrame, meta: dict[str, Any]) -
     reports before schema 4 have only counts of test results: a failed or errored test is a FAIL)."""
     counts = meta.get("tests") or {}
     legacy = [Outcome.FAIL] if tests.empty and (counts.get("failed") or counts.get("error")) else []
-    per_test = rp.test_outcomes(rp.records(rows), rp.records(tests))
+    per_test = rp.frame_test_outcomes(rows, tests)
     worst = Outcome.worst([*(o for _, o in per_test.values()), *legacy])
     return worst if worst is not None else Outcome.SKIP
 
@@ -296,7 +296,7 @@ def run_outcomes(
     """run id -> node id -> (suite, outcome) of each test (:func:`harness.storage.report.test_outcomes`)."""
     ids = [str(r) for r in run_ids]
     rows_of, tests_of = _by_run(rows, ids), _by_run(tests, ids)
-    return {r: rp.test_outcomes(rp.records(rows_of[r]), rp.records(tests_of[r])) for r in ids}
+    return {r: rp.frame_test_outcomes(rows_of[r], tests_of[r]) for r in ids}
 
 
 def _worst_by_suite(outcomes: dict[str, tuple[str, Outcome]]) -> dict[str, Outcome]:
@@ -351,7 +351,7 @@ def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
     rows_of = {str(k): g for k, g in rows.groupby("nodeid", sort=False)} if len(rows) else {}
     columns = ["metric", "value", "expected", "allowance", "outcome", "note"]
     out: dict[str, list[TestView]] = {}
-    for node, (suite, outcome) in rp.test_outcomes(rp.records(rows), rp.records(tests)).items():
+    for node, (suite, outcome) in rp.frame_test_outcomes(rows, tests).items():
         mine = rows_of[node][columns] if node in rows_of else pd.DataFrame(columns=columns)
         out.setdefault(suite, []).append(TestView(node, outcome, messages.get(node, ""), mine))
     for views in out.values():
