@@ -15,6 +15,7 @@ from helpers import assert_caught, inject, run_inner
 from harness.apps import diff as df
 from harness.domains import training as T
 from harness.domains.training import ops as O
+from harness.domains.training.repro import op_repro_of
 from harness.storage import report as rp
 
 SUITE = "training/test_op_fingerprints.py"
@@ -102,7 +103,7 @@ def test_a_cast_to_a_format_narrower_than_the_recipe_is_named_in_u_of_the_recipe
     ), first
     assert "(the recipe's dtype; float8_e4m3fn is narrower)" in first.describe(), first.describe()
     # its script judges the cast against its input, in u of bf16
-    repro = O.repro_of(first)
+    repro = op_repro_of(first)
     assert repro is not None and "ref = t0.double()" in repro.code and "unit roundoff of bfloat16" in repro.code
     # negative controls: judged in its own format the forward cast is one correct rounding (the
     # backward's gradient cast flushes to zero, a loss even in float8's own unit); without the

@@ -22,6 +22,7 @@ import torch
 
 from harness.domains.compiled import budget, rates, runs
 from harness.domains.compiled.probe import STAGE_NAMES
+from harness.domains.compiled.repro import block_repro_of
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
@@ -62,7 +63,7 @@ def test_compiled_amp_error_stays_within_eager_error_plus_the_rounding_budget(
         dtype=amp_dtype,
         device=amp_device,
         tags={"worst": result.worst()},
-        repro=runs.repro_of(block_runs, amp_dtype, result),
+        repro=block_repro_of(block_runs, amp_dtype, result),
     )
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.domains.compiled import catalogue, nested, runs
+from harness.domains.compiled import catalogue, runs
+from harness.domains.compiled.repro import block_dtypes_repro_of, ops_repro_of, region_repro_of
 from harness.numerics.comparison import compare_data
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
@@ -36,7 +37,7 @@ def test_compiled_amp_has_eager_dtypes_at_every_stage_and_gradient(block_runs, a
         compare_data("compiled block dtypes (stage outputs, gradients)", eager.dtypes(), compiled.observation.dtypes()),
         dtype=amp_dtype,
         device=amp_device,
-        repro=runs.dtypes_repro_of(block_runs, amp_dtype),
+        repro=block_dtypes_repro_of(block_runs, amp_dtype),
     )
 
 
@@ -46,7 +47,7 @@ def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_forward(region_r
         region_runs.comparison(amp_dtype, runs.DEFAULT).claim("forward"),
         dtype=amp_dtype,
         device=amp_device,
-        repro=nested.repro_of(region_runs, amp_dtype, runs.DEFAULT, "forward"),
+        repro=region_repro_of(region_runs, amp_dtype, runs.DEFAULT, "forward"),
     )
 
 
@@ -63,7 +64,7 @@ def test_an_autocast_disabled_region_stays_fp32_in_the_compiled_backward_traced_
         dtype=amp_dtype,
         device=amp_device,
         tags={"variant": variant.name, "functorch_config": dict(variant.functorch)},
-        repro=nested.repro_of(region_runs, amp_dtype, variant, "grad"),
+        repro=region_repro_of(region_runs, amp_dtype, variant, "grad"),
     )
 
 
@@ -91,5 +92,5 @@ def test_every_catalogue_op_keeps_its_eager_dtype_when_compiled(
         ),
         dtype=amp_dtype,
         device=amp_device,
-        repro=catalogue.repro_of(ops, amp_device, amp_dtype, amp_compile_backend),
+        repro=ops_repro_of(ops, amp_device, amp_dtype, amp_compile_backend),
     )

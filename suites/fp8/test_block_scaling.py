@@ -27,8 +27,8 @@ from harness.domains.fp8.blockscaled import (
     TorchaoBlockScaling,
     TorchBlockScaling,
     check_block_scaling,
-    repro_of,
 )
+from harness.domains.fp8.repro import block_scaling_repro_of
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP32, FloatFormat
@@ -172,7 +172,7 @@ def _judge(impl, spec_id: str, amp_record) -> None:
                 kept = {"rceil"} | {
                     k for k, i in (("smallest", SMALLEST_ISSUE), ("overflow", OVERFLOW_ISSUE)) if i.id in excused
                 }
-                tally.repro = repro_of(impl, rows, spec, result, kept)
+                tally.repro = block_scaling_repro_of(impl, rows, spec, result, kept)
             assert result.passed, f"{spec_id} ({impl.name}): {result.explain()}; tensor {rows!r}"
             assert SMALLEST_ISSUE.id in excused or not result.smallest_scale_finding, (
                 f"{spec_id} ({impl.name}): {result.smallest_scale_finding} block(s) at e8m0 scale code 0 (2^-127) "

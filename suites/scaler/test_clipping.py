@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from harness.domains.scaling import clipping as C
+from harness.domains.scaling.repro import clipping_repro_of
 from harness.numerics.comparison import compare_claim, compare_within
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
@@ -76,7 +77,7 @@ def test_clip_grad_norm_after_unscale_is_clipping_in_float64(implementation, amp
         ),
         device=amp_device,
         tags={"steps": len(steps), "binding": binding},
-        repro=None if first_over is None else C.repro_of(first_over, foreach, "float64", amp_device),
+        repro=None if first_over is None else clipping_repro_of(first_over, foreach, "float64", amp_device),
     )
 
 
@@ -113,7 +114,7 @@ def test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_
         ),
         device=amp_device,
         tags={"norms": [str(o.norm) for o in steps], "planted": [str(o.planted) for o in steps]},
-        repro=None if first is None else C.repro_of(first, foreach, "non_finite", amp_device),
+        repro=None if first is None else clipping_repro_of(first, foreach, "non_finite", amp_device),
     )
 
 
@@ -149,5 +150,5 @@ def test_error_if_nonfinite_raises_and_leaves_the_gradients_as_they_were(impleme
             unit="violations",
         ),
         device=amp_device,
-        repro=None if first is None else C.repro_of(first, foreach, "error_if_nonfinite", amp_device),
+        repro=None if first is None else clipping_repro_of(first, foreach, "error_if_nonfinite", amp_device),
     )

@@ -17,6 +17,7 @@ import torch
 
 from harness.domains.scaling import optimizers as opt
 from harness.domains.scaling import reference as scaling
+from harness.domains.scaling.repro import optimizer_repro_of
 from harness.numerics.comparison import compare_claim, compare_within
 from harness.numerics.verdict import Outcome
 
@@ -93,7 +94,7 @@ def test_every_step_without_overflow_is_the_optimizers_update_in_float64(
         ),
         device=amp_device,
         tags={"optimizer": name, "implementation": impl, "steps": opt.STEPS},
-        repro=opt.repro_of(name, impl, first_over, amp_device) if script and first_over is not None else None,
+        repro=optimizer_repro_of(name, impl, first_over, amp_device) if script and first_over is not None else None,
     )
 
 
@@ -137,7 +138,7 @@ def test_an_overflow_leaves_parameters_and_state_untouched_and_backs_the_scale_o
         device=amp_device,
         tags={"optimizer": name, "implementation": impl, "overflow_steps": [s.index for s in overflows]},
         repro=(
-            opt.repro_of(name, impl, first_wrong, amp_device)
+            optimizer_repro_of(name, impl, first_wrong, amp_device)
             if first_wrong is not None and optimizer_factory is opt.make
             else None
         ),

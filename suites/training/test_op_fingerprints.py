@@ -16,7 +16,8 @@ import pytest
 
 from harness.domains import training as T
 from harness.domains.training.diagnosis import localise
-from harness.domains.training.ops import CAST_BUDGET_U, OP_BUDGET_U, first_over_budget, repro_of
+from harness.domains.training.ops import CAST_BUDGET_U, OP_BUDGET_U, first_over_budget
+from harness.domains.training.repro import op_repro_of
 from harness.numerics.comparison import compare_claim
 from harness.numerics.verdict import RowKind
 
@@ -68,5 +69,5 @@ def test_every_op_of_an_amp_step_stays_within_its_budget_of_float64(case, amp_de
             "worst_op": None if worst is None else worst.describe(),
             "first_over_budget": None if first is None else first.describe(),
         },
-        repro=repro_of(first, amp_device),
+        repro=op_repro_of(first, amp_device),
     )

@@ -15,12 +15,10 @@ import torch
 
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
 from harness.domains.autocast.probe import dtype_name, run_op
-from harness.domains.autocast.repro import replayed
-from harness.domains.compiled.repro import compiled_dtypes
 from harness.domains.compiled.runs import Backend, compile_fn
 
 if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro
+    pass
 
 
 @dataclass(frozen=True)
@@ -55,28 +53,3 @@ def sweep(device: torch.device, dtype: torch.dtype, backend: Backend) -> list[Co
     """Every catalogue op of ``device``, compiled one by one."""
     found = [observe(c, device, dtype, backend) for c in CATALOGUE if device.type in c.devices]
     return [f for f in found if f is not None]
-
-
-def repro_of(ops: list[CompiledOp], device: torch.device, dtype: torch.dtype, backend: Backend) -> FailureRepro | None:
-    """The standalone reproduction of a failed sweep: the ops whose compiled dtype is not eager's
-    (at most ``MAX_CASES`` of :mod:`harness.domains.autocast.repro`), replayed from their captured
-    calls, eager and compiled with the same backend. None where nothing differs, no call could be
-    written, or the backend is a function of your own (the script would need your code)."""
-
-    if not isinstance(backend, str):
-        return None
-    differing = (o for o in ops if o.compiled is not None and o.compiled != o.eager)
-    cases = [
-        (label, cap)
-        for label, cap, _ in replayed(((o.name, o.name, "fp32_in", None) for o in differing), device, dtype)
-    ]
-    if not cases:
-        return None
-    return compiled_dtypes(
-        f"catalogue ops whose output dtype under {device.type} autocast ({dtype}) compiled with {backend} is not "
-        "eager's",
-        cases,
-        str(device),
-        dtype,
-        backend,
-    )

@@ -20,13 +20,12 @@ from torch import nn
 
 from harness.domains.autocast.probe import dtype_name
 from harness.domains.compiled.runs import Variant, compile_fn, configured
-from harness.domains.repro import FailureRepro
 from harness.numerics import budgets
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
 
 if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro
+    pass
 
 #: Rows (batch x sequence) and width of the region's input.
 ROWS, WIDTH = 64, 64
@@ -74,7 +73,7 @@ def make(device: torch.device, seed: int = 0) -> tuple[Region, torch.Tensor]:
     return Region().to(device), x
 
 
-def _bounds(eager: RegionRun, model: Region) -> dict[str, torch.Tensor]:
+def bounds_of(eager: RegionRun, model: Region) -> dict[str, torch.Tensor]:
     """Per compared quantity, the fp32 bound of one evaluation (from eager's own inputs: the
     low-precision ``h`` both runs feed the region, bitwise the same when the forward is honoured)."""
     h = eager.h.double()
@@ -122,7 +121,7 @@ class RegionComparison:
 
 
 def compare(eager: RegionRun, compiled: RegionRun, model: Region, dtype: torch.dtype, variant: str) -> RegionComparison:
-    bounds = _bounds(eager, model)
+    bounds = bounds_of(eager, model)
     pairs = {"forward.out": (eager.out, compiled.out)}
     pairs.update({f"grad.{k}": (eager.grads[k], compiled.grads[k]) for k in ("fp32.weight", "fp32.bias")})
     dtypes = {k: (dtype_name(e.dtype), dtype_name(c.dtype)) for k, (e, c) in pairs.items()}
@@ -156,72 +155,3 @@ class RegionRuns:
 
     def comparison(self, dtype: torch.dtype, variant: Variant) -> RegionComparison:
         return compare(self.eager(dtype), self.compiled(dtype, variant), self.model, dtype, variant.name)
-
-
-def repro_of(runs: RegionRuns, dtype: torch.dtype, variant: Variant, part: str) -> FailureRepro | None:
-    """The standalone reproduction of a failed region check: the region's source, weights and
-    input, eager and ``torch.compile`` (Inductor, the variant's configuration in force) under
-    autocast, ``part``'s dtypes against eager's and |compiled - eager| against twice the fp32
-    bound the harness derived (saved with the inputs). None for a custom backend."""
-    import inspect
-
-    if runs.backend != "inductor":
-        return None
-    eager = runs.eager(dtype)
-    bounds = {k: v for k, v in _bounds(eager, runs.model).items() if k.startswith(part)}
-    names = {k: "p_" + k.replace(".", "_") for k in runs.model.state_dict()}
-    state = {names[k]: v.detach() for k, v in runs.model.state_dict().items()}
-    bound_names = {k: "bound_" + k.replace(".", "_") for k in bounds}
-    config = f"torch._functorch.config.patch({dict(variant.functorch)!r}), torch._inductor.config.patch({dict(variant.inductor)!r})"
-    code = f"""import torch._functorch.config
-import torch._inductor.config
-from torch import nn
-
-WIDTH = {WIDTH}
-
-
-{inspect.getsource(Region)}
-
-model = Region().to(x.device)
-model.load_state_dict({{{", ".join(f"{k!r}: {n}" for k, n in names.items())}}})
-
-
-def call_region(m, x):
-    return m(x)
-
-
-def run(fn):  # forward under autocast, backward of out.sum() outside it
-    model.zero_grad(set_to_none=True)
-    with torch.autocast(x.device.type, dtype={dtype}):
-        h, out = fn(model, x)
-    out.float().sum().backward()
-    found = {{"forward.out": out.detach()}}
-    found.update({{f"grad.{{n}}": p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}})
-    return found
-
-
-eager = run(call_region)
-torch._dynamo.reset()
-with {config}:  # the compile's configuration ({variant.name})
-    compiled = run(torch.compile(call_region))
-# reference: eager (the region in fp32); each of eager and compiled is within one fp32 evaluation
-# bound of the exact products of the same inputs, so they differ by at most twice that bound
-BOUNDS = {{{", ".join(f"{k!r}: {n}" for k, n in bound_names.items())}}}
-measured = 0.0
-for k, bound in BOUNDS.items():
-    if compiled[k].dtype != eager[k].dtype:
-        print(f"{{k}}: compiled {{compiled[k].dtype}}, eager {{eager[k].dtype}}")
-        measured = math.inf
-    ratio = float(((compiled[k].double() - eager[k].double()).abs() / (2 * bound)).max())
-    print(f"{{k}}: |compiled - eager| is {{ratio:.3g}}x twice the fp32 bound")
-    measured = max(measured, ratio)  # the worst, in units of its allowance (a dtype change: inf)
-allowed = 1.0"""
-    tensors = {**state, **{bound_names[k]: v for k, v in bounds.items()}, "x": runs.x.detach()}
-    return FailureRepro(
-        "compiled",
-        f"an autocast-disabled region inside {dtype} autocast, compiled ({variant.name}): its {part} in fp32 as eager's",
-        code,
-        "twice the fp32 evaluation bound of the region's matrix products (harness.numerics.budgets)",
-        tensors,
-        device=str(runs.x.device),
-    )

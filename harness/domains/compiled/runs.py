@@ -18,14 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.domains.compiled import probe, toolchain
+from harness.domains.compiled import toolchain
 from harness.domains.compiled.budget import Budget, derive
 from harness.domains.compiled.probe import Observation, call_block, make_block, make_inputs, observe
-from harness.domains.repro import FailureRepro
 
 if TYPE_CHECKING:
-    from harness.domains.compiled.budget import NumericsResult
-    from harness.domains.repro import FailureRepro
+    pass
 
 Backend = str | Callable[..., Any]
 
@@ -168,114 +166,3 @@ class BlockRuns:
         if key not in self._compiled:
             self._compiled[key] = observe_compiled(self.backend, variant, self.model, self.x, self.y, dtype)
         return self._compiled[key]
-
-
-def _block_script(block_runs: BlockRuns, dtype: torch.dtype) -> tuple[str, dict[str, torch.Tensor]]:
-    """The probe block as a script's opening: its source, its saved weights and inputs, and
-    ``eager`` and ``compiled`` (Inductor) observations of every stage and gradient under autocast."""
-    import inspect
-
-    state = {k: v.detach() for k, v in block_runs.model.state_dict().items()}
-    names = {k: "p_" + k.replace(".", "_") for k in state}
-    block = inspect.getsource(probe._identity) + "\n\n" + inspect.getsource(probe.Block)
-    code = f"""import copy
-
-from torch import nn
-
-Tap = object  # the probe's annotation: the reproduction never taps its stages
-
-
-{block}
-
-model = Block({probe.WIDTH}, 4, {probe.CLASSES}).to(x.device)
-model.load_state_dict({{{", ".join(f"{k!r}: {v}" for k, v in names.items())}}})
-DTYPE = {dtype}
-
-
-def call_block(m, x, y):
-    return m(x, y)
-
-
-def observe(fn, m, x, y, dtype):  # forward under autocast, backward outside it (as the docs say)
-    m.zero_grad(set_to_none=True)
-    x = x.detach().requires_grad_()
-    with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-        out = fn(m, x, y)
-    out["loss"].backward()
-    found = {{f"forward.{{k}}": v.detach() for k, v in out.items()}}
-    found.update({{f"grad.{{n}}": p.grad.detach() for n, p in m.named_parameters() if p.grad is not None}})
-    found["grad.input"] = x.grad.detach()
-    return found
-
-
-eager = observe(call_block, model, x, y, DTYPE)
-torch._dynamo.reset()
-compiled = observe(torch.compile(call_block), model, x, y, DTYPE)
-"""
-    tensors = {names[k]: v for k, v in state.items()}
-    tensors.update(x=block_runs.x.detach(), y=block_runs.y.detach())
-    return code, tensors
-
-
-def repro_of(block_runs: BlockRuns, dtype: torch.dtype, result: NumericsResult) -> FailureRepro | None:
-    """The standalone reproduction of a failed numerics check of the default variant: the probe
-    block (its source, its weights and inputs saved), eager and ``torch.compile`` (Inductor, what a
-    user gets) under autocast, against float64, each quantity's excess over eager within the budget
-    the harness derived (written into the script with its origin). None for a custom backend."""
-
-    if block_runs.backend != "inductor":
-        return None
-    opening, tensors = _block_script(block_runs, dtype)
-    allowance = {k: result.budget.allowance[k] for k in result.compiled}
-    code = f"""{opening}ref = observe(call_block, copy.deepcopy(model).double(), x.double(), y, None)  # the float64 reference
-
-
-def error(v, k):  # max |v - fp64| / max |fp64|
-    scale = float(ref[k].abs().max())
-    diff = float((v.double() - ref[k]).abs().max())
-    return diff / scale if scale > 0 else diff
-
-
-# per quantity, relative to max |fp64|: one low-precision rounding at each op boundary, propagated
-# through the block in float64 (amp-harness derives it from the format's unit roundoff)
-ALLOWANCE = {allowance!r}
-ratios = {{k: (error(compiled[k], k) - error(eager[k], k)) / a for k, a in ALLOWANCE.items()}}
-worst = max(ratios, key=lambda k: ratios[k])
-for k in sorted(ratios, key=lambda k: -ratios[k])[:4]:
-    print(f"{{k}}: compiled error {{error(compiled[k], k):.3g}}, eager {{error(eager[k], k):.3g}}, ({{ratios[k]:.3g}}x its budget)")
-measured = ratios[worst]  # the worst quantity's excess over eager, in units of its budget
-allowed = 1.0"""
-    return FailureRepro(
-        "compiled",
-        f"torch.compile (Inductor) of the probe block under {dtype} autocast: every stage and gradient's error "
-        "against float64 beyond eager's, over its budget",
-        code,
-        "one low-precision rounding per op boundary, propagated in float64 (harness/domains/compiled/budget.py)",
-        tensors,
-        device=str(block_runs.device),
-    )
-
-
-def dtypes_repro_of(block_runs: BlockRuns, dtype: torch.dtype) -> FailureRepro | None:
-    """The standalone reproduction of a failed dtype check: every stage output and gradient of the
-    compiled (Inductor) probe block against eager's dtype. None for a custom backend."""
-
-    if block_runs.backend != "inductor":
-        return None
-    opening, tensors = _block_script(block_runs, dtype)
-    code = f"""{opening}
-# reference: eager's dtypes (autocast's policy, as eager applies it)
-differ = [k for k in eager if k not in compiled or compiled[k].dtype != eager[k].dtype]
-for k in differ:
-    print(f"{{k}}: compiled {{compiled[k].dtype if k in compiled else 'missing'}}, eager {{eager[k].dtype}}")
-measured = len(differ)  # stages and gradients whose dtype differs from eager's
-allowed = 0"""
-    return FailureRepro(
-        "compiled",
-        f"torch.compile (Inductor) of the probe block under {dtype} autocast: every stage and gradient's dtype "
-        "against eager's",
-        code,
-        "exact: compiled AMP keeps autocast's dtypes",
-        tensors,
-        device=str(block_runs.device),
-    )

@@ -11,14 +11,12 @@ suite does, and is the correctly rounded recipe the block-scaled training steps 
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from harness.domains.fp8.repro import block_bits
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32
 from harness.numerics.rounding import (
@@ -32,7 +30,7 @@ from harness.numerics.scaled import E8M0_BIAS, MxScaleMode, amax, emax, near_pow
 from harness.platform.thirdparty import import_third_party
 
 if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro
+    pass
 
 
 @dataclass(frozen=True)
@@ -353,42 +351,3 @@ def check_block_scaling(impl: BlockScaling, rows: list[list[float]], spec: B.Blo
                 continue
             result.problems.append(f"element ({r}, {c}) = {rows[r][c]!r}: code {g:#x}, expected {w:#x}")
     return result
-
-
-def repro_of(
-    impl: BlockScaling, rows: list[list[float]], spec: B.BlockSpec, result: BlockConformance, excused: Collection[str]
-) -> FailureRepro | None:
-    """The standalone reproduction of a failed bit check on torchao's quantiser (None for another:
-    the script would need its code): torchao's bits of ``rows`` against the specification written
-    out in exact rationals. ``excused``: the findings ("rceil", "smallest", "overflow") the check
-    excused for this torchao, whose cells the script excuses too."""
-
-    if not isinstance(impl, TorchaoBlockScaling):
-        return None
-    found = {k: v for k, v in result.findings.items() if k in excused}
-    br, bc = spec.block
-    smallest = [
-        (r, c)
-        for i, j in found.get("smallest", [])
-        for r in range(i * br, (i + 1) * br)
-        for c in range(j * bc, (j + 1) * bc)
-    ]
-    elem = {
-        "ebits": spec.elem.exponent_bits,
-        "mbits": spec.elem.mantissa_bits,
-        "max": spec.elem.max,
-        "torch": str(torch_elem_dtype(spec)).removeprefix("torch."),
-    }
-    return block_bits(
-        f"torchao's {spec.name} bits ({spec.describe()}) of the failing tensor against the specification",
-        torch.tensor(rows, dtype=torch.float32),
-        {
-            "block": spec.block,
-            "scale": spec.scale_format,
-            "mode": None if spec.mode is None else spec.mode.value,
-            "per_tensor": spec.per_tensor,
-            "elem": elem,
-        },
-        found.get("rceil", []),
-        [*smallest, *found.get("overflow", [])],
-    )

@@ -104,39 +104,6 @@ def products(
     return out
 
 
-def script(
-    name: str, product: Product, x: torch.Tensor, w: torch.Tensor, go: torch.Tensor, emulate: bool, where: str = ""
-) -> FailureRepro:
-    """``product`` as a standalone script: the linear converted by torchao again, its three
-    products taken, the failing one against the float64 product of the operands before their casts."""
-    n, k = w.shape
-    source = f"""import dataclasses
-
-from torchao import float8
-
-config = float8.Float8LinearConfig.from_recipe_name({name!r})
-config = dataclasses.replace(config, emulate={emulate!r})  # emulated: no fp8 matmul kernel here
-lin = torch.nn.Linear({k}, {n}, bias=False)
-with torch.no_grad():
-    lin.weight.copy_(w)
-f8 = float8.convert_to_float8_training(torch.nn.Sequential(lin), config=config).to(x.device)
-xd = x.clone().requires_grad_(True)
-y = f8(xd)
-y.backward(go)
-got = {{"output": y.detach(), "grad_input": xd.grad, "grad_weight": f8[0].weight.grad}}[{product.gemm!r}]
-# reference: the same product of the high-precision operands, in float64
-ref = {GEMMS[product.gemm][2]}"""
-    return product_against_float64(
-        f"torchao Float8Linear ({name}) {product.gemm}{where} against float64",
-        source,
-        {"x": x.detach().cpu(), "w": w.detach().cpu(), "go": go.detach().cpu()},
-        product.budget.bound,
-        product.budget.sqnr_floor_db,
-        product.budget.origin,
-        needs=("torch", "torchao"),
-    )
-
-
 def over_budget(actual: torch.Tensor, reference: torch.Tensor, bud: ScaledBudget) -> float:
     """How far a product is over its budget, as its script measures it: the worst element in units
     of its bound, or the SQNR floor over the SQNR reached, whichever is larger (at most 1: within)."""
@@ -208,6 +175,39 @@ def seen_by_linears(
         if "go" in got and isinstance(weight, torch.Tensor):
             out.append(Seen(path, got["x"], weight.detach().float().cpu(), got["go"]))
     return out
+
+
+def script(
+    name: str, product: Product, x: torch.Tensor, w: torch.Tensor, go: torch.Tensor, emulate: bool, where: str = ""
+) -> FailureRepro:
+    """``product`` as a standalone script: the linear converted by torchao again, its three
+    products taken, the failing one against the float64 product of the operands before their casts."""
+    n, k = w.shape
+    source = f"""import dataclasses
+
+from torchao import float8
+
+config = float8.Float8LinearConfig.from_recipe_name({name!r})
+config = dataclasses.replace(config, emulate={emulate!r})  # emulated: no fp8 matmul kernel here
+lin = torch.nn.Linear({k}, {n}, bias=False)
+with torch.no_grad():
+    lin.weight.copy_(w)
+f8 = float8.convert_to_float8_training(torch.nn.Sequential(lin), config=config).to(x.device)
+xd = x.clone().requires_grad_(True)
+y = f8(xd)
+y.backward(go)
+got = {{"output": y.detach(), "grad_input": xd.grad, "grad_weight": f8[0].weight.grad}}[{product.gemm!r}]
+# reference: the same product of the high-precision operands, in float64
+ref = {GEMMS[product.gemm][2]}"""
+    return product_against_float64(
+        f"torchao Float8Linear ({name}) {product.gemm}{where} against float64",
+        source,
+        {"x": x.detach().cpu(), "w": w.detach().cpu(), "go": go.detach().cpu()},
+        product.budget.bound,
+        product.budget.sqnr_floor_db,
+        product.budget.origin,
+        needs=("torch", "torchao"),
+    )
 
 
 def first_linear_over_budget(

@@ -3,12 +3,14 @@ stochastic rounding against their exact definitions, and scaled products against
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from harness.domains.fp8.blockscaled import BlockConformance, BlockScaling, TorchaoBlockScaling, torch_elem_dtype
 from harness.domains.repro import FailureRepro, dtype_src, float_src
+from harness.numerics import blockscaled as B
 from harness.numerics.formats import format_of
 
 
@@ -513,3 +515,42 @@ print(f"worst element {{worst:.3g}} x its bound; SQNR {{sqnr_db:.2f}} dB, floor 
 measured = max(worst, FLOOR_DB / sqnr_db if sqnr_db > 0 else math.inf)  # each at most 1 when within budget
 allowed = 1.0"""
     return FailureRepro("fp8", what, code, origin, {**tensors, "bound": bound.detach()}, needs, device)
+
+
+def block_scaling_repro_of(
+    impl: BlockScaling, rows: list[list[float]], spec: B.BlockSpec, result: BlockConformance, excused: Collection[str]
+) -> FailureRepro | None:
+    """The standalone reproduction of a failed bit check on torchao's quantiser (None for another:
+    the script would need its code): torchao's bits of ``rows`` against the specification written
+    out in exact rationals. ``excused``: the findings ("rceil", "smallest", "overflow") the check
+    excused for this torchao, whose cells the script excuses too."""
+
+    if not isinstance(impl, TorchaoBlockScaling):
+        return None
+    found = {k: v for k, v in result.findings.items() if k in excused}
+    br, bc = spec.block
+    smallest = [
+        (r, c)
+        for i, j in found.get("smallest", [])
+        for r in range(i * br, (i + 1) * br)
+        for c in range(j * bc, (j + 1) * bc)
+    ]
+    elem = {
+        "ebits": spec.elem.exponent_bits,
+        "mbits": spec.elem.mantissa_bits,
+        "max": spec.elem.max,
+        "torch": str(torch_elem_dtype(spec)).removeprefix("torch."),
+    }
+    return block_bits(
+        f"torchao's {spec.name} bits ({spec.describe()}) of the failing tensor against the specification",
+        torch.tensor(rows, dtype=torch.float32),
+        {
+            "block": spec.block,
+            "scale": spec.scale_format,
+            "mode": None if spec.mode is None else spec.mode.value,
+            "per_tensor": spec.per_tensor,
+            "elem": elem,
+        },
+        found.get("rceil", []),
+        [*smallest, *found.get("overflow", [])],
+    )

@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.domains.repro import FailureRepro
 from harness.domains.scaling.optimizers import differences, same_bits, small_model, state_of
-from harness.domains.scaling.repro import clip_step
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 
@@ -172,24 +170,3 @@ def observe(
             )
         )
     return out
-
-
-def repro_of(o: ClipObservation, foreach: bool, kind: str, device: torch.device) -> FailureRepro:
-    """Step ``o`` alone as a standalone script (:func:`harness.domains.scaling.repro.clip_step`)."""
-    impl = "foreach" if foreach else "for-loop"
-    what = {
-        "float64": f"torch's {impl} unscale_ + clip_grad_norm_({o.max_norm:g}): the worst error over its float32 budget",
-        "non_finite": f"torch's {impl} unscale_ + clip_grad_norm_ with {o.planted} planted: promises broken",
-        "error_if_nonfinite": f"torch's {impl} clip_grad_norm_(error_if_nonfinite=True): promises broken",
-    }[kind]
-    return clip_step(
-        what,
-        kind,
-        list(o.params_before),
-        list(o.grads_scaled),
-        o.state_before,
-        o.scale_before,
-        o.max_norm,
-        foreach,
-        device=device.type,
-    )

@@ -22,8 +22,6 @@ from typing import Any
 
 import torch
 
-from harness.domains.repro import FailureRepro
-from harness.domains.scaling.repro import optimizer_step
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 from harness.platform.kernels import first_line
@@ -262,29 +260,6 @@ def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[s
             {"sum": gamma(STATE_ROUNDINGS["sum"], u) * s_abs, "step": torch.tensor(0.0, dtype=torch.float64)},
         )
     raise ValueError(f"no float64 reference for optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
-
-
-def repro_of(name: str, implementation: str, step: Step, device: torch.device) -> FailureRepro | None:
-    """The failed ``step`` of a torch optimizer's run as a standalone script: that one step under
-    GradScaler from the saved parameters, state and scaled gradients, against the float64 update
-    (or, with overflow, against nothing moving and the scale halved)."""
-    kind = "overflow step" if step.overflow else "step"
-    return optimizer_step(
-        f"torch's {implementation} {name} under GradScaler, {kind} {step.index}: "
-        + ("what the skipped step changed" if step.overflow else "|update - float64| in units of its budget"),
-        name,
-        FLAGS[implementation],
-        HYPER[name],
-        step.index,
-        step.scale_before,
-        step.params_before,
-        step.grads_scaled,
-        step.state_before,
-        overflow=step.overflow,
-        roundings=ROUNDINGS[name],
-        state_roundings=STATE_ROUNDINGS,
-        device=device.type,
-    )
 
 
 def changed(step: Step) -> list[str]:

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 from harness.domains.repro import FailureRepro, dict_src
+from harness.domains.scaling.clipping import ClipObservation
+from harness.domains.scaling.optimizers import FLAGS, HYPER, ROUNDINGS, STATE_ROUNDINGS, Step
 
 
 def scaler_trace(
@@ -662,3 +664,47 @@ measured = len(wrong)  # promises broken
 allowed = 0"""
         allowance = "exact: a non-finite norm raises, the gradients and the step untouched; a finite one never raises"
     return FailureRepro("scaler", what, code, allowance, tensors, device=device)
+
+
+def clipping_repro_of(o: ClipObservation, foreach: bool, kind: str, device: torch.device) -> FailureRepro:
+    """Step ``o`` alone as a standalone script (:func:`harness.domains.scaling.repro.clip_step`)."""
+    impl = "foreach" if foreach else "for-loop"
+    what = {
+        "float64": f"torch's {impl} unscale_ + clip_grad_norm_({o.max_norm:g}): the worst error over its float32 budget",
+        "non_finite": f"torch's {impl} unscale_ + clip_grad_norm_ with {o.planted} planted: promises broken",
+        "error_if_nonfinite": f"torch's {impl} clip_grad_norm_(error_if_nonfinite=True): promises broken",
+    }[kind]
+    return clip_step(
+        what,
+        kind,
+        list(o.params_before),
+        list(o.grads_scaled),
+        o.state_before,
+        o.scale_before,
+        o.max_norm,
+        foreach,
+        device=device.type,
+    )
+
+
+def optimizer_repro_of(name: str, implementation: str, step: Step, device: torch.device) -> FailureRepro | None:
+    """The failed ``step`` of a torch optimizer's run as a standalone script: that one step under
+    GradScaler from the saved parameters, state and scaled gradients, against the float64 update
+    (or, with overflow, against nothing moving and the scale halved)."""
+    kind = "overflow step" if step.overflow else "step"
+    return optimizer_step(
+        f"torch's {implementation} {name} under GradScaler, {kind} {step.index}: "
+        + ("what the skipped step changed" if step.overflow else "|update - float64| in units of its budget"),
+        name,
+        FLAGS[implementation],
+        HYPER[name],
+        step.index,
+        step.scale_before,
+        step.params_before,
+        step.grads_scaled,
+        step.state_before,
+        overflow=step.overflow,
+        roundings=ROUNDINGS[name],
+        state_roundings=STATE_ROUNDINGS,
+        device=device.type,
+    )

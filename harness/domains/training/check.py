@@ -19,9 +19,9 @@ from harness.domains.training import overflow as O
 from harness.domains.training import repro as training_repro
 from harness.domains.training.diagnosis import Diagnosis, diagnose, localise
 from harness.domains.training.ops import OpPrint, first_over_budget, localised
-from harness.domains.training.ops import repro_of as op_repro_of
 from harness.domains.training.parity import Band, ParityReport, RecipeResult
 from harness.domains.training.recipes import Recipe, Setup
+from harness.domains.training.repro import op_repro_of
 from harness.domains.training.result import Checked, Kind, TrainingCheckFailed, TrainingResult
 from harness.numerics.comparison import AnyComparison, explain
 from harness.numerics.verdict import Outcome

@@ -34,11 +34,10 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from harness.domains.training.repro import op_local_error
 from harness.numerics.formats import format_of
 
 if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro
+    pass
 
 #: The local error (in units of u of the op's output dtype) an op may show: 1 u for rounding its
 #: output once, plus what kernels that keep low-precision intermediates add (a convolution's
@@ -312,28 +311,6 @@ def record_step(model: nn.Module, step: Callable[[], torch.Tensor], floor: torch
         for h in handles:
             h.remove()
     return recorder.ops
-
-
-def repro_of(o: OpPrint | None, device: torch.device | str = "cpu") -> FailureRepro | None:
-    """The standalone reproduction of an op over its budget (None: no op, or its call was not kept):
-    the op alone on the inputs it saw, against itself in float64."""
-    if o is None or o.call is None:
-        return None
-
-    unit = o.unit or o.dtype
-    return op_local_error(
-        f"{o.describe()}: its own error against float64 on the inputs it saw, in u of {unit}",
-        o.call.source,
-        o.call.tensors,
-        getattr(torch, unit),
-        o.budget_u,
-        "CAST_BUDGET_U: one rounding to nearest errs by less than 1 u"
-        if o.cast
-        else "OP_BUDGET_U: 1 u for rounding the output once, plus what kernels keeping low-precision intermediates "
-        "add (measured clean at most 3.8 u on the harness's models: about twice that)",
-        device=str(device),
-        cast=o.cast,
-    )
 
 
 def first_over_budget(ops: Sequence[OpPrint]) -> OpPrint | None:

@@ -33,6 +33,7 @@ from harness.domains.repro import FailureRepro, upcast_src
 from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
 from harness.domains.training.census import census_state
 from harness.domains.training.loop import Run
+from harness.domains.training.ops import OpPrint
 from harness.domains.training.parity import PARITY_FRACTION, Band
 from harness.domains.training.recipes import DATA_SEED_OFFSET, EVAL_SEED, FP32, INIT_SEED, Recipe, Setup
 from harness.numerics.formats import format_of
@@ -757,3 +758,25 @@ U = {u!r}  # unit roundoff of {str(unit_dtype).removeprefix("torch.")}
 measured = float((got.double() - ref).abs().max() / ref.abs().max()) / U  # the op's own error, in u
 allowed = {budget_u!r}"""
     return FailureRepro("op", what, code, origin, dict(tensors), device=device)
+
+
+def op_repro_of(o: OpPrint | None, device: torch.device | str = "cpu") -> FailureRepro | None:
+    """The standalone reproduction of an op over its budget (None: no op, or its call was not kept):
+    the op alone on the inputs it saw, against itself in float64."""
+    if o is None or o.call is None:
+        return None
+
+    unit = o.unit or o.dtype
+    return op_local_error(
+        f"{o.describe()}: its own error against float64 on the inputs it saw, in u of {unit}",
+        o.call.source,
+        o.call.tensors,
+        getattr(torch, unit),
+        o.budget_u,
+        "CAST_BUDGET_U: one rounding to nearest errs by less than 1 u"
+        if o.cast
+        else "OP_BUDGET_U: 1 u for rounding the output once, plus what kernels keeping low-precision intermediates "
+        "add (measured clean at most 3.8 u on the harness's models: about twice that)",
+        device=str(device),
+        cast=o.cast,
+    )
