@@ -9,16 +9,12 @@ as agreeing: the claim counts only ops that went through the backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from harness.domains.autocast.catalogue import CATALOGUE, OpCase
 from harness.domains.autocast.probe import dtype_name, run_op
 from harness.domains.compiled.runs import Backend, compile_fn
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)

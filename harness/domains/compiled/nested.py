@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,9 +23,6 @@ from harness.domains.compiled.runs import Variant, compile_fn, configured
 from harness.numerics import budgets
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
-
-if TYPE_CHECKING:
-    pass
 
 #: Rows (batch x sequence) and width of the region's input.
 ROWS, WIDTH = 64, 64

@@ -14,16 +14,13 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from harness.domains.compiled import toolchain
 from harness.domains.compiled.budget import Budget, derive
 from harness.domains.compiled.probe import Observation, call_block, make_block, make_inputs, observe
-
-if TYPE_CHECKING:
-    pass
 
 Backend = str | Callable[..., Any]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
@@ -28,9 +28,6 @@ from harness.numerics.rounding import (
 )
 from harness.numerics.scaled import E8M0_BIAS, MxScaleMode, amax, emax, near_power_of_2
 from harness.platform.thirdparty import import_third_party
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,8 @@ from harness.domains.fp8.linear import Localised, over_budget, seen_by_linears
 from harness.domains.fp8.repro import product_against_float64
 from harness.domains.fp8.training import FP8_PARITY_FRACTION, fp32_state_at
 from harness.domains.training import amp_lane as L
-from harness.domains.training.batches import to_device
 from harness.domains.training.loop import Run, step_from, train
-from harness.domains.training.recipes import FP32, INIT_SEED, Recipe, Setup
+from harness.domains.training.recipes import FP32, INIT_SEED, Recipe, Setup, to_device
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP8_E4M3FN

@@ -7,7 +7,6 @@ and ``census`` (gradient magnitudes against fp16's range), ``amp_lane`` (each AM
 and a correctly rounded emulation of it, ``emulation``). The names users need are re-exported here: ``harness.domains.training.Setup``.
 """
 
-from harness.domains.training.batches import Inputs, logits_of, loss_of
 from harness.domains.training.cache import RunCache
 from harness.domains.training.census import (
     CENSUS_SCALES,
@@ -65,12 +64,15 @@ from harness.domains.training.recipes import (
     SMALL_GRAD,
     Batch,
     BatchFn,
+    Inputs,
     LossFn,
     ModelFactory,
     OptimizerFactory,
     Recipe,
     ScheduleFactory,
     Setup,
+    logits_of,
+    loss_of,
     make_optimizer,
 )
 

@@ -17,8 +17,7 @@ from harness.domains.repro import FailureRepro
 from harness.domains.training import amp_lane as L
 from harness.domains.training import overflow as O
 from harness.domains.training import repro as training_repro
-from harness.domains.training.diagnosis import Diagnosis, diagnose, localise
-from harness.domains.training.ops import OpPrint, first_over_budget, localised
+from harness.domains.training.diagnosis import Diagnosis, OpPrint, diagnose, first_over_budget, localise, localised
 from harness.domains.training.parity import Band, ParityReport, RecipeResult
 from harness.domains.training.recipes import Recipe, Setup
 from harness.domains.training.repro import op_repro_of

@@ -12,9 +12,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.batches import cast_floating, split, tensors, to_device, tree_map
 from harness.domains.training.emulation import RoundingMode
-from harness.domains.training.recipes import DATA_SEED_OFFSET, INIT_SEED, Recipe, Setup
+from harness.domains.training.recipes import (
+    DATA_SEED_OFFSET,
+    INIT_SEED,
+    Recipe,
+    Setup,
+    cast_floating,
+    split,
+    tensors,
+    to_device,
+    tree_map,
+)
 
 
 @dataclass

@@ -30,9 +30,8 @@ from typing import Any
 
 import torch
 
-from harness.domains.training.batches import cast_floating
 from harness.domains.training.loop import Run, train
-from harness.domains.training.recipes import BF16, FP32, Recipe, Setup
+from harness.domains.training.recipes import BF16, FP32, Recipe, Setup, cast_floating
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import BF16 as BF16_FORMAT
 from harness.numerics.formats import FP32 as FP32_FORMAT

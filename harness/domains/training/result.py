@@ -85,7 +85,7 @@ class TrainingResult:
     #: recipe name -> the smallest gradient noise the lane catches (``ladder=True``; None: none)
     detection_limits: dict[str, float | None] = field(default_factory=dict)
     #: (kind, recipe) -> what was found about a failed verdict beyond it (the first op over its
-    #: budget, :mod:`harness.domains.training.ops`), shown after it
+    #: budget, :mod:`harness.domains.training.diagnosis`), shown after it
     notes: dict[tuple[Kind, str], str] = field(default_factory=dict)
 
     @property
