@@ -1,8 +1,11 @@
-"""The layers of harness/ are enforced: `lint-imports` (run by .ci/run) fails when a lower layer
-imports a higher one, or when a layer below the plugin imports pytest."""
+"""The shape of harness/ is enforced: `lint-imports` (run by .ci/run) fails when a lower layer
+imports a higher one, when two modules import each other round a circle, when a claim family uses
+one above it, or when a layer below the plugin imports pytest; a function-local import says why it
+is one; docs/architecture.md names every module; the README's front page stays short."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -56,6 +59,26 @@ def test_the_layers_of_the_shipped_tree_are_kept(tmp_path):
             "import pytest as _pytest",
             "numerics, platform, domains and storage never import pytest",
         ),
+        (  # a function-local import is an import: the circle numerics.formats <-> numerics.rounding
+            "numerics/formats.py",
+            "def _f() -> None:\n    from harness.numerics import rounding as _r",
+            "No cycles are allowed in harness.numerics",
+        ),
+        (  # training is below fp8: it may not use it
+            "domains/training/loop.py",
+            "from harness.domains.fp8 import recipes as _r",
+            "harness.domains.training is not allowed to import harness.domains.fp8",
+        ),
+        (  # families on one level are independent
+            "domains/scaling/clipping.py",
+            "from harness.domains.autocast import probe as _p",
+            "harness.domains.scaling is not allowed to import harness.domains.autocast",
+        ),
+        (  # the core of the reproductions never reaches for the registry of registries
+            "domains/repro.py",
+            "from harness.domains import known_issues as _k",
+            "harness.domains.repro is not allowed to import harness.domains.known_issues",
+        ),
     ],
 )
 def test_a_lower_layer_importing_upward_breaks_the_contract(tmp_path, module, line, broken):
@@ -65,3 +88,59 @@ def test_a_lower_layer_importing_upward_breaks_the_contract(tmp_path, module, li
     result = _lint(tree)
     assert result.returncode != 0
     assert broken in result.stdout, result.stdout[-3000:]
+
+
+def _modules() -> list[Path]:
+    """Every module of harness/ (the known issues' scripts are package data, not modules)."""
+    root = REPO / "harness"
+    return sorted(p for p in root.rglob("*.py") if p.name != "__init__.py" and "issue_scripts" not in p.parts)
+
+
+def test_the_architecture_page_names_every_module():
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [
+        str(p.relative_to(REPO / "harness")) for p in _modules() if str(p.relative_to(REPO / "harness")) not in page
+    ]
+    assert not missing, f"docs/architecture.md does not name {missing}: say where each belongs"
+
+
+def _local_harness_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of each import of harness inside a function body of ``path``."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, inside: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            local = inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if inside and isinstance(child, ast.ImportFrom) and (child.module or "").startswith("harness"):
+                found.append((child.lineno, lines[child.lineno - 1]))
+            if inside and isinstance(child, ast.Import) and any(a.name.startswith("harness") for a in child.names):
+                found.append((child.lineno, lines[child.lineno - 1]))
+            visit(child, local)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def test_every_function_local_import_of_the_harness_says_why():
+    """Function-local imports hide the graph a reader sees at a module's top; one is kept only to
+    spare an import cost (torch, pandas) and says so on its line (``# lazy: ...``)."""
+    unexplained = [
+        f"{p.relative_to(REPO)}:{n}: {text.strip()}"
+        for p in _modules()
+        for n, text in _local_harness_imports(p)
+        if "# lazy:" not in text
+    ]
+    assert not unexplained, unexplained
+
+
+def test_the_local_import_check_sees_an_unexplained_one(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from harness.numerics import formats\n    return formats\n", encoding="utf-8")
+    assert _local_harness_imports(module) == [(2, "    from harness.numerics import formats")]
+
+
+def test_the_readme_front_page_stays_within_200_lines():
+    lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= 200, f"README.md has {lines} lines: move detail into docs/"

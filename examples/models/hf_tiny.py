@@ -107,7 +107,7 @@ def main() -> None:
     """Print each tiny model's verdicts as ``amp_training.check`` gives them, with the lane's power:
     ``python -m examples.models.hf_tiny`` (a few minutes on 2 cores)."""
     from harness.api import BF16, FP16_SCALER, TrainingCheckFailed, VerdictKind
-    from harness.pytest_plugin.collaborators import TrainingChecks
+    from harness.domains.training.check import TrainingChecks
     from harness.pytest_plugin.recording import Recorder, TestIdentity
 
     for key, setup in SETUPS.items():

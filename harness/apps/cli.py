@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the CLI imports torch only in the commands that use it
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from harness.storage import profiles  # lazy: imports torch, seconds the command may not need
+    from harness.storage import profiles  # lazy: imports torch
 
     fp = detect()
     if args.json:
@@ -43,7 +43,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_baselines(args: argparse.Namespace) -> int:
-    from harness.storage.inventory import validate_tree  # lazy: imports torch, seconds the command may not need
+    from harness.storage.inventory import validate_tree  # lazy: imports torch
 
     report = validate_tree(Path(args.baseline_dir))
     for line in report.lines:
@@ -78,7 +78,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from harness.apps import dashboard as db  # lazy: imports pandas, seconds the command may not need
+    from harness.apps import dashboard as db  # lazy: imports pandas
 
     if not args.reports and not args.fleet:
         print("amp-harness dashboard: name run or report directories, or --fleet DIR", file=sys.stderr)
@@ -113,7 +113,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from harness.apps import diff as df  # lazy: imports torch, seconds the command may not need
+    from harness.apps import diff as df  # lazy: imports torch
 
     try:
         if args.fleet:
@@ -138,16 +138,14 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
 
-    from harness.domains.compiled import (
-        speed as compiled_speed,  # lazy: imports torch, seconds the command may not need
-    )
-    from harness.domains.fp8 import speed as fp8_speed  # lazy: imports torch, seconds the command may not need
-    from harness.domains.speed import (  # lazy: imports torch, seconds the command may not need
+    from harness.domains.compiled import speed as compiled_speed  # lazy: imports torch
+    from harness.domains.fp8 import speed as fp8_speed  # lazy: imports torch
+    from harness.domains.speed import (  # lazy: imports torch
         bench,
         calibration,
         thresholds,
     )
-    from harness.storage import profiles  # lazy: imports torch, seconds the command may not need
+    from harness.storage import profiles  # lazy: imports torch
 
     fp = detect()
     device = torch.device(args.device)
@@ -269,7 +267,7 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     import importlib.metadata
     import platform
 
-    from harness.domains import known_issues as R  # lazy: imports torch, seconds the command may not need
+    from harness.domains import known_issues as R  # lazy: imports torch
 
     if args.report is not None:
         if args.known or args.list:
@@ -322,8 +320,8 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
     its newest run) whose node id or row name contains one of ``selected`` (none: every failed
     check). Exit 0 when each has its script, 3 when some recorded none (each named, with the
     command that reruns it), 4 when nothing failed there or nothing matched."""
-    from harness.domains import known_issues as R  # lazy: imports torch, seconds the command may not need
-    from harness.domains import repro as FR  # lazy: imports torch, seconds the command may not need
+    from harness.domains import known_issues as R  # lazy: imports torch
+    from harness.domains import repro as FR  # lazy: imports torch
 
     if not report.exists():
         raise _UsageError(f"--report {report}: no such run report directory")

@@ -503,7 +503,7 @@ def stacks_view(loaded: Loaded) -> pd.DataFrame:
     """The latest run of each (torch release, hardware class) side by side: per suite, what
     ``amp-harness diff`` says of it against its class's reference column (the oldest torch release's
     latest run on the same hardware class)."""
-    from harness.apps import diff as df_  # lazy: imports torch, seconds the command may not need
+    from harness.apps import diff as df_  # lazy: imports torch
 
     runs = loaded.runs.dropna(subset=["run_id"])
     if runs.empty:

@@ -1,6 +1,7 @@
-"""The objects suites get from fixtures besides the recorder: golden baselines and the
-bring-your-own-model training checks. Each receives only what it needs (the store, the mode, a
-provenance callback, a recorder), not the session."""
+"""What a test gets from the ``amp_baseline`` fixture: golden baselines with their lifecycle. It
+receives only what it needs (the store, the mode, a provenance callback, a recorder), not the
+session. (The bring-your-own-model training checks live in the training domain,
+:mod:`harness.domains.training.check`; the ``amp_training`` fixture only builds them.)"""
 
 from __future__ import annotations
 

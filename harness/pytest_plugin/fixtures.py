@@ -166,7 +166,7 @@ def amp_hardware_class(request: pytest.FixtureRequest) -> Profile:
         def test_speed(amp_hardware_class):
             th = amp_hardware_class.threshold("matmul_1024", "bfloat16")
     """
-    from harness.storage import profiles  # lazy: imports torch, seconds the command may not need
+    from harness.storage import profiles  # lazy: imports torch
 
     st = _active(request)
     device = str(request.getfixturevalue("amp_device")) if "amp_device" in request.fixturenames else st.primary_device
@@ -257,7 +257,7 @@ def amp_speedup(
         def test_my_speed(amp_speedup):
             amp_speedup(Workload("mm", make_mm, flops=2 * 1024**3), "bfloat16")
     """
-    from harness.pytest_plugin.speed import check_speedup  # lazy: imports torch, seconds the command may not need
+    from harness.pytest_plugin.speed import check_speedup  # lazy: imports torch
 
     def check(workload: Workload, dtype_name: str, calibrate_flags: str = "") -> None:
         __tracebackhide__ = True
