@@ -52,7 +52,7 @@ from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.blocklinear import BlockLinear, EmulatedBlockLinear, LinearProducts, TorchaoBlockLinear
 from harness.domains.fp8.blocklinear import linear_products as block_linear_products
 from harness.domains.fp8.blocklinear import product_budgets as block_product_budgets
-from harness.domains.fp8.blockscaled import (
+from harness.domains.fp8.blockquant import (
     BlockQuantized,
     BlockScaling,
     TorchaoBlockScaling,

@@ -20,7 +20,7 @@ import statistics
 import torch
 
 from harness.domains.fp8.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
-from harness.domains.fp8.blockscaled import BlockQuantized, TorchaoBlockScaling
+from harness.domains.fp8.blockquant import BlockQuantized, TorchaoBlockScaling
 from harness.domains.fp8.blocktraining import (
     block_lane,
     block_lane_reference,

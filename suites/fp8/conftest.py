@@ -68,7 +68,7 @@ def block_scaling_under_test(fp8_torchao: ModuleType) -> object:
         def block_scaling_under_test():
             return MyNvfp4()     # implements harness.api.BlockScaling: unsupported() and quantize()
     """
-    from harness.domains.fp8.blockscaled import TorchaoBlockScaling
+    from harness.domains.fp8.blockquant import TorchaoBlockScaling
 
     return TorchaoBlockScaling()
 

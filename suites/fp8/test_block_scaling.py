@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness.domains.fp8 import known_issues
-from harness.domains.fp8.blockscaled import (
+from harness.domains.fp8.blockquant import (
     SMALLEST_SCALE_DIVISOR,
     TorchaoBlockScaling,
     TorchBlockScaling,

@@ -13,7 +13,7 @@ import torch
 
 from harness.domains.fp8.adapters import TorchaoScaling
 from harness.domains.fp8.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
-from harness.domains.fp8.blockscaled import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
+from harness.domains.fp8.blockquant import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
 from harness.domains.fp8.delayed import TorchDelayedScaling
 from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from harness.domains.fp8.blockscaled import BlockScaling, TorchaoBlockScaling, torch_elem_dtype
+from harness.domains.fp8.blockquant import BlockScaling, TorchaoBlockScaling, torch_elem_dtype
 from harness.domains.fp8.matmul import ScaledBudget, budget
 from harness.numerics import blockscaled as B
 from harness.numerics.scaled import amax

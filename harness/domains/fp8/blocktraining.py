@@ -26,7 +26,7 @@ from harness.domains.fp8.blocklinear import (
     product_budgets,
     torchao_script,
 )
-from harness.domains.fp8.blockscaled import TorchBlockScaling
+from harness.domains.fp8.blockquant import TorchBlockScaling
 from harness.domains.fp8.linear import Localised, over_budget, seen_by_linears
 from harness.domains.fp8.repro import product_against_float64
 from harness.domains.fp8.training import FP8_PARITY_FRACTION, fp32_state_at

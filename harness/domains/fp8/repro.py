@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from harness.domains.fp8.blockscaled import BlockConformance, BlockScaling, TorchaoBlockScaling, torch_elem_dtype
+from harness.domains.fp8.blockquant import BlockConformance, BlockScaling, TorchaoBlockScaling, torch_elem_dtype
 from harness.domains.repro import FailureRepro, dtype_src, float_src
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import format_of
