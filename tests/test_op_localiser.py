@@ -13,6 +13,7 @@ from faults.training import lossy_gelu_kernel
 from helpers import assert_caught, inject, run_inner
 
 from harness.apps import diff as df
+from harness.domains import op_prints as P
 from harness.domains import training as T
 from harness.domains.training import diagnosis as O
 from harness.domains.training.repro import op_repro_of
@@ -63,13 +64,13 @@ def test_a_failing_training_check_names_the_faulty_op(training_checks):
 
 
 def test_first_difference_names_the_first_op_that_parts():
-    def op(i: int, digest: str) -> O.OpPrint:
-        return O.OpPrint(i, "mm", "m", "bfloat16", (2, 2), digest, None)
+    def op(i: int, digest: str) -> P.OpPrint:
+        return P.OpPrint(i, "mm", "m", "bfloat16", (2, 2), digest, None)
 
     a, b = [op(0, "x"), op(1, "y"), op(2, "z")], [op(0, "x"), op(1, "Y"), op(2, "z")]
-    assert O.first_difference(a, a) is None
-    assert O.first_difference(a, b) == (a[1], b[1])
-    assert O.first_difference(a, a[:2]) == (a[2], None)
+    assert P.first_difference(a, a) is None
+    assert P.first_difference(a, b) == (a[1], b[1])
+    assert P.first_difference(a, a[:2]) == (a[2], None)
 
 
 class _Float8Activation(torch.nn.Module):
@@ -81,7 +82,7 @@ class _Float8Activation(torch.nn.Module):
         return y.to(torch.float8_e4m3fn).to(y.dtype) if torch.is_autocast_enabled("cpu") else y
 
 
-def _step_ops(floor: torch.dtype | None, activation: torch.nn.Module) -> list[O.OpPrint]:
+def _step_ops(floor: torch.dtype | None, activation: torch.nn.Module) -> list[P.OpPrint]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), activation, torch.nn.Linear(64, 8))
     x = torch.randn(64, 32)

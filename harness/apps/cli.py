@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from harness import __version__
+from harness.apps import diff as df
 from harness.apps import qualify
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import KERNEL_SETS, cpu_class, detect, kernel_set, uncapped_cpu
@@ -113,7 +114,6 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from harness.apps import diff as df  # lazy: imports torch
 
     try:
         if args.fleet:

@@ -35,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.apps import diff as df_
 from harness.domains.versions import release
 from harness.numerics.trend import band, finite_or_none, violates
 from harness.numerics.verdict import Outcome
@@ -503,7 +504,6 @@ def stacks_view(loaded: Loaded) -> pd.DataFrame:
     """The latest run of each (torch release, hardware class) side by side: per suite, what
     ``amp-harness diff`` says of it against its class's reference column (the oldest torch release's
     latest run on the same hardware class)."""
-    from harness.apps import diff as df_  # lazy: imports torch
 
     runs = loaded.runs.dropna(subset=["run_id"])
     if runs.empty:

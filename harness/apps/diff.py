@@ -33,7 +33,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from harness.domains.training.diagnosis import OpPrint, first_difference
+from harness.domains.op_prints import OpPrint, first_difference
 from harness.numerics.trend import finite_or_none, violates
 from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import fleet

@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from harness.domains import training as T
-from harness.domains.training.diagnosis import CAST_BUDGET_U, OP_BUDGET_U, first_over_budget, localise
+from harness.domains.op_prints import CAST_BUDGET_U, OP_BUDGET_U
+from harness.domains.training.diagnosis import first_over_budget, localise
 from harness.domains.training.repro import op_repro_of
 from harness.numerics.comparison import compare_claim
 from harness.numerics.verdict import RowKind

@@ -13,11 +13,12 @@ from typing import Any, Protocol
 import torch
 
 from harness.domains import training as T
+from harness.domains.op_prints import OpPrint
 from harness.domains.repro import FailureRepro
 from harness.domains.training import amp_lane as L
 from harness.domains.training import overflow as O
 from harness.domains.training import repro as training_repro
-from harness.domains.training.diagnosis import Diagnosis, OpPrint, diagnose, first_over_budget, localise, localised
+from harness.domains.training.diagnosis import Diagnosis, diagnose, first_over_budget, localise, localised
 from harness.domains.training.parity import Band, ParityReport, RecipeResult
 from harness.domains.training.recipes import Recipe, Setup
 from harness.domains.training.repro import op_repro_of

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
+from harness.domains.op_prints import OpPrint
 from harness.domains.repro import FailureRepro, upcast_src
 from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
 from harness.domains.training.census import census_state
-from harness.domains.training.diagnosis import OpPrint
 from harness.domains.training.loop import Run
 from harness.domains.training.parity import PARITY_FRACTION, Band
 from harness.domains.training.recipes import DATA_SEED_OFFSET, EVAL_SEED, FP32, INIT_SEED, Recipe, Setup
