@@ -227,3 +227,82 @@ def test_a_baseline_copied_to_another_key_is_detected(tmp_path):
     assert not out.passed
     assert "belongs to s/torch-2.12/n" in out.message
     assert Path(dst).read_text() == src.read_text()
+
+
+# -- a release with no baselines of its own: judged against the nearest earlier release ---------
+def _stack_store(tmp_path: Path, releases: dict[str, object]) -> bl.BaselineStore:
+    store = bl.BaselineStore(tmp_path)
+    for key, data in releases.items():
+        store.queue_write(
+            store.path_for("s", key, "n"), bl.BaselineDocument("s", "n", key, "stack", data, {"torch": key})
+        )
+    store.flush()
+    return store
+
+
+def _check_stack(store: bl.BaselineStore, key: str, data: object, mode: bl.Mode = bl.Mode.CHECK) -> bl.BaselineResult:
+    out = bl.check(
+        store,
+        suite="s",
+        name="n",
+        key=key,
+        key_kind=bl.KeyKind.STACK,
+        data=data,
+        provenance={"torch": key},
+        mode=mode,
+        regen_command="pytest x --amp-regen",
+    )
+    store.flush()
+    return out
+
+
+def test_a_new_release_that_behaves_like_the_last_passes_naming_the_baseline_it_was_judged_against(tmp_path):
+    store = _stack_store(tmp_path, {"torch-2.13": {"x": 0}, "torch-2.14": {"x": 1}})
+    out = _check_stack(store, "torch-2.15", {"x": 1})
+    assert out.passed and out.status is bl.Status.INHERITED
+    assert "torch-2.14/n.json" in out.message and "pytest x --amp-regen" in out.message
+    assert not store.path_for("s", "torch-2.15", "n").exists(), "a check never writes the new release's baseline"
+    assert store.path_for("s", "torch-2.14", "n") in store.used
+
+
+def test_a_new_release_that_differs_fails_with_the_difference_and_leaves_its_obtained_file(tmp_path):
+    store = _stack_store(tmp_path, {"torch-2.13": {"x": 1}, "torch-2.14": {"x": 2}})
+    out = _check_stack(store, "torch-2.15", {"x": 3})
+    assert not out.passed and out.status is bl.Status.CHANGED_SINCE
+    assert "changed since torch-2.14" in out.message and "x" in out.message and "pytest x --amp-regen" in out.message
+    assert out.stored == {"x": 2}
+    assert not store.path_for("s", "torch-2.15", "n").exists()
+    assert store.obtained_path(store.path_for("s", "torch-2.15", "n")).exists()
+
+
+def test_regen_writes_the_new_release_s_own_baseline(tmp_path):
+    store = _stack_store(tmp_path, {"torch-2.14": {"x": 2}})
+    _check_stack(store, "torch-2.15", {"x": 3}, bl.Mode.REGEN)
+    assert json.loads(store.path_for("s", "torch-2.15", "n").read_text())["data"] == {"x": 3}
+    assert _check_stack(store, "torch-2.15", {"x": 3}).status is bl.Status.MATCHED
+
+
+def test_only_earlier_releases_are_references_and_without_one_the_baseline_is_missing(tmp_path):
+    store = _stack_store(tmp_path, {"torch-2.16": {"x": 1}, "nvidia-h200__torch-2.14": {"x": 1}})
+    out = _check_stack(store, "torch-2.15", {"x": 1})
+    assert not out.passed and out.status is bl.Status.MISSING  # 2.16 is later, the h200 key another profile
+    assert store.earlier_releases("s", "n", "nvidia-h200__torch-2.15") == [
+        store.path_for("s", "nvidia-h200__torch-2.14", "n")
+    ]
+    assert store.earlier_releases("s", "n", "any") == []
+
+
+@pytest.mark.parametrize(
+    ("version", "stack"),
+    [
+        ("2.15.0+cu132", "torch-2.15"),
+        ("2.16.0.dev20261201+cpu", "torch-2.16"),
+        ("2.15.0rc3", "torch-2.15"),
+        ("2.15.0a0+git1234abc", "torch-2.15"),
+        ("2.13.0+cpu", "torch-2.13"),
+    ],
+)
+def test_release_strings_of_every_kind_key_their_minor_release(version, stack):
+    from harness.platform.versions import minor
+
+    assert f"torch-{minor(version)}" == stack

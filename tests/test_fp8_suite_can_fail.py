@@ -257,7 +257,9 @@ def test_a_torchao_that_fixed_a_registered_finding_fails_as_appears_fixed(pytest
         **{"torchao.float8.float8_utils._round_scale_down_to_power_of_2": "faults.fp8.exact_pow2"},
     )
     assert_caught(run, "*::test_registered_fp8_findings_match_what_this_torchao_does[[]torchao-pow2-scale-rounds-up]")
-    run.stdout.fnmatch_lines(["*appears fixed in torchao*remove*KNOWN_ISSUES in harness/domains/fp8/known_issues.py*"])
+    run.stdout.fnmatch_lines(
+        ["*appears fixed in torchao*set fixed=*KNOWN_ISSUES in harness/domains/fp8/known_issues.py*"]
+    )
 
 
 def test_a_torchao_that_guards_the_nvfp4_zero_tensor_fails_as_appears_fixed(pytester, suite_copy):

@@ -227,3 +227,35 @@ def test_a_divergence_is_told_by_its_type_never_by_its_words():
     found = scaling.Divergence(scaling.Diverged.STATE, "scaler scale 2.0, specification 1.0")
     assert scaling.divergence_in(group("distinct failures", [ValueError("other"), found])) is found
     assert scaling.divergence_in(AssertionError("scaler (scale, growth_tracker) = (2.0, 0)")) is None
+
+
+def test_a_fixed_known_issue_that_comes_back_is_a_regression(pytester, suite_copy):
+    """The lifecycle's negative control: a registry saying update(int) was fixed in this very
+    release, on a stack that still has the bug, fails the registry check as a regression."""
+    suite_copy("scaler/test_overflow_in_training.py", conftest=False)
+    inject(
+        pytester,
+        "scaler",
+        fixtures={"scaler_factory": "torch.amp.GradScaler"},
+        patches={"harness.domains.scaling.reference.KNOWN_ISSUES": "faults.scalers.fixed_in_this_release"},
+    )
+    run = run_inner(pytester, "-k", "known_issue_status and update-int")
+    assert_caught(run, "*::test_known_issue_status_matches_the_registry[[]cpu-update-int-new-scale]")
+    run.stdout.fnmatch_lines(["*was fixed in torch*occurs again*a regression*"], consecutive=False)
+
+
+def test_an_open_known_issue_in_a_release_newer_than_any_listed_is_known_not_failed(pytester, suite_copy):
+    """An open issue still present in a release the registry has never seen is KNOWN: the row says
+    it is still there and which field to bump."""
+    suite_copy("scaler/test_overflow_in_training.py", conftest=False)
+    inject(
+        pytester,
+        "scaler",
+        fixtures={"scaler_factory": "torch.amp.GradScaler"},
+        patches={"harness.domains.scaling.reference.KNOWN_ISSUES": "faults.scalers.verified_long_ago"},
+    )
+    run = run_inner(pytester, "-k", "known_issue_status and update-int")
+    assert_clean(run, at_least=1)
+    [row] = [r for r in run.rows if r["metric"] == "known_issue.update-int-new-scale"]
+    assert row["outcome"] == "known", row
+    assert "still present in torch" in json.loads(str(row["tags"]))["lifecycle"]

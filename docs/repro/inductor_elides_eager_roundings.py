@@ -1,4 +1,4 @@
-# Reproduces inductor-elides-eager-roundings (torch 2.13, cpu, cuda).
+# Reproduces inductor-elides-eager-roundings (torch 2.13 to before 2.14, fixed in 2.14; cpu, cuda).
 # Inductor keeps fused low-precision intermediates in fp32 where eager rounds every op's output to
 # the autocast dtype (torch._inductor.config.emulate_precision_casts = False by default): compiled
 # and eager AMP outputs differ at fused stages; with emulate_precision_casts = True they agree

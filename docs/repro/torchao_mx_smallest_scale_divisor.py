@@ -1,4 +1,4 @@
-# Reproduces torchao-mx-smallest-scale-divisor (torchao 0.18, cpu, cuda).
+# Reproduces torchao-mx-smallest-scale-divisor (torchao 0.18 on, open (last verified 0.18); cpu, cuda).
 # An MX block whose e8m0 scale code is 0 (2^-127: a block amax below about 2^-118 for e4m3
 # elements) is stored with that code, but its elements are not divided by 2^-127: FLOOR and CEIL
 # clamp the float32 divisor to float32's smallest normal 2^-126 (a workaround for Triton's
@@ -7,7 +7,7 @@
 # Where: torchao/prototype/mx_formats/mx_tensor.py to_mx (F32_MIN_NORMAL clamp) and _to_mx_rceil.
 # Registered in amp-harness harness/domains/fp8/known_issues.py.
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-03.
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch and torchao. Run: python torchao_mx_smallest_scale_divisor.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -1,4 +1,4 @@
-# Reproduces torchao-nvfp4-tiny-tensor-reciprocal-overflow (torchao 0.18, cpu, cuda).
+# Reproduces torchao-nvfp4-tiny-tensor-reciprocal-overflow (torchao 0.18 on, open (last verified 0.18); cpu, cuda).
 # NVFP4Tensor.to_nvfp4 multiplies the elements by (1 / per_tensor_scale) / block_scale in float32:
 # for a tensor whose amax is below about 2688 x 2^-128 (1e-35, an underflowed gradient) the
 # per-tensor scale is below 2^-128, its reciprocal overflows to inf, every nonzero element
@@ -7,7 +7,7 @@
 # Where: torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (reciprocal_scale).
 # Registered in amp-harness harness/domains/fp8/known_issues.py.
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-03.
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch and torchao. Run: python torchao_nvfp4_tiny_tensor_reciprocal_overflow.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

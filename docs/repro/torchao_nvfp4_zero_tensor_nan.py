@@ -1,4 +1,4 @@
-# Reproduces torchao-nvfp4-zero-tensor-nan (torchao 0.18, cpu, cuda).
+# Reproduces torchao-nvfp4-zero-tensor-nan (torchao 0.18 on, open (last verified 0.18); cpu, cuda).
 # NVFP4Tensor.to_nvfp4 with the per-tensor scale per_tensor_amax_to_scale gives (amax / 2688)
 # divides every block scale by it: for a tensor of zeros that scale is 0, every block scale
 # becomes 0/0 = NaN and the tensor dequantises to NaN instead of zeros (an all-zero gradient
@@ -6,8 +6,8 @@
 # amax as scale 1)
 # Where: torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (per_tensor_scale branch).
 # Registered in amp-harness harness/domains/fp8/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch and torchao. Run: python torchao_nvfp4_zero_tensor_nan.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

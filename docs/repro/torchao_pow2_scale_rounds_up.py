@@ -1,12 +1,12 @@
-# Reproduces torchao-pow2-scale-rounds-up (torchao 0.17, 0.18, cpu, cuda).
+# Reproduces torchao-pow2-scale-rounds-up (torchao 0.17 on, open (last verified 0.18); cpu, cuda).
 # round_scales_to_power_of_2 computes exp2(floor(log2(scale))) in float32: for a scale within
 # float32 log2's rounding of a power of two below it (e.g. 32 (1 - 2^-24)), log2 rounds up to the
 # integer and the scale becomes that power of two, one binade above the exact floor; amax x scale
 # then exceeds fp8_max by at most that window and rounds to fp8_max
 # Where: torchao/float8/float8_utils.py _round_scale_down_to_power_of_2. Registered in amp-harness
 # harness/domains/fp8/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch and torchao. Run: python torchao_pow2_scale_rounds_up.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -1,12 +1,12 @@
-# Reproduces torchao-rceil-scale-near-power-of-2 (torchao 0.17, 0.18, cpu, cuda).
+# Reproduces torchao-rceil-scale-near-power-of-2 (torchao 0.17 on, open (last verified 0.18); cpu, cuda).
 # MX RCEIL scales compute ceil(log2(amax / elem_max)) in float32 (CPU, eager): when amax /
 # elem_max lies just above a power of two, the division or log2 rounds onto it and the e8m0 scale
 # is one code below the exact ceiling; the block's largest element then saturates at elem_max (by
 # at most float32's rounding)
 # Where: torchao/prototype/mx_formats/mx_tensor.py _to_mx_rceil (fallback path). Registered in
 # amp-harness harness/domains/fp8/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen2-f23m49-avx2-t2,
-# amp-harness 0.1.0, 2026-12-02.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-04.
 # Needs only torch and torchao and numpy. Run: python torchao_rceil_scale_near_power_of_2.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 from harness import __version__
 from harness.apps import diff as df
 from harness.apps import qualify
+from harness.apps import release as rel
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import KERNEL_SETS, cpu_class, detect, kernel_set, uncapped_cpu
 from harness.storage import atomic, fleet
@@ -133,6 +134,34 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if args.csv:
         atomic.write_text(Path(args.csv), df.render_csv(result))
     return 1 if result.regressed else 0
+
+
+def _cmd_release(args: argparse.Namespace, pytest_args: Sequence[str] = ()) -> int:
+    if args.candidate is None and not args.requirement:
+        raise _UsageError("release: give the torch requirement (torch==2.15.0), or --candidate RUN")
+    project, reports = Path.cwd(), Path(args.report_dir)
+    try:
+        if args.candidate is not None:
+            candidate_run = Path(args.candidate)
+        else:
+            print(f"amp-harness release: building {args.env} with {args.requirement} {' '.join(args.extra)}".rstrip())
+            python = rel.build_environment(Path(args.env), [args.requirement, *args.extra], project)
+            print(f"amp-harness release: pytest suites/ with {python}")
+            candidate_run = rel.run_suites(python, project, reports / "candidate", list(pytest_args))
+        if args.reference is not None:
+            reference_run = Path(args.reference)
+        else:
+            print(f"amp-harness release: pytest suites/ here ({sys.executable})")
+            reference_run = rel.run_suites(rel.here(), project, reports / "reference", list(pytest_args))
+        report = rel.release_report(df.load_side("A", reference_run), df.load_side("B", candidate_run))
+    except (rel.ReleaseError, df.DiffInputError) as e:
+        print(f"amp-harness release: {e}", file=sys.stderr)
+        return 2
+    text = rel.render(report)
+    sys.stdout.write(text)
+    if args.output:
+        atomic.write_text(Path(args.output), text)
+    return report.exit_code
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -277,7 +306,7 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         raise _UsageError("--check selects failed checks of a run report: give the report with --report")
     if args.list:
         for issue_id, (where, issue) in sorted(R.REGISTRIES.items()):
-            print(f"{issue_id}  ({issue.package} {', '.join(issue.affected)}; {where})")
+            print(f"{issue_id}  ({issue.package} {issue.span}; {where})")
         return 0
     unknown = [i for i in args.known if i not in R.REPRODUCTIONS]
     if unknown:
@@ -553,6 +582,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="CAP[,CAP...]",
         help="the capabilities that decide the exit status (default: all for suites/, else those your tests decide)",
     )
+    rl = sub.add_parser(
+        "release",
+        help="qualify a torch release: suites in an isolated environment and here, one release report (exit 1: a regression)",
+        description="amp-harness release REQUIREMENT [--with PKG ...] [-- pytest options]: builds an environment "
+        "holding REQUIREMENT (torch==2.15.0, a nightly, a local wheel) and this checkout, runs pytest suites/ there "
+        "and here, and prints the release report. Exit 0 when nothing but known issues and reviewed behaviour "
+        "changed, 1 a check failed or regressed, 2 usage or environment error. See docs/release.md.",
+    )
+    rl.add_argument(
+        "requirement", nargs="?", help="the torch requirement, e.g. torch==2.15.0 (not needed with --candidate)"
+    )
+    rl.add_argument(
+        "--with", dest="extra", action="append", default=[], metavar="PKG", help="also install, e.g. torchao==0.18.0"
+    )
+    rl.add_argument("--env", default=".release-env", help="the environment's directory (default .release-env; reused)")
+    rl.add_argument("--report-dir", default="amp-reports/release", help="both runs' reports go here")
+    rl.add_argument("--candidate", help="judge this run report of the new release instead of making one")
+    rl.add_argument("--reference", help="judge against this run report instead of running the suites here")
+    rl.add_argument("-o", "--output", help="also write the report to this file")
+    rl.set_defaults(func=_cmd_release)
     argv = list(sys.argv[1:] if argv is None else argv)
     own, rest = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     try:
@@ -561,6 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_qualify(args, rest)
         if args.command == "kernels":
             return _cmd_kernels(args, rest)
+        if args.command == "release":
+            return _cmd_release(args, rest)
         if rest:
             raise _UsageError(f"unrecognized arguments: -- {' '.join(rest)}")
         return int(args.func(args))

@@ -229,7 +229,7 @@ def known_issue_script(
         width=98, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False, break_long_words=False
     )
     header = [
-        f"# Reproduces {issue.id} ({issue.package} {', '.join(issue.affected)}, {', '.join(issue.devices)}).",
+        f"# Reproduces {issue.id} ({issue.package} {issue.span}; {', '.join(issue.devices)}).",
         *wrap.wrap(issue.summary),
         *wrap.wrap(f"Where: {issue.reference}. Registered in amp-harness {where}."),
         *wrap.wrap(f"Written on: {provenance}."),

@@ -15,46 +15,102 @@ __all__ = ["KnownIssue", "minor", "registry_claim", "release"]
 
 @dataclass(frozen=True)
 class KnownIssue:
-    """A behaviour of some torch releases, registered with the minor releases it was observed in.
-    A suite observes it on every run and :func:`registry_claim` fails when observation and
-    registry disagree: a release that fixes it ("appears fixed") or one it newly affects."""
+    """A behaviour of some releases, registered as an upstream lifecycle: the first release it was
+    observed in, the release that fixed it (None while it is open) and the last release it was
+    verified in. An open issue is listed for every release from its first on, so a release newer
+    than any the registry knows inherits it: still present there, it is KNOWN, not a failure.
+    A suite observes it on every run and :func:`registry_claim` compares observation and lifecycle."""
 
     id: str
     summary: str
-    #: torch minor versions (e.g. "2.13") where the behaviour was observed
-    affected: tuple[str, ...]
+    #: the first release (``"2.13"``: minor releases of ``package``) it was observed in
+    first: str
     reference: str
     #: the device types it concerns
     devices: tuple[str, ...] = ("cpu", "cuda")
-    #: the package whose minor releases ``affected`` names
+    #: the package whose minor releases ``first``, ``fixed`` and ``verified`` name
     package: str = "torch"
+    #: the first release without it (None: open)
+    fixed: str | None = None
+    #: the last release it was observed in ("": ``first``)
+    verified: str = ""
 
-    def listed(self, torch_version: str, device_type: str) -> bool:
-        """Whether the registry says this issue is present for that release and device."""
-        return minor(torch_version) in self.affected and device_type in self.devices
+    def __post_init__(self) -> None:
+        for what, value in (("first", self.first), ("fixed", self.fixed), ("verified", self.verified)):
+            if value and not value[0].isdigit():
+                raise ValueError(f"known issue {self.id}: {what} {value!r} is not a release such as '2.13'")
+        if self.fixed is not None and release(self.fixed) <= release(self.first):
+            raise ValueError(f"known issue {self.id}: fixed {self.fixed} is not after its first release {self.first}")
+
+    @property
+    def last_verified(self) -> str:
+        return self.verified or self.first
+
+    @property
+    def span(self) -> str:
+        """The lifecycle in words: ``2.13 on, open (last verified 2.14)``, ``2.13, fixed in 2.14``."""
+        if self.fixed is not None:
+            return f"{self.first} to before {self.fixed}, fixed in {self.fixed}"
+        return f"{self.first} on, open (last verified {self.last_verified})"
+
+    def listed(self, version: str, device_type: str) -> bool:
+        """Whether the registry says this issue is present for that release and device: from its
+        first release on, up to (not including) its fix."""
+        r = release(version)[:2]
+        return (
+            device_type in self.devices
+            and release(self.first)[:2] <= r
+            and (self.fixed is None or r < release(self.fixed)[:2])
+        )
 
 
 def registry_claim(
     issue: KnownIssue, present: bool, listed: bool, torch_version: str, where: str, context: str = ""
 ) -> ClaimComparison:
-    """KNOWN while the issue occurs exactly where the registry says; a failure naming the edit to
-    make when it does not (``where``: the registry's place in the source, for the message)."""
-    release = minor(torch_version)
-    if present and not listed:
+    """KNOWN while the issue occurs where its lifecycle lists it; PASS where it is absent outside
+    it, and where an open issue no longer occurs in a release newer than the last verified one (a
+    finding: "fixed in 2.15?", naming the edit); FAIL where a fixed issue comes back (a regression),
+    where it occurs outside its range, or where it vanishes from a release it was verified in."""
+    version = minor(torch_version)
+    newer = release(version)[:2] > release(issue.last_verified)[:2]
+    holds = present == listed or (listed and not present and newer and issue.fixed is None)
+    if present and listed:
         detail = (
-            f"known issue {issue.id} ({issue.summary}) occurs in {issue.package} {torch_version}{context}, which the registry "
-            f"does not list: add {release!r} to its affected releases (or this case to its scope) in {where}"
+            f"known issue {issue.id} is still present in {issue.package} {torch_version}{context} (last verified "
+            f"{issue.last_verified}): set verified={version!r} in {where}"
+            if newer
+            else f"known issue {issue.id} is present in {issue.package} {torch_version}{context}, as registered"
+        )
+    elif present and issue.fixed is not None and release(version)[:2] >= release(issue.fixed)[:2]:
+        detail = (
+            f"known issue {issue.id} ({issue.summary}) was fixed in {issue.package} {issue.fixed} and occurs again in "
+            f"{torch_version}{context}: a regression (report it upstream; register it again with first={version!r} "
+            f"in {where})"
+        )
+    elif present:
+        detail = (
+            f"known issue {issue.id} ({issue.summary}) occurs in {issue.package} {torch_version}{context}, outside the "
+            f"releases and devices the registry lists (first {issue.first}, devices {', '.join(issue.devices)}): "
+            f"widen its entry in {where}"
+        )
+    elif listed and holds:
+        detail = (
+            f"known issue {issue.id} did not occur in {issue.package} {torch_version}{context}: fixed in {version}? "
+            f"If the fix is upstream, set fixed={version!r} in {where}"
+        )
+    elif listed:
+        detail = (
+            f"known issue {issue.id} appears fixed in {issue.package} {torch_version}{context}, a release it was "
+            f"verified present in (up to {issue.last_verified}): set fixed={version!r} in {where}, or find why the "
+            "observation no longer sees it"
         )
     else:
-        detail = (
-            f"known issue {issue.id} appears fixed in {issue.package} {torch_version}{context}: remove {release!r} from its "
-            f"affected releases in {where}"
-        )
+        detail = f"known issue {issue.id} is absent in {issue.package} {torch_version}{context}, as registered"
     return compare_claim(
         f"known_issue.{issue.id}",
         present,
-        present == listed,
-        f"the issue occurs exactly in the {issue.package} releases the registry lists",
+        holds,
+        f"the issue occurs exactly in the {issue.package} releases its lifecycle lists",
         detail=detail,
         finding=present,
         kind=RowKind.KNOWN_ISSUE,

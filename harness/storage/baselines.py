@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -265,6 +266,21 @@ class BaselineStore:
             stored |= {p for p in d.glob(f"*{SUFFIX}") if not p.name.endswith(OBTAINED_SUFFIX)}
         return sorted(stored - self.used)
 
+    def earlier_releases(self, suite: str, name: str, key: str) -> list[Path]:
+        """The same baseline stored for the releases before ``key``'s (a stack key ``torch-2.15``,
+        or ``<profile>__torch-2.15``), the nearest first: what a release with no baseline of its
+        own is judged against. Empty for a key that names no release."""
+        prefix, release_of = _release_of(key)
+        suite_dir = self.root / suite
+        if release_of is None or not suite_dir.is_dir():
+            return []
+        earlier = []
+        for p in suite_dir.glob(f"*/{name}{SUFFIX}"):
+            other_prefix, other = _release_of(p.parent.name)
+            if other is not None and other_prefix == prefix and other < release_of:
+                earlier.append((other, p))
+        return [p for _, p in sorted(earlier, reverse=True)]
+
     def references(self, suite: str, name: str, key: str) -> list[Path]:
         """The same baseline stored under other keys (other hardware profiles or stacks), sorted:
         the candidates a key with no baseline of its own may be compared against."""
@@ -280,10 +296,24 @@ class BaselineStore:
         return {p for p in d.glob(f"*{SUFFIX}") if not p.name.endswith(OBTAINED_SUFFIX)}
 
 
+def _release_of(key: str) -> tuple[str, tuple[int, int] | None]:
+    """(the key without its stack, (major, minor)) of a key naming a release: ``torch-2.15`` ->
+    ("", (2, 15)), ``nvidia-h200__torch-2.15`` -> ("nvidia-h200", (2, 15)); (key, None) otherwise."""
+    prefix, _, stack = key.rpartition("__")
+    match = re.fullmatch(r"torch-(\d+)\.(\d+)", stack)
+    if match is None:
+        return key, None
+    return prefix, (int(match.group(1)), int(match.group(2)))
+
+
 class Status(Enum):
     """What the lifecycle did with one baseline (syrupy's created / updated / matched / failed)."""
 
     MATCHED = "matched"
+    #: no baseline of this release's own; the nearest earlier release's matched
+    INHERITED = "matched an earlier release"
+    #: no baseline of this release's own; the nearest earlier release's differs
+    CHANGED_SINCE = "changed since an earlier release"
     CREATED = "created"
     MISSING = "missing"
     MISMATCHED = "mismatched"
@@ -382,6 +412,62 @@ def check(
     return found.result(written=True)
 
 
+def _against_earlier_release(
+    store: BaselineStore,
+    path: Path,
+    doc: BaselineDocument,
+    regen_command: str,
+    tolerance: Tolerance,
+    display: Callable[[Path], str],
+    comparator: Callable[[Any, Any], DataComparison] | None,
+) -> _Finding | None:
+    """A release with no baseline of its own, judged against the nearest earlier release's (as a
+    new hardware class is judged against a reference class): equal passes, naming that baseline;
+    different fails with the difference and leaves this release's obtained file. None where no
+    earlier release has a readable one (the baseline is then missing)."""
+    hint = f"Regenerate: {regen_command}"
+    for earlier in store.earlier_releases(doc.suite, doc.name, doc.key):
+        try:
+            reference = store.read(earlier, hint)
+        except BaselineError:
+            continue
+        if reference is None:
+            continue
+        store.used.add(earlier)
+        release = earlier.parent.name
+        if comparator is not None:
+            result = comparator(reference.data, doc.data)
+        else:
+            result = compare_data(f"baseline {doc.suite}/{release}/{doc.name}", reference.data, doc.data, tolerance)
+        obtained = store.obtained_path(path)
+        judged = (
+            f"Baseline {display(path)} does not exist: this release ({doc.key}) was judged against the nearest "
+            f"earlier release's, {display(earlier)} ({_describe_provenance(reference.provenance)})"
+        )
+        if result.passed:
+            store.queue_remove(obtained)
+            return _Finding(
+                True,
+                Status.INHERITED,
+                path,
+                f"{judged}: the same. Adopt it as this release's own with: {regen_command}",
+                comparison=result,
+            )
+        return _Finding(
+            False,
+            Status.CHANGED_SINCE,
+            path,
+            f"{judged}: it changed since {release}.\n  this run: {_describe_provenance(doc.provenance)}\n"
+            f"{explain(result)}\n",
+            f"Obtained values: {display(store.destination(obtained))}\n",
+            f"If the change is expected, write this release's baseline: {regen_command}",
+            result,
+            (obtained, "the obtained file"),
+            reference.data,
+        )
+    return None
+
+
 def _lifecycle(
     store: BaselineStore,
     path: Path,
@@ -409,6 +495,10 @@ def _lifecycle(
             f" Rewritten from this run{into}.",
             write=(path, "the baseline"),
         )
+    if stored is None and mode is Mode.CHECK:
+        inherited = _against_earlier_release(store, path, doc, regen_command, tolerance, display, comparator)
+        if inherited is not None:
+            return inherited
     if stored is None:
         if mode is Mode.ACCEPT:
             return _Finding(

@@ -54,12 +54,13 @@ def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, 
     issue = KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id, request, amp_dtype)
     listed = issue.listed(torch.__version__, amp_device.type)
+    claim = versions.registry_claim(
+        issue, present, listed, torch.__version__, f"{WHERE} ({issue_id!r})", context=f" on {amp_device.type}"
+    )
     amp_record.require(
-        versions.registry_claim(
-            issue, present, listed, torch.__version__, f"{WHERE} ({issue_id!r})", context=f" on {amp_device.type}"
-        ),
+        claim,
         dtype=amp_dtype,
         device=amp_device,
-        tags={"torch": torch.__version__, "listed_as_affected": listed, "seen": seen},
+        tags={"torch": torch.__version__, "listed_as_affected": listed, "seen": seen, "lifecycle": claim.detail[0]},
         note=issue.summary,
     )

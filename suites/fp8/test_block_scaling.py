@@ -177,13 +177,13 @@ def _judge(impl, spec_id: str, amp_record) -> None:
             assert SMALLEST_ISSUE.id in excused or not result.smallest_scale_finding, (
                 f"{spec_id} ({impl.name}): {result.smallest_scale_finding} block(s) at e8m0 scale code 0 (2^-127) "
                 f"divide their elements by {SMALLEST_SCALE_DIVISOR[spec.mode]} instead of 2^-127 "
-                f"({SMALLEST_ISSUE.id}, registered for torchao {', '.join(SMALLEST_ISSUE.affected)} only); "
+                f"({SMALLEST_ISSUE.id}, registered for torchao {SMALLEST_ISSUE.span}); "
                 f"tensor {rows!r}"
             )
             assert OVERFLOW_ISSUE.id in excused or not result.reciprocal_overflow_finding, (
                 f"{spec_id} ({impl.name}): {result.reciprocal_overflow_finding} element(s) stored as +-6 or NaN "
                 "where float32's 1 / per-tensor scale / block scale overflows "
-                f"({OVERFLOW_ISSUE.id}, registered for torchao {', '.join(OVERFLOW_ISSUE.affected)} only); "
+                f"({OVERFLOW_ISSUE.id}, registered for torchao {OVERFLOW_ISSUE.span}); "
                 f"tensor {rows!r}"
             )
 

@@ -320,8 +320,9 @@ def test_registered_fp8_findings_match_what_this_torchao_does(issue_id, fp8_torc
     present, seen = _observe(issue_id)
     version = torchao_version()
     listed = issue.listed(version, "cpu")
+    claim = versions.registry_claim(issue, present, listed, version, f"{known_issues.WHERE} ({issue_id!r})")
     amp_record.require(
-        versions.registry_claim(issue, present, listed, version, f"{known_issues.WHERE} ({issue_id!r})"),
-        tags={"torchao": version, "listed_as_affected": listed, "seen": seen},
+        claim,
+        tags={"torchao": version, "listed_as_affected": listed, "seen": seen, "lifecycle": claim.detail[0]},
         note=issue.summary,
     )

@@ -310,16 +310,22 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
     present = _observe(issue_id, amp_device, scaler_factory)
     listed = issue.applies(torch.__version__, scaler_factory, amp_device.type)
     kind = scaling.scaler_kind(scaler_factory)
+    claim = versions.registry_claim(
+        issue,
+        present,
+        listed,
+        torch.__version__,
+        f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaling/reference.py)",
+        context=f" with {kind} on {amp_device.type}",
+    )
     amp_record.require(
-        versions.registry_claim(
-            issue,
-            present,
-            listed,
-            torch.__version__,
-            f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaling/reference.py)",
-            context=f" with {kind} on {amp_device.type}",
-        ),
+        claim,
         device=amp_device,
-        tags={"torch": torch.__version__, "listed_as_affected": listed, "scaler": scaling.scaler_kind(scaler_factory)},
+        tags={
+            "torch": torch.__version__,
+            "listed_as_affected": listed,
+            "scaler": scaling.scaler_kind(scaler_factory),
+            "lifecycle": claim.detail[0],
+        },
         note=issue.summary,
     )

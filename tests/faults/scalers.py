@@ -245,3 +245,24 @@ def never_present(original: Any) -> Any:
         return False
 
     return fixed
+
+
+def _registry_with(original: Any, issue_id: str, **changes: Any) -> Any:
+    """The scaling registry with one entry's lifecycle changed (a dict copy: the module's stays)."""
+    import dataclasses
+
+    return {**original, issue_id: dataclasses.replace(original[issue_id], **changes)}
+
+
+def fixed_in_this_release(original: Any) -> Any:
+    """A registry that says update(int) was fixed in the running torch release: the bug the stack
+    still has then reads as a fixed issue that came back."""
+    from harness.platform.versions import minor
+
+    return _registry_with(original, "update-int-new-scale", first="2.0", verified="2.0", fixed=minor(torch.__version__))
+
+
+def verified_long_ago(original: Any) -> Any:
+    """A registry whose update(int) entry was last verified on a release older than the running
+    one: the running release is newer than any it lists."""
+    return _registry_with(original, "update-int-new-scale", first="2.0", verified="2.0", fixed=None)

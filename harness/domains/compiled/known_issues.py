@@ -1,6 +1,7 @@
-"""Compiled-AMP behaviour of torch releases, registered by minor release, each observed by the
-compiled suite on every run (``suites/compiled/test_compiled_known_issues.py``) so that a release
-that changes it is noticed: "appears fixed" fails until the registry is updated."""
+"""Compiled-AMP behaviour of torch releases, each registered as an upstream lifecycle (first
+release, fix, last verified; :class:`~harness.domains.versions.KnownIssue`) and observed by the
+compiled suite on every run (``suites/compiled/test_compiled_known_issues.py``), so that a release
+that changes it is noticed."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "(torch._functorch.config.backward_pass_autocast = 'same_as_forward'), so a region with autocast disabled "
         "inside an autocast forward gets a low-precision backward: its fp32 weight gradients differ from eager's "
         "(backward called outside autocast) far beyond fp32 rounding. Remedy: backward_pass_autocast = 'off'",
-        affected=("2.13", "2.14"),
+        first="2.13",
+        verified="2.15",
         reference="pytorch/pytorch#179804, #153044; default deprecated in #177286, 'off' by default from #177287",
     ),
     "inductor-elides-eager-roundings": KnownIssue(
@@ -22,7 +24,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "Inductor keeps fused low-precision intermediates in fp32 where eager rounds every op's output to the "
         "autocast dtype (torch._inductor.config.emulate_precision_casts = False by default): compiled and eager "
         "AMP outputs differ at fused stages; with emulate_precision_casts = True they agree there",
-        affected=("2.13",),
+        first="2.13",
+        fixed="2.14",
         reference="pytorch/pytorch#168148, #183761; torch/_inductor/config.py emulate_precision_casts",
     ),
 }

@@ -1,6 +1,6 @@
-"""fp8 scaling behaviour of torchao releases that differs from the exact specification, registered
-by torchao minor release and observed on every run (``suites/fp8/test_fp8_scaling.py``): a release
-that changes it fails until the registry is updated. The two scale roundings are harmless in effect
+"""fp8 scaling behaviour of torchao releases that differs from the exact specification, each
+registered as an upstream lifecycle of torchao releases (first, fix, last verified) and observed on
+every run (``suites/fp8/test_fp8_scaling.py``), so that a release that changes it is noticed. The two scale roundings are harmless in effect
 (the element that would need the exact scale rounds to fp8_max either way) but break an exactness
 claim a user's own reimplementation would be held to; the NVFP4 zero tensor is not harmless, and
 blocks at MX's smallest scale lose a factor of two (floor, ceil) or everything (rceil)."""
@@ -17,7 +17,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "rounding of a power of two below it (e.g. 32 (1 - 2^-24)), log2 rounds up to the integer and the scale "
         "becomes that power of two, one binade above the exact floor; amax x scale then exceeds fp8_max by at most "
         "that window and rounds to fp8_max",
-        affected=("0.17", "0.18"),
+        first="0.17",
+        verified="0.18",
         reference="torchao/float8/float8_utils.py _round_scale_down_to_power_of_2",
         package="torchao",
     ),
@@ -26,7 +27,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "MX RCEIL scales compute ceil(log2(amax / elem_max)) in float32 (CPU, eager): when amax / elem_max lies "
         "just above a power of two, the division or log2 rounds onto it and the e8m0 scale is one code below the "
         "exact ceiling; the block's largest element then saturates at elem_max (by at most float32's rounding)",
-        affected=("0.17", "0.18"),
+        first="0.17",
+        verified="0.18",
         reference="torchao/prototype/mx_formats/mx_tensor.py _to_mx_rceil (fallback path)",
         package="torchao",
     ),
@@ -36,7 +38,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "block scale by it: for a tensor of zeros that scale is 0, every block scale becomes 0/0 = NaN and the "
         "tensor dequantises to NaN instead of zeros (an all-zero gradient poisons the step; TransformerEngine's "
         "and torchao's own Triton 2D quantiser treat a zero global amax as scale 1)",
-        affected=("0.18",),
+        first="0.18",
         reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (per_tensor_scale branch)",
         devices=("cpu", "cuda"),
         package="torchao",
@@ -47,7 +49,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "code, but its elements are not divided by 2^-127: FLOOR and CEIL clamp the float32 divisor to float32's "
         "smallest normal 2^-126 (a workaround for Triton's subnormals), so the block decodes to half its values; "
         "RCEIL follows TransformerEngine's exponent-0 reciprocal of 1, so the block's elements flush to zero",
-        affected=("0.18",),
+        first="0.18",
         reference="torchao/prototype/mx_formats/mx_tensor.py to_mx (F32_MIN_NORMAL clamp) and _to_mx_rceil",
         devices=("cpu", "cuda"),
         package="torchao",
@@ -58,7 +60,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "tensor whose amax is below about 2688 x 2^-128 (1e-35, an underflowed gradient) the per-tensor scale is "
         "below 2^-128, its reciprocal overflows to inf, every nonzero element saturates to +-6 and every zero "
         "becomes 0 x inf = NaN, stored as the code of +-1.5: zeros dequantise to nonzero values",
-        affected=("0.18",),
+        first="0.18",
         reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (reciprocal_scale)",
         devices=("cpu", "cuda"),
         package="torchao",

@@ -1,0 +1,52 @@
+"""A known issue is an upstream lifecycle (first release, fix, last verified): every way an
+observation can meet it, judged by the one rule (``registry_claim``) every registry check uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.domains.versions import KnownIssue, registry_claim
+from harness.numerics.verdict import Outcome
+
+OPEN = KnownIssue("open-one", "an open issue", first="2.13", verified="2.14", reference="upstream#1")
+FIXED = KnownIssue("fixed-one", "a fixed issue", first="2.13", verified="2.13", fixed="2.14", reference="upstream#2")
+
+
+def _claim(issue: KnownIssue, present: bool, version: str):
+    return registry_claim(issue, present, issue.listed(version, "cpu"), version, "REGISTRY")
+
+
+@pytest.mark.parametrize(
+    ("issue", "present", "version", "outcome", "words"),
+    [
+        (OPEN, True, "2.14.1+cpu", Outcome.KNOWN, "as registered"),
+        (OPEN, True, "2.15.0+cu132", Outcome.KNOWN, "still present in torch 2.15.0+cu132"),
+        (OPEN, True, "2.16.0.dev20261201+cpu", Outcome.KNOWN, "set verified='2.16'"),
+        (OPEN, False, "2.15.0rc3", Outcome.PASS, "fixed in 2.15? If the fix is upstream, set fixed='2.15'"),
+        (OPEN, False, "2.14.1", Outcome.FAIL, "appears fixed in torch 2.14.1"),
+        (OPEN, True, "2.12.0", Outcome.FAIL, "outside the releases and devices the registry lists"),
+        (OPEN, False, "2.12.0", Outcome.PASS, "absent"),
+        (FIXED, True, "2.13.0", Outcome.KNOWN, "as registered"),
+        (FIXED, False, "2.14.0", Outcome.PASS, "absent"),
+        (FIXED, True, "2.15.0a0+git1234abc", Outcome.FAIL, "a regression"),
+    ],
+)
+def test_each_observation_meets_the_lifecycle_by_one_rule(issue, present, version, outcome, words):
+    claim = _claim(issue, present, version)
+    assert claim.outcome is outcome, claim.explain()
+    assert words in claim.detail[0]
+
+
+def test_an_open_issue_is_listed_for_every_later_release_and_a_fixed_one_stops_at_its_fix():
+    assert [OPEN.listed(v, "cpu") for v in ("2.12", "2.13", "2.14", "2.15", "3.0")] == [False, True, True, True, True]
+    assert [FIXED.listed(v, "cpu") for v in ("2.13", "2.14", "2.15")] == [True, False, False]
+    assert not OPEN.listed("2.14", "xpu")
+    assert OPEN.span == "2.13 on, open (last verified 2.14)"
+    assert FIXED.span == "2.13 to before 2.14, fixed in 2.14"
+
+
+def test_a_lifecycle_that_cannot_be_is_refused():
+    with pytest.raises(ValueError, match="not after its first release"):
+        KnownIssue("x", "y", first="2.14", fixed="2.14", reference="r")
+    with pytest.raises(ValueError, match="is not a release"):
+        KnownIssue("x", "y", first="v2.14", reference="r")
