@@ -455,6 +455,15 @@ def compare_data(name: str, expected: Any, actual: Any, tolerance: Tolerance = E
     return DataComparison(name, len(exp.keys() | act.keys()), tuple(diffs), tolerance)
 
 
+def compare_members(name: str, expected: Sequence[Any], actual: Sequence[Any]) -> DataComparison:
+    """Two collections of names compared as sets: what left and what came (an op list where one op
+    removed shifts every later index would otherwise read as dozens of changed positions)."""
+    exp, act = {str(x) for x in expected}, {str(x) for x in actual}
+    diffs = [DataDifference(x, x, None, "missing from this run") for x in sorted(exp - act)]
+    diffs += [DataDifference(x, None, x, "new in this run") for x in sorted(act - exp)]
+    return DataComparison(name, len(exp | act), tuple(diffs), EXACT)
+
+
 def compare_curves(
     name: str,
     expected: Mapping[str, Sequence[float]],

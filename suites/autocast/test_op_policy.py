@@ -21,7 +21,7 @@ from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPE
 from harness.domains.autocast.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
 from harness.domains.autocast.repro import dtypes_repro, hand_cast_repro, policy_repro, registered_ops_repro
 from harness.domains.repro import FailureRepro
-from harness.numerics.comparison import compare_claim, compare_predicate
+from harness.numerics.comparison import compare_claim, compare_members, compare_predicate
 from harness.numerics.verdict import RowKind
 from harness.storage.baselines import KeyKind
 
@@ -44,6 +44,9 @@ def test_registered_autocast_ops_match_this_releases_baseline(amp_device, amp_re
         ops,
         key=KeyKind.STACK,
         device=str(amp_device),
+        comparator=lambda stored, obtained: compare_members(
+            f"registered Autocast{amp_device.type.upper()} ops", stored, obtained
+        ),
         repro=lambda _diff, golden: registered_ops_repro(amp_device.type, golden, missing_only=False),
     )
 
