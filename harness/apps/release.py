@@ -155,12 +155,15 @@ class ReleaseError(Exception):
 
 def build_environment(env_dir: Path, requirements: list[str], project: Path) -> Path:
     """A virtual environment at ``env_dir`` holding ``requirements`` and ``project`` (this checkout,
-    editable, with its fp8 extra); its python. An existing one is reused and brought up to date."""
+    editable, with its fp8 extra); its python. An existing one is reused and brought up to date.
+    pip's own configuration applies (a cap on torch in a pip.conf: lift it with PIP_CONFIG_FILE)."""
     python = env_dir / "bin" / "python"
     if not python.exists():
         venv.EnvBuilder(with_pip=True).create(env_dir)
     cmd = [str(python), "-m", "pip", "install", "-q", *requirements, "-e", f"{project}[fp8]"]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # the reference's pins (PIP_CONSTRAINT: constraints/cpu.txt under tox) must not hold the candidate
+    env = {k: v for k, v in os.environ.items() if k != "PIP_CONSTRAINT"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise ReleaseError(f"pip install {' '.join(requirements)} in {env_dir} failed:\n{done.stderr[-3000:]}")
     return python
