@@ -18,13 +18,17 @@ SCRIPTS = sorted([*(REPO / "scripts").glob("*.py"), *(REPO / "benchmarks").glob(
 #: cores in the comment). The scripts absent here run in the thorough tier below.
 SMOKE = {
     "block_linear_rates.py": ["1"],  # 4 s
-    "block_training_rates.py": ["1"],  # 8 s
     "fp8_training_rates.py": ["1"],  # 6 s
     "measure_lane_rates.py": ["mlp", "--seeds", "2", "--recipes", "bf16"],  # 4 s
     "fleet_10k.py": ["--runs", "16", "--metrics", "5"],  # 3 s
 }
-#: Heavier at any size: a lane per fault and noise level (25 s), a calibration and pytest runs (minutes).
-THOROUGH = {"block_lane_rates.py": ["1", "mlp", "1"], "speed_rates.py": ["--runs", "1"]}
+#: Heavier at any size: six fp32 runs and nine block-scaled ones (8 s), a lane per fault and noise
+#: level (25 s), a calibration and pytest runs (minutes). Each still answers --help above.
+THOROUGH = {
+    "block_training_rates.py": ["1"],
+    "block_lane_rates.py": ["1", "mlp", "1"],
+    "speed_rates.py": ["--runs", "1"],
+}
 
 DRIVER = """
 import contextlib, io, json, runpy, sys
