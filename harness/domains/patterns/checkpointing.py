@@ -1,0 +1,166 @@
+"""Activation checkpointing under autocast: recomputation must run under the autocast state of the
+original forward (enabled, dtype, cache), so the gradients of a checkpointed model are the
+gradients of the same model without checkpointing, bit for bit on a deterministic stack.
+
+Four documented forms: ``torch.utils.checkpoint.checkpoint`` reentrant and non-reentrant,
+``checkpoint_sequential``, and selective checkpointing (``create_selective_checkpoint_contexts``,
+matmuls saved, the rest recomputed). The reference is the model run without any of them. A form
+that recomputes in another precision gives other gradients, or raises (non-reentrant checkpointing
+checks the recomputed tensors' metadata): both are a failed claim, never a crash of the check.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils import checkpoint as ckpt
+
+#: The forms checked, as the AMP examples page and torch.utils.checkpoint document them.
+VARIANTS = ("reentrant", "non_reentrant", "sequential", "selective")
+WIDTH, BLOCKS, BATCH = 32, 3, 16
+#: The loss scale of the fp16 steps: one GradScaler settles at on this model (its default first
+#: scale, 2^16, overflows the fp16 backward here, and a skipped step compares nothing).
+SCALE = 2.0**8
+
+
+def model(seed: int = 0) -> nn.Sequential:
+    """Three blocks of linear -> GELU -> LayerNorm (every op autocast has a rule for), then a head."""
+    torch.manual_seed(seed)
+    blocks = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.LayerNorm(WIDTH)) for _ in range(BLOCKS)]
+    return nn.Sequential(*blocks, nn.Linear(WIDTH, 1))
+
+
+def batch(device: torch.device, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(BATCH, WIDTH, generator=g), torch.randn(BATCH, 1, generator=g)
+    return x.to(device), y.to(device)
+
+
+def _selective_policy(ctx: object, op: object, *args: object, **kwargs: object) -> ckpt.CheckpointPolicy:
+    """Save the matmuls' outputs, recompute the rest (the recipe LLM trainings use)."""
+    saved = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+    return ckpt.CheckpointPolicy.MUST_SAVE if op in saved else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def forward(m: nn.Sequential, x: torch.Tensor, variant: str | None) -> torch.Tensor:
+    """``m`` on ``x`` with its blocks checkpointed in ``variant`` (None: not checkpointed)."""
+    blocks, head = list(m)[:-1], m[-1]
+    h = x
+    if variant is None:
+        for b in blocks:
+            h = b(h)
+    elif variant == "sequential":
+        h = ckpt.checkpoint_sequential(nn.Sequential(*blocks), 2, h, use_reentrant=False)  # type: ignore[no-untyped-call]
+    elif variant == "selective":
+        contexts = functools.partial(ckpt.create_selective_checkpoint_contexts, _selective_policy)
+        for b in blocks:
+            h = ckpt.checkpoint(b, h, use_reentrant=False, context_fn=contexts)
+    elif variant in ("reentrant", "non_reentrant"):
+        for b in blocks:
+            h = ckpt.checkpoint(b, h, use_reentrant=variant == "reentrant")
+    else:
+        raise ValueError(f"unknown checkpointing variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    out: torch.Tensor = head(h)
+    return out
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """What one backward under autocast produced: each parameter's gradient (scaled, for fp16 as
+    GradScaler's first step scales them), or the error the backward raised."""
+
+    grads: dict[str, torch.Tensor]
+    error: str | None = None
+
+
+def gradients(
+    variant: str | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    scale: float,
+    inject: Callable[[nn.Module], object] | None = None,
+) -> Gradients:
+    """One forward (checkpointed in ``variant``) and backward of the loss times ``scale``, under
+    autocast to ``dtype``; ``inject(model)`` may plant a fault (a hook) first."""
+    m = model().to(device)
+    if inject is not None:
+        inject(m)
+    x, y = batch(device)
+    x.requires_grad_(True)  # reentrant checkpointing sends gradients only through inputs that need them
+    try:
+        with torch.autocast(device.type, dtype=dtype):
+            out = forward(m, x, variant)
+        loss = nn.functional.mse_loss(out.float(), y)
+        torch.autograd.backward(loss * scale)
+    except Exception as exc:  # a recomputation that fails its own checks is the verdict, not a crash
+        return Gradients({}, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+    grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
+    return Gradients(grads)
+
+
+def differing(a: Gradients, b: Gradients) -> list[str]:
+    """The parameters whose gradients are not bitwise equal (NaN equal to NaN), or the error."""
+    if a.error or b.error:
+        return [f"raised {a.error or b.error}"]
+    names = sorted(a.grads.keys() | b.grads.keys())
+    out = []
+    for n in names:
+        x, y = a.grads.get(n), b.grads.get(n)
+        if x is None or y is None or not torch.equal(x.nan_to_num(math.pi), y.nan_to_num(math.pi)):
+            out.append(n)
+    return out
+
+
+@dataclass(frozen=True)
+class OverflowStep:
+    """One GradScaler step whose backward overflowed inside a recomputed block."""
+
+    params_untouched: bool
+    state_untouched: bool
+    scale_before: float
+    scale_after: float
+    #: the warm-up step before it was taken (its momentum buffers are the state compared)
+    warmup_taken: bool
+    error: str | None = None
+
+
+def overflow_in_a_recomputed_block(variant: str, device: torch.device, dtype: torch.dtype) -> OverflowStep:
+    """An SGD (momentum) step with GradScaler whose checkpointed middle block produces inf in the
+    forward and in its recomputation: the step must be skipped (parameters and optimizer state
+    bitwise as they were) and the scale backed off once (x0.5)."""
+    m = model().to(device)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler(device.type, init_scale=SCALE)
+    x, y = batch(device)
+    x.requires_grad_(True)
+    # a warm-up step fills the momentum buffers, so "state untouched" has state to compare
+    for overflow in (False, True):
+        opt.zero_grad(set_to_none=True)
+        handle = m[1].register_forward_hook(lambda _m, _i, out: out * math.inf) if overflow else None
+        before = [p.detach().clone() for p in m.parameters()]
+        state = [t.clone() for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        scale_before = scaler.get_scale()
+        try:
+            with torch.autocast(device.type, dtype=dtype):
+                out = forward(m, x, variant)
+            torch.autograd.backward(scaler.scale(nn.functional.mse_loss(out.float(), y)))
+            scaler.step(opt)
+            scaler.update()
+        except Exception as exc:  # the verdict is what the step did; an error is its own answer
+            return OverflowStep(False, False, scale_before, scale_before, False, f"{type(exc).__name__}: {exc}")
+        finally:
+            if handle is not None:
+                handle.remove()
+    after_state = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    return OverflowStep(
+        all(torch.equal(b, p) for b, p in zip(before, m.parameters(), strict=True)),
+        len(state) == len(after_state) and all(torch.equal(b, a) for b, a in zip(state, after_state, strict=True)),
+        scale_before,
+        scaler.get_scale(),
+        scale_before == SCALE and len(state) > 0,
+    )

@@ -1,0 +1,82 @@
+"""Activation checkpointing under autocast recomputes the forward in the forward's precision.
+
+The AMP examples' claim: a checkpointed block's recomputation runs under the autocast state of the
+original forward. Reference: the same model without checkpointing; on the CPU the kernels are
+deterministic, so the gradients must be equal bit for bit (any recomputation in another precision
+changes them, or makes non-reentrant checkpointing raise). Overflow inside a recomputed block must
+skip the step as GradScaler's documentation says: parameters and optimizer state bitwise as they
+were, the scale backed off once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.domains.patterns import checkpointing as C
+from harness.numerics.comparison import compare_claim
+
+pytestmark = pytest.mark.amp_capability("training parity")
+
+
+def _scale(dtype: torch.dtype) -> float:
+    return C.SCALE if dtype == torch.float16 else 1.0
+
+
+@pytest.mark.parametrize("variant", C.VARIANTS)
+def test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit(variant, amp_device, amp_dtype, amp_record):
+    if amp_device.type != "cpu":
+        pytest.skip("bit for bit needs deterministic kernels: the CPU's (a GPU's are checked in gpu-qualify)")
+    reference = C.gradients(None, amp_device, amp_dtype, _scale(amp_dtype))
+    checked = C.gradients(variant, amp_device, amp_dtype, _scale(amp_dtype))
+    wrong = C.differing(reference, checked)
+    amp_record.require(
+        compare_claim(
+            f"checkpoint.{variant}.gradients_differing",
+            len(wrong),
+            not wrong,
+            "the checkpointed model's gradients equal the unchecked model's, bit for bit",
+            detail=f"{variant} checkpointing under {amp_dtype} autocast: {', '.join(wrong)} differ from the model "
+            "without checkpointing (recomputation in another precision?)",
+            expected=0,
+            allowance=0,
+            unit="parameters",
+        ),
+        device=amp_device,
+        dtype=amp_dtype,
+        tags={"variant": variant, "parameters": len(reference.grads), "loss_scale": _scale(amp_dtype)},
+    )
+
+
+@pytest.mark.parametrize("variant", C.VARIANTS)
+def test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once(variant, amp_device, amp_record):
+    step = C.overflow_in_a_recomputed_block(variant, amp_device, torch.float16)
+    problems = (
+        [f"raised {step.error}"]
+        if step.error
+        else [
+            *([] if step.warmup_taken else ["the warm-up step was not taken: nothing to compare the state with"]),
+            *([] if step.params_untouched else ["parameters changed"]),
+            *([] if step.state_untouched else ["optimizer state changed"]),
+            *(
+                []
+                if step.scale_after == step.scale_before * 0.5
+                else [f"scale {step.scale_before} -> {step.scale_after}"]
+            ),
+        ]
+    )
+    amp_record.require(
+        compare_claim(
+            f"checkpoint.{variant}.overflow_step_problems",
+            len(problems),
+            not problems,
+            "an inf in a recomputed block skips the step (parameters and optimizer state bitwise unchanged) "
+            "and halves the scale once",
+            detail=f"{variant}: {'; '.join(problems)}",
+            expected=0,
+            allowance=0,
+            unit="problems",
+        ),
+        device=amp_device,
+        dtype=torch.float16,
+        tags={"variant": variant, "scale_before": step.scale_before, "scale_after": step.scale_after},
+    )

@@ -1,0 +1,48 @@
+"""Faults of the AMP-patterns suite: checkpointing that recomputes outside autocast, and custom
+function decorators that do not keep their promises. Each is a factory ``fault(original)``
+returning the broken replacement (``tests/helpers.py: inject(..., patches=...)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def recompute_outside_autocast(original: Any) -> Any:
+    """``torch.utils.checkpoint.checkpoint`` whose recomputation (every call of the checkpointed
+    function after the first) runs with autocast disabled: the fp32 recompute of fairscale#1199."""
+
+    def checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        calls = [0]
+
+        def run(*inner: Any, **inner_kw: Any) -> Any:
+            calls[0] += 1
+            if calls[0] == 1:
+                return function(*inner, **inner_kw)
+            with torch.autocast("cpu", enabled=False):
+                return function(*inner, **inner_kw)
+
+        return original(run, *args, **kwargs)
+
+    return checkpoint
+
+
+def custom_fwd_ignoring_cast_inputs(original: Any) -> Any:
+    """``torch.amp.custom_fwd`` that drops ``cast_inputs``: an fp32-only kernel gets the caller's
+    low-precision inputs and autocast."""
+
+    def custom_fwd(fwd: Any = None, *, device_type: str, cast_inputs: Any = None) -> Any:
+        return original(fwd, device_type=device_type)
+
+    return custom_fwd
+
+
+def custom_bwd_without_autocast(original: Any) -> Any:
+    """``torch.amp.custom_bwd`` that runs the backward without the forward's autocast state."""
+
+    def custom_bwd(bwd: Any = None, *, device_type: str) -> Any:
+        return (lambda f: f) if bwd is None else bwd
+
+    return custom_bwd
