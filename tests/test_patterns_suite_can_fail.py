@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from helpers import assert_caught, assert_clean, inject, run_inner
 
-FILES = ("patterns/test_checkpointing.py", "patterns/test_custom_functions.py")
+FILES = ("patterns/test_checkpointing.py", "patterns/test_custom_functions.py", "patterns/test_resume.py")
 GRADIENTS = "test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit"
 OVERFLOW = "test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once"
 CUSTOM = "test_a_custom_functions_matmuls_run_in_the_precision_its_decorators_promise"
@@ -18,7 +18,7 @@ def _run(pytester, suite_copy, patches: dict[str, str], *args: str):
 
 
 def test_the_clean_patterns_suite_passes(pytester, suite_copy):
-    assert_clean(_run(pytester, suite_copy, {}), at_least=16)
+    assert_clean(_run(pytester, suite_copy, {}), at_least=18)
 
 
 def test_a_recompute_outside_autocast_fails_every_checkpointing_form(pytester, suite_copy):
@@ -53,3 +53,15 @@ def test_a_custom_bwd_that_drops_the_forwards_autocast_fails_the_autocast_functi
     )
     assert_caught(run, f"*::{CUSTOM}[[]cpu-*-autocast]")
     run.stdout.fnmatch_lines(["*backward raised RuntimeError*"], consecutive=False)
+
+
+def test_a_scaler_whose_state_is_not_restored_fails_the_resumed_fp16_run(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        {"torch.amp.GradScaler.load_state_dict": "faults.patterns.scaler_state_not_restored"},
+        "-k",
+        "resume",
+    )
+    assert_caught(run, "*::test_a_resumed_run_continues_bit_for_bit_as_the_uninterrupted_one[[]cpu-fp16]")
+    run.stdout.fnmatch_lines(["*step 4: scale 1024.0 vs 256.0*"], consecutive=False)

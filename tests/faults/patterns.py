@@ -46,3 +46,13 @@ def custom_bwd_without_autocast(original: Any) -> Any:
         return (lambda f: f) if bwd is None else bwd
 
     return custom_bwd
+
+
+def scaler_state_not_restored(original: Any) -> Any:
+    """``GradScaler.load_state_dict`` that restores nothing: the resumed scaler starts again at its
+    initial scale."""
+
+    def load_state_dict(self: Any, state_dict: Any) -> None:
+        return None
+
+    return load_state_dict
