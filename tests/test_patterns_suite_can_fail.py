@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from helpers import assert_caught, assert_clean, inject, run_inner
 
-FILES = ("patterns/test_checkpointing.py", "patterns/test_custom_functions.py", "patterns/test_resume.py")
+FILES = (
+    "patterns/test_checkpointing.py",
+    "patterns/test_custom_functions.py",
+    "patterns/test_resume.py",
+    "patterns/test_multiple_optimizers.py",
+)
 GRADIENTS = "test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit"
 OVERFLOW = "test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once"
 CUSTOM = "test_a_custom_functions_matmuls_run_in_the_precision_its_decorators_promise"
@@ -18,7 +23,7 @@ def _run(pytester, suite_copy, patches: dict[str, str], *args: str):
 
 
 def test_the_clean_patterns_suite_passes(pytester, suite_copy):
-    assert_clean(_run(pytester, suite_copy, {}), at_least=18)
+    assert_clean(_run(pytester, suite_copy, {}), at_least=21)
 
 
 def test_a_recompute_outside_autocast_fails_every_checkpointing_form(pytester, suite_copy):
@@ -65,3 +70,10 @@ def test_a_scaler_whose_state_is_not_restored_fails_the_resumed_fp16_run(pyteste
     )
     assert_caught(run, "*::test_a_resumed_run_continues_bit_for_bit_as_the_uninterrupted_one[[]cpu-fp16]")
     run.stdout.fnmatch_lines(["*step 4: scale 1024.0 vs 256.0*"], consecutive=False)
+
+
+def test_an_update_per_optimizer_fails_the_two_optimizer_pattern(pytester, suite_copy):
+    run = _run(
+        pytester, suite_copy, {"torch.amp.GradScaler.step": "faults.patterns.update_per_optimizer"}, "-k", "optimizer"
+    )
+    assert_caught(run, "*::test_each_optimizer_decides_its_own_skip_and_the_scale_backs_off_once[[]cpu-*]")

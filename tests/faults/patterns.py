@@ -56,3 +56,15 @@ def scaler_state_not_restored(original: Any) -> Any:
         return None
 
     return load_state_dict
+
+
+def update_per_optimizer(original: Any) -> Any:
+    """``GradScaler.step`` that also updates the scale after each optimizer: two optimizers back
+    the scale off twice (or the final ``update`` finds nothing recorded)."""
+
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, optimizer, *args, **kwargs)
+        self.update()
+        return out
+
+    return step
