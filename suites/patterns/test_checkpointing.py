@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.patterns import CPU_ONLY
 from harness.domains.patterns import checkpointing as C
 from harness.numerics.comparison import compare_claim
 
@@ -25,7 +26,7 @@ def _scale(dtype: torch.dtype) -> float:
 @pytest.mark.parametrize("variant", C.VARIANTS)
 def test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit(variant, amp_device, amp_dtype, amp_record):
     if amp_device.type != "cpu":
-        pytest.skip("bit for bit needs deterministic kernels: the CPU's (a GPU's are checked in gpu-qualify)")
+        pytest.skip(CPU_ONLY)
     reference = C.gradients(None, amp_device, amp_dtype, _scale(amp_dtype))
     checked = C.gradients(variant, amp_device, amp_dtype, _scale(amp_dtype))
     wrong = C.differing(reference, checked)

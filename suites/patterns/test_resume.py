@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.domains.patterns import CPU_ONLY
 from harness.domains.patterns import resume as R
 from harness.numerics.comparison import compare_claim
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.amp_capability("training parity")
 
 def test_a_resumed_run_continues_bit_for_bit_as_the_uninterrupted_one(amp_device, amp_dtype, amp_record):
     if amp_device.type != "cpu":
-        pytest.skip("bit for bit needs deterministic kernels: the CPU's (a GPU's are checked in gpu-qualify)")
+        pytest.skip(CPU_ONLY)
     uninterrupted = R.trajectory(amp_device, amp_dtype, None)
     resumed = R.trajectory(amp_device, amp_dtype, R.SAVE_AT)
     parted = R.differences(uninterrupted, resumed)
