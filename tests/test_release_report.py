@@ -35,9 +35,9 @@ def _run(root: Path, name: str, rows: list[dict[str, Any]], torch: str, failed: 
     return rp.write(root, name, [{**r, "run_id": name} for r in rows], meta)
 
 
-def _known(issue: str, outcome: str, lifecycle: str) -> dict[str, Any]:
+def _known(issue: str, outcome: str, lifecycle: str, state: str = "present") -> dict[str, Any]:
     return _row("scaler", f"test_known[{issue}]", f"known_issue.{issue}", 1.0, outcome, kind=RowKind.KNOWN_ISSUE,
-                tags={"lifecycle": lifecycle})  # fmt: skip
+                tags={"lifecycle": lifecycle, "lifecycle_state": state})  # fmt: skip
 
 
 def _policy(op: str, category: str) -> dict[str, Any]:
@@ -60,11 +60,11 @@ REFERENCE = [
 
 
 def _candidate() -> list[dict[str, Any]]:
+    still = "known issue update-int-new-scale is still present in torch 2.15.0"
+    gone = "known issue gone-now did not occur in torch 2.15.0: fixed in 2.15? set fixed='2.15'"
     return [
-        _known("update-int-new-scale", "known", "known issue update-int-new-scale is still present in torch 2.15.0"),
-        _known(
-            "gone-now", "pass", "known issue gone-now did not occur in torch 2.15.0: fixed in 2.15? set fixed='2.15'"
-        ),
+        _known("update-int-new-scale", "known", still, "still present"),
+        _known("gone-now", "pass", gone, "fixed?"),
         _policy("torch.qr", "raises"),
         _baseline("fp8_casts_cpu", "matched an earlier release"),
     ]
@@ -106,3 +106,16 @@ def test_the_command_judges_two_reports_and_says_what_is_missing(tmp_path, capsy
     assert main(["release"]) == 2
     assert "give the torch requirement" in capsys.readouterr().err
     assert main(["release", "--candidate", str(tmp_path / "nowhere"), "--reference", str(a)]) == 2
+
+
+def test_a_known_issue_row_from_before_lifecycle_states_is_placed_by_its_outcome(tmp_path):
+    old = [_row("scaler", f"test_known[{i}]", f"known_issue.{i}", 1.0, o, kind=RowKind.KNOWN_ISSUE)
+           for i, o in (("a", "known"), ("b", "pass"), ("c", "fail"))]  # fmt: skip
+    a = _run(tmp_path / "a", "ref", REFERENCE, "2.14.1+cpu")
+    b = _run(tmp_path / "b", "cand", old, "2.15.0+cu132")
+    report = rel.release_report(df.load_side("A", a), df.load_side("B", b))
+    assert {k.id: k.category for k in report.known} == {
+        "a": "present, as registered",
+        "b": "absent, as registered",
+        "c": "regressed or outside its registered range",
+    }

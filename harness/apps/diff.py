@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import html
 import io
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -202,21 +201,13 @@ def _metrics(records: Iterable[dict[str, Any]], *, speed: bool) -> dict[tuple[st
     return out
 
 
-def _tags(r: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        t = json.loads(str(r.get("tags") or "{}"))
-    except ValueError:
-        return {}
-    return t if isinstance(t, dict) else {}
-
-
 def _policy(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """(suite, "op dtype device") -> the cell's category (what autocast ran the op in)."""
     out = {}
     for r in records:
         metric = str(r["metric"])
         if _kind(r) is RowKind.POLICY:
-            tags = _tags(r)
+            tags = rp.row_tags(r)
             cell = f"{metric.removeprefix('policy.')} {r.get('dtype') or ''} {r.get('device') or ''}".strip()
             out[(str(r["suite"]), cell)] = str(tags.get("category", tags.get("result", "?")))
     return out
@@ -237,7 +228,7 @@ def _fingerprints(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], li
     out = {}
     for r in records:
         if _kind(r) is RowKind.FINGERPRINT:
-            ops = _tags(r).get("ops") or []
+            ops = rp.row_tags(r).get("ops") or []
             out[_metric_key(r)] = [
                 OpPrint(i, str(op), str(module), str(dtype), tuple(shape), str(digest), None)
                 for i, (op, module, dtype, shape, digest) in enumerate(ops)

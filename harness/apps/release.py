@@ -12,7 +12,6 @@ only produce them, so ``--candidate RUN`` and ``--reference RUN`` judge runs mad
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.apps import diff as df
+from harness.domains.versions import Lifecycle
 from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import report as rp
 
@@ -29,6 +29,15 @@ from harness.storage import report as rp
 #: the release may adopt as its own, and baselines that changed since the earlier release.
 ADOPTABLE = "matched an earlier release"
 CHANGED_SINCE = "changed since an earlier release"
+
+
+#: the report's heading for each lifecycle state the registry agrees with
+_CATEGORIES = {
+    Lifecycle.PRESENT: "present, as registered",
+    Lifecycle.STILL_PRESENT: "still present",
+    Lifecycle.FIXED_HERE: "fixed?",
+    Lifecycle.ABSENT: "absent, as registered",
+}
 
 
 @dataclass(frozen=True)
@@ -40,14 +49,14 @@ class KnownIssueState:
     outcome: Outcome
     #: the lifecycle's words: "still present in ...", "did not occur ...: fixed in 2.15?", ...
     lifecycle: str
+    #: where the observation left the lifecycle, as the registry check decided it
+    state: Lifecycle
 
     @property
     def category(self) -> str:
-        if self.outcome is Outcome.FAIL:
+        if not self.state.holds:
             return "regressed or outside its registered range"
-        if self.outcome is Outcome.KNOWN:
-            return "still present" if "still present" in self.lifecycle else "present, as registered"
-        return "fixed?" if "fixed in" in self.lifecycle else "absent, as registered"
+        return _CATEGORIES[self.state]
 
 
 @dataclass
@@ -78,7 +87,7 @@ def release_report(reference: df.Side, candidate: df.Side) -> ReleaseReport:
     """The release report of ``candidate`` (the new release's run) against ``reference``."""
     report = ReleaseReport(df.diff(reference, candidate))
     for r in rp.records(candidate.report.rows):
-        tags = _tags(r)
+        tags = rp.row_tags(r)
         metric = str(r["metric"])
         if str(r.get("kind")) == RowKind.KNOWN_ISSUE.value or metric.startswith("known_issue."):
             report.known.append(
@@ -87,6 +96,7 @@ def release_report(reference: df.Side, candidate: df.Side) -> ReleaseReport:
                     str(r["suite"]),
                     Outcome.parse(str(r["outcome"])),
                     str(tags.get("lifecycle", "")),
+                    _state(tags, Outcome.parse(str(r["outcome"]))),
                 )
             )
         status = tags.get("status")
@@ -102,12 +112,11 @@ def release_report(reference: df.Side, candidate: df.Side) -> ReleaseReport:
     return report
 
 
-def _tags(row: dict[str, Any]) -> dict[str, Any]:
-    try:
-        tags = json.loads(str(row.get("tags") or "{}"))
-    except ValueError:
-        return {}
-    return tags if isinstance(tags, dict) else {}
+def _state(tags: dict[str, Any], outcome: Outcome) -> Lifecycle:
+    """The row's lifecycle state; a report written before rows carried one: what its outcome says."""
+    if "lifecycle_state" in tags:
+        return Lifecycle(str(tags["lifecycle_state"]))
+    return {Outcome.KNOWN: Lifecycle.PRESENT, Outcome.PASS: Lifecycle.ABSENT}.get(outcome, Lifecycle.OUTSIDE)
 
 
 def render(report: ReleaseReport) -> str:

@@ -5,12 +5,13 @@ One parser for torch, DeepSpeed and megatron-core version strings."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import RowKind
 from harness.platform.versions import minor, release
 
-__all__ = ["KnownIssue", "minor", "registry_claim", "release"]
+__all__ = ["KnownIssue", "Lifecycle", "RegistryVerdict", "minor", "registry_claim", "registry_verdict", "release"]
 
 
 @dataclass(frozen=True)
@@ -64,54 +65,93 @@ class KnownIssue:
         )
 
 
-def registry_claim(
+class Lifecycle(str, Enum):
+    """What one observation says of a known issue's lifecycle, decided once (the row's
+    ``lifecycle_state`` tag and the claim's outcome both come from it)."""
+
+    PRESENT = "present"
+    #: present in a release newer than the last one it was verified in
+    STILL_PRESENT = "still present"
+    #: an open issue absent from a release newer than the last one it was verified in
+    FIXED_HERE = "fixed?"
+    #: absent from a release it was verified present in
+    APPEARS_FIXED = "appears fixed"
+    #: present in a release at or after its fix
+    REGRESSION = "regression"
+    #: present before its first release, or on a device it does not list
+    OUTSIDE = "outside its range"
+    ABSENT = "absent"
+
+    @property
+    def holds(self) -> bool:
+        """Whether the registry agrees with the observation."""
+        return self in (Lifecycle.PRESENT, Lifecycle.STILL_PRESENT, Lifecycle.FIXED_HERE, Lifecycle.ABSENT)
+
+
+@dataclass(frozen=True)
+class RegistryVerdict:
+    """The lifecycle state of one observation, and the claim a registry check records."""
+
+    state: Lifecycle
+    claim: ClaimComparison
+
+
+def lifecycle_state(issue: KnownIssue, present: bool, listed: bool, version: str) -> Lifecycle:
+    """Where one observation of ``issue`` in release ``version`` leaves its lifecycle."""
+    r = release(version)[:2]
+    newer = r > release(issue.last_verified)[:2]
+    if present and listed:
+        return Lifecycle.STILL_PRESENT if newer else Lifecycle.PRESENT
+    if present and issue.fixed is not None and r >= release(issue.fixed)[:2]:
+        return Lifecycle.REGRESSION
+    if present:
+        return Lifecycle.OUTSIDE
+    if listed and newer and issue.fixed is None:
+        return Lifecycle.FIXED_HERE
+    return Lifecycle.APPEARS_FIXED if listed else Lifecycle.ABSENT
+
+
+def registry_verdict(
     issue: KnownIssue, present: bool, listed: bool, torch_version: str, where: str, context: str = ""
-) -> ClaimComparison:
+) -> RegistryVerdict:
     """KNOWN while the issue occurs where its lifecycle lists it; PASS where it is absent outside
     it, and where an open issue no longer occurs in a release newer than the last verified one (a
     finding: "fixed in 2.15?", naming the edit); FAIL where a fixed issue comes back (a regression),
     where it occurs outside its range, or where it vanishes from a release it was verified in."""
     version = minor(torch_version)
-    newer = release(version)[:2] > release(issue.last_verified)[:2]
-    holds = present == listed or (listed and not present and newer and issue.fixed is None)
-    if present and listed:
-        detail = (
-            f"known issue {issue.id} is still present in {issue.package} {torch_version}{context} (last verified "
-            f"{issue.last_verified}): set verified={version!r} in {where}"
-            if newer
-            else f"known issue {issue.id} is present in {issue.package} {torch_version}{context}, as registered"
-        )
-    elif present and issue.fixed is not None and release(version)[:2] >= release(issue.fixed)[:2]:
-        detail = (
-            f"known issue {issue.id} ({issue.summary}) was fixed in {issue.package} {issue.fixed} and occurs again in "
-            f"{torch_version}{context}: a regression (report it upstream; register it again with first={version!r} "
-            f"in {where})"
-        )
-    elif present:
-        detail = (
-            f"known issue {issue.id} ({issue.summary}) occurs in {issue.package} {torch_version}{context}, outside the "
-            f"releases and devices the registry lists (first {issue.first}, devices {', '.join(issue.devices)}): "
-            f"widen its entry in {where}"
-        )
-    elif listed and holds:
-        detail = (
-            f"known issue {issue.id} did not occur in {issue.package} {torch_version}{context}: fixed in {version}? "
-            f"If the fix is upstream, set fixed={version!r} in {where}"
-        )
-    elif listed:
-        detail = (
-            f"known issue {issue.id} appears fixed in {issue.package} {torch_version}{context}, a release it was "
-            f"verified present in (up to {issue.last_verified}): set fixed={version!r} in {where}, or find why the "
-            "observation no longer sees it"
-        )
-    else:
-        detail = f"known issue {issue.id} is absent in {issue.package} {torch_version}{context}, as registered"
-    return compare_claim(
+    state = lifecycle_state(issue, present, listed, torch_version)
+    seen = f"{issue.package} {torch_version}{context}"
+    detail = {
+        Lifecycle.PRESENT: f"known issue {issue.id} is present in {seen}, as registered",
+        Lifecycle.STILL_PRESENT: f"known issue {issue.id} is still present in {seen} (last verified "
+        f"{issue.last_verified}): set verified={version!r} in {where}",
+        Lifecycle.REGRESSION: f"known issue {issue.id} ({issue.summary}) was fixed in {issue.package} {issue.fixed} "
+        f"and occurs again in {torch_version}{context}: a regression (report it upstream; register it again with "
+        f"first={version!r} in {where})",
+        Lifecycle.OUTSIDE: f"known issue {issue.id} ({issue.summary}) occurs in {seen}, outside the releases and "
+        f"devices the registry lists (first {issue.first}, devices {', '.join(issue.devices)}): widen its entry in "
+        f"{where}",
+        Lifecycle.FIXED_HERE: f"known issue {issue.id} did not occur in {seen}: fixed in {version}? If the fix is "
+        f"upstream, set fixed={version!r} in {where}",
+        Lifecycle.APPEARS_FIXED: f"known issue {issue.id} appears fixed in {seen}, a release it was verified present "
+        f"in (up to {issue.last_verified}): set fixed={version!r} in {where}, or find why the observation no longer "
+        "sees it",
+        Lifecycle.ABSENT: f"known issue {issue.id} is absent in {seen}, as registered",
+    }[state]
+    claim = compare_claim(
         f"known_issue.{issue.id}",
         present,
-        holds,
+        state.holds,
         f"the issue occurs exactly in the {issue.package} releases its lifecycle lists",
         detail=detail,
         finding=present,
         kind=RowKind.KNOWN_ISSUE,
     )
+    return RegistryVerdict(state, claim)
+
+
+def registry_claim(
+    issue: KnownIssue, present: bool, listed: bool, torch_version: str, where: str, context: str = ""
+) -> ClaimComparison:
+    """:func:`registry_verdict`'s claim."""
+    return registry_verdict(issue, present, listed, torch_version, where, context).claim

@@ -353,6 +353,15 @@ def test_outcomes(
     return out
 
 
+def row_tags(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's tags as a dict (its JSON column); {} where they are missing or not an object."""
+    try:
+        tags = json.loads(str(row.get("tags") or "{}"))
+    except ValueError:
+        return {}
+    return tags if isinstance(tags, dict) else {}
+
+
 def frame_test_outcomes(rows: pd.DataFrame, tests: pd.DataFrame) -> dict[str, tuple[str, Outcome]]:
     """:func:`test_outcomes` of a report's frames, reading only the columns it uses (the dashboard
     calls it per run of a fleet: whole rows as dicts cost seconds there)."""

@@ -54,13 +54,19 @@ def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, 
     issue = KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id, request, amp_dtype)
     listed = issue.listed(torch.__version__, amp_device.type)
-    claim = versions.registry_claim(
+    verdict = versions.registry_verdict(
         issue, present, listed, torch.__version__, f"{WHERE} ({issue_id!r})", context=f" on {amp_device.type}"
     )
     amp_record.require(
-        claim,
+        verdict.claim,
         dtype=amp_dtype,
         device=amp_device,
-        tags={"torch": torch.__version__, "listed_as_affected": listed, "seen": seen, "lifecycle": claim.detail[0]},
+        tags={
+            "torch": torch.__version__,
+            "listed_as_affected": listed,
+            "seen": seen,
+            "lifecycle": verdict.claim.detail[0],
+            "lifecycle_state": verdict.state.value,
+        },
         note=issue.summary,
     )

@@ -320,9 +320,15 @@ def test_registered_fp8_findings_match_what_this_torchao_does(issue_id, fp8_torc
     present, seen = _observe(issue_id)
     version = torchao_version()
     listed = issue.listed(version, "cpu")
-    claim = versions.registry_claim(issue, present, listed, version, f"{known_issues.WHERE} ({issue_id!r})")
+    verdict = versions.registry_verdict(issue, present, listed, version, f"{known_issues.WHERE} ({issue_id!r})")
     amp_record.require(
-        claim,
-        tags={"torchao": version, "listed_as_affected": listed, "seen": seen, "lifecycle": claim.detail[0]},
+        verdict.claim,
+        tags={
+            "torchao": version,
+            "listed_as_affected": listed,
+            "seen": seen,
+            "lifecycle": verdict.claim.detail[0],
+            "lifecycle_state": verdict.state.value,
+        },
         note=issue.summary,
     )

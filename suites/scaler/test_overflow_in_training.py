@@ -310,7 +310,7 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
     present = _observe(issue_id, amp_device, scaler_factory)
     listed = issue.applies(torch.__version__, scaler_factory, amp_device.type)
     kind = scaling.scaler_kind(scaler_factory)
-    claim = versions.registry_claim(
+    verdict = versions.registry_verdict(
         issue,
         present,
         listed,
@@ -319,13 +319,14 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
         context=f" with {kind} on {amp_device.type}",
     )
     amp_record.require(
-        claim,
+        verdict.claim,
         device=amp_device,
         tags={
             "torch": torch.__version__,
             "listed_as_affected": listed,
             "scaler": scaling.scaler_kind(scaler_factory),
-            "lifecycle": claim.detail[0],
+            "lifecycle": verdict.claim.detail[0],
+            "lifecycle_state": verdict.state.value,
         },
         note=issue.summary,
     )
