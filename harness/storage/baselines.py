@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -33,6 +32,7 @@ from typing import Any
 
 from harness.numerics.comparison import DataComparison, compare_data, explain
 from harness.numerics.tolerance import EXACT, Tolerance
+from harness.platform.versions import release
 from harness.storage import atomic
 
 FORMAT_NAME = "amp-harness-baseline"
@@ -300,10 +300,13 @@ def _release_of(key: str) -> tuple[str, tuple[int, int] | None]:
     """(the key without its stack, (major, minor)) of a key naming a release: ``torch-2.15`` ->
     ("", (2, 15)), ``nvidia-h200__torch-2.15`` -> ("nvidia-h200", (2, 15)); (key, None) otherwise."""
     prefix, _, stack = key.rpartition("__")
-    match = re.fullmatch(r"torch-(\d+)\.(\d+)", stack)
-    if match is None:
+    if not stack.startswith("torch-"):
         return key, None
-    return prefix, (int(match.group(1)), int(match.group(2)))
+    try:  # the stack key is made by minor(): parsed by the same parser
+        major, minor_, _patch = release(stack.removeprefix("torch-"))
+    except ValueError:  # torch-unknown
+        return key, None
+    return prefix, (major, minor_)
 
 
 class Status(Enum):
@@ -412,6 +415,17 @@ def check(
     return found.result(written=True)
 
 
+def _compare(
+    name: str,
+    stored: Any,
+    obtained: Any,
+    tolerance: Tolerance,
+    comparator: Callable[[Any, Any], DataComparison] | None,
+) -> DataComparison:
+    """A baseline's stored data against this run's: the check's own comparator, else leaf by leaf."""
+    return comparator(stored, obtained) if comparator is not None else compare_data(name, stored, obtained, tolerance)
+
+
 def _against_earlier_release(
     store: BaselineStore,
     path: Path,
@@ -434,11 +448,10 @@ def _against_earlier_release(
         if reference is None:
             continue
         store.used.add(earlier)
-        release = earlier.parent.name
-        if comparator is not None:
-            result = comparator(reference.data, doc.data)
-        else:
-            result = compare_data(f"baseline {doc.suite}/{release}/{doc.name}", reference.data, doc.data, tolerance)
+        earlier_key = earlier.parent.name
+        result = _compare(
+            f"baseline {doc.suite}/{earlier_key}/{doc.name}", reference.data, doc.data, tolerance, comparator
+        )
         obtained = store.obtained_path(path)
         judged = (
             f"Baseline {display(path)} does not exist: this release ({doc.key}) was judged against the nearest "
@@ -457,7 +470,7 @@ def _against_earlier_release(
             False,
             Status.CHANGED_SINCE,
             path,
-            f"{judged}: it changed since {release}.\n  this run: {_describe_provenance(doc.provenance)}\n"
+            f"{judged}: it changed since {earlier_key}.\n  this run: {_describe_provenance(doc.provenance)}\n"
             f"{explain(result)}\n",
             f"Obtained values: {display(store.destination(obtained))}\n",
             f"If the change is expected, write this release's baseline: {regen_command}",
@@ -532,10 +545,7 @@ def _lifecycle(
             f" Rewritten{into}.",
             write=(path, "the baseline"),
         )
-    if comparator is not None:
-        result = comparator(stored.data, doc.data)
-    else:
-        result = compare_data(f"baseline {suite}/{key}/{name}", stored.data, doc.data, tolerance)
+    result = _compare(f"baseline {suite}/{key}/{name}", stored.data, doc.data, tolerance, comparator)
     obtained = store.obtained_path(path)
     if result.passed:
         store.queue_remove(obtained)
