@@ -23,12 +23,13 @@ from typing import Any
 from harness.apps import diff as df
 from harness.domains.versions import Lifecycle
 from harness.numerics.verdict import Outcome, RowKind
+from harness.storage import baselines as bl
 from harness.storage import report as rp
 
-#: The baseline row statuses (harness.storage.baselines.Status values) the report lists: baselines
-#: the release may adopt as its own, and baselines that changed since the earlier release.
-ADOPTABLE = "matched an earlier release"
-CHANGED_SINCE = "changed since an earlier release"
+#: The baseline row statuses the report lists: baselines the release may adopt as its own, and
+#: baselines that changed since the earlier release.
+ADOPTABLE = bl.Status.INHERITED.value
+CHANGED_SINCE = bl.Status.CHANGED_SINCE.value
 
 
 #: the report's heading for each lifecycle state the registry agrees with
@@ -90,15 +91,10 @@ def release_report(reference: df.Side, candidate: df.Side) -> ReleaseReport:
         tags = rp.row_tags(r)
         metric = str(r["metric"])
         if str(r.get("kind")) == RowKind.KNOWN_ISSUE.value or metric.startswith("known_issue."):
-            report.known.append(
-                KnownIssueState(
-                    metric.removeprefix("known_issue."),
-                    str(r["suite"]),
-                    Outcome.parse(str(r["outcome"])),
-                    str(tags.get("lifecycle", "")),
-                    _state(tags, Outcome.parse(str(r["outcome"]))),
-                )
-            )
+            outcome = Outcome.parse(str(r["outcome"]))
+            issue = metric.removeprefix("known_issue.")
+            lifecycle = str(tags.get("lifecycle", ""))
+            report.known.append(KnownIssueState(issue, str(r["suite"]), outcome, lifecycle, _state(tags, outcome)))
         status = tags.get("status")
         if metric.startswith("baseline.") and status == ADOPTABLE:
             report.adopt.append((str(tags.get("baseline", "")), str(r["nodeid"])))
@@ -106,9 +102,8 @@ def release_report(reference: df.Side, candidate: df.Side) -> ReleaseReport:
             report.changed_baselines.append((str(tags.get("baseline", "")), str(r["nodeid"]), str(r["note"])))
     for t in rp.records(candidate.report.tests):
         if Outcome.parse(str(t["verdict"])).fails_test:
-            report.failures.append(
-                (str(t["nodeid"]), str(t.get("message") or "").splitlines()[0][:200] if t.get("message") else "")
-            )
+            first_line = (str(t.get("message") or "").splitlines() or [""])[0]
+            report.failures.append((str(t["nodeid"]), first_line[:200]))
     return report
 
 
