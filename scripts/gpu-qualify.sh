@@ -34,8 +34,10 @@ run() { step "\$ $*"; "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
 step "output directory: $OUT (device $DEVICE)"
 run python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
-    # --no-deps: the host's torch (and everything else it has) stays as it is.
-    run python -m pip install --quiet --no-deps -e . || { step "install failed"; exit 1; }
+    # --no-deps: the host's torch (and everything else it has) stays as it is. The host's own
+    # setuptools builds it first (GPU hosts are often offline); an isolated build is the fallback.
+    run python -m pip install --quiet --no-deps --no-build-isolation -e . \
+        || run python -m pip install --quiet --no-deps -e . || { step "install failed"; exit 1; }
 fi
 python -c "import harness" 2>/dev/null || { step "amp-harness is not importable"; exit 1; }
 
