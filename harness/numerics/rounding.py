@@ -15,7 +15,8 @@ E2M1_MAGNITUDES = torch.tensor([FP4_E2M1.decode(c) for c in range(8)], dtype=tor
 def e2m1_round(p: torch.Tensor) -> torch.Tensor:
     """float64 ratios -> e2m1 codes (uint8): round to nearest, ties to the even code, saturating."""
     a = p.abs().clamp(max=FP4_E2M1.max)
-    mids = (E2M1_MAGNITUDES[1:] + E2M1_MAGNITUDES[:-1]) / 2
+    magnitudes = E2M1_MAGNITUDES.to(p.device)
+    mids = (magnitudes[1:] + magnitudes[:-1]) / 2
     idx = torch.bucketize(a, mids)  # mids[i-1] < a <= mids[i] -> i
     tie = a == mids[idx.clamp(max=len(mids) - 1)]
     idx = torch.where(tie & (idx % 2 == 1), idx + 1, idx)

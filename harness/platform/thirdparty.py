@@ -23,6 +23,18 @@ def import_third_party(name: str) -> ModuleType:
         return importlib.import_module(name)
 
 
+def import_first_of(*names: str) -> ModuleType:
+    """The first of ``names`` that imports (a module a library moved between releases: torchao's
+    MX linear is ``prototype.mx_formats.mx_linear`` in 0.17, ``prototype.moe_training.mxfp8_linear``
+    in 0.18), or the last one's ImportError."""
+    for name in names[:-1]:
+        try:
+            return import_third_party(name)
+        except ImportError:
+            pass
+    return import_third_party(names[-1])
+
+
 def version_of(package: str) -> str:
     """The installed release of a distribution (``megatron-core``, ``deepspeed``, ``torchao``)."""
     return version(package)

@@ -66,14 +66,14 @@ def test_every_step_without_overflow_is_the_optimizers_update_in_float64(
             zip(step.params_before, step.params_after, step.grads_unscaled, strict=True)
         ):
             ref = opt.reference_step(name, before, grad, step.state_before.get(i, {}))
-            actual.append(after.flatten())
+            actual.append(after.flatten().cpu())
             expected.append(ref.param.flatten())
             budget.append(ref.param_budget.flatten())
             for key, value in ref.state.items():
                 got = step.state_after.get(i, {}).get(key)
                 if got is None:
                     got = torch.full_like(value, float("nan"))  # a state tensor the step should have kept
-                actual.append(got.flatten())
+                actual.append(got.flatten().cpu())
                 expected.append(value.flatten())
                 budget.append(ref.state_budget[key].expand_as(value).flatten())
         errors = (torch.cat(actual[start:]).double() - torch.cat(expected[start:])).abs()

@@ -412,7 +412,7 @@ CATALOGUE: tuple[OpCase, ...] = (
     op("torch.norm(p='nuc')", "nuclear_norm", lambda a: torch.norm(a, p="nuc"), (R(4, 4),), FP32),
     op("torch.norm(p='fro', dim)", "frobenius_norm", lambda a: torch.norm(a, p="fro", dim=(0, 1)), (R(4, 4),), FP32),
     op("nn.RNNCell(relu)", "rnn_relu_cell", _call, (M(lambda: nn.RNNCell(8, 6, nonlinearity="relu")), R(3, 8)), LOW),
-    op("nn.LSTM", ("mkldnn_rnn_layer", "lstm"), lambda m, a: m(a)[0], (M(lambda: nn.LSTM(8, 6, batch_first=True)),
+    op("nn.LSTM", ("mkldnn_rnn_layer", "lstm", "_cudnn_rnn"), lambda m, a: m(a)[0], (M(lambda: nn.LSTM(8, 6, batch_first=True)),
                                                                         R(2, 3, 8)), LOW),
     # -- promote list: mixed inputs go to the widest dtype --------------------------------------
     op("torch.cat", "cat", lambda a, b: torch.cat([a, b]), XY48, PROMOTE),

@@ -152,6 +152,15 @@ def _device(rank: int) -> torch.device:
     return torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
+def device_mesh(rank: int, world: int) -> Any:
+    """The ranks' one-dimensional mesh on this rank's device, for ``fully_shard(mesh=...)``:
+    FSDP2's default mesh is on CUDA whenever CUDA is available, which puts gloo ranks' parameters
+    on cuda:0 of a one-GPU host while their batches stay on the CPU."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(_device(rank).type, (world,))
+
+
 def _model(seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     return torch.nn.Sequential(
@@ -313,11 +322,12 @@ def fsdp2_gradients(rank: int, world: int, reduce_dtype: str, shard: str = FULLY
         param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, reduce_dtype), cast_forward_inputs=True
     )
     model = _model().to(dev)
+    mesh = device_mesh(rank, world)
     for layer in list(model.modules()):
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mp_policy=inner)
+            fully_shard(layer, mesh=mesh, mp_policy=inner)
     # the output dtype on the root only: inner outputs stay bf16, as the unsharded bf16 computation's
-    fully_shard(model, mp_policy=dataclasses.replace(inner, output_dtype=torch.float32))
+    fully_shard(model, mesh=mesh, mp_policy=dataclasses.replace(inner, output_dtype=torch.float32))
     observed = P.Observed()
     handles = P.observe_modules(model, observed)
     with P.observe_collectives(observed):
@@ -339,7 +349,7 @@ def sharded_scaler_step(rank: int, world: int, scaler: str, inf_ranks: list[int]
     out = []
     for inf_rank in inf_ranks:
         model = _model().to(dev)
-        fully_shard(model)
+        fully_shard(model, mesh=device_mesh(rank, world))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         s = resolve(scaler)(dev.type)
         x, y = _batch(rank)

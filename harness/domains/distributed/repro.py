@@ -42,6 +42,12 @@ def grads(m):
     return [p.grad.detach().float().flatten() for p in m.parameters()]
 
 
+def cpu_mesh():  # FSDP2's default mesh is on CUDA whenever CUDA is available; these ranks are gloo's
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (WORLD,))
+
+
 {program}
 
 
@@ -102,8 +108,8 @@ _FSDP2_PROGRAM = """def rank_program(rank):  # FSDP2 (bf16 parameters, the reduc
     sharded = model()
     for layer in list(sharded.modules()):
         if isinstance(layer, torch.nn.Linear):
-            resolve(SHARD)(layer, mp_policy=inner)
-    resolve(SHARD)(sharded, mp_policy=dataclasses.replace(inner, output_dtype=torch.float32))
+            resolve(SHARD)(layer, mesh=cpu_mesh(), mp_policy=inner)
+    resolve(SHARD)(sharded, mesh=cpu_mesh(), mp_policy=dataclasses.replace(inner, output_dtype=torch.float32))
     F.mse_loss(sharded(x), y).backward()
     return {"local": grads(local), "averaged": [p.grad.full_tensor().float().flatten() for p in sharded.parameters()]}"""
 
@@ -114,7 +120,7 @@ _SCALER_PROGRAM = """def rank_program(rank):  # FSDP2 + fp16 autocast; for each 
     out = []
     for inf_rank in range(WORLD):
         sharded = model()
-        fully_shard(sharded)
+        fully_shard(sharded, mesh=cpu_mesh())
         opt = torch.optim.SGD(sharded.parameters(), lr=0.1)
         scaler = resolve(SCALER)("cpu")
         x, y = batch(rank)
@@ -192,8 +198,8 @@ def train(rank, all_gather):  # the float8 MLP (torchao, tensorwise) sharded by 
     float8.convert_to_float8_training(m, config=config)
     for layer in m:
         if type(layer).__name__ == "Float8Linear":
-            resolve(SHARD)(layer)
-    resolve(SHARD)(m)
+            resolve(SHARD)(layer, mesh=cpu_mesh())
+    resolve(SHARD)(m, mesh=cpu_mesh())
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
     losses = []
     for step in range(STEPS):

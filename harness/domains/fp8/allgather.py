@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.domains.distributed.ranks import FULLY_SHARD, resolve
+from harness.domains.distributed.ranks import FULLY_SHARD, device_mesh, resolve
 from harness.platform.thirdparty import import_third_party
 
 #: global batch, features: every rank's shard of every weight is whole rows, the batch splits evenly
@@ -38,10 +38,11 @@ def _train(rank: int, world: int, all_gather: bool, steps: int, emulate: bool, s
     )  # fmt: skip
     config = float8.Float8LinearConfig(emulate=emulate, enable_fsdp_float8_all_gather=all_gather)
     float8.convert_to_float8_training(model, config=config)
+    mesh = device_mesh(rank, world)
     for layer in model:
         if type(layer).__name__ == "Float8Linear":
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     losses = []
     for step in range(steps):

@@ -29,7 +29,10 @@ from harness.domains.fp8.blockquant import BlockScaling, TorchaoBlockScaling, to
 from harness.domains.fp8.matmul import ScaledBudget, budget
 from harness.numerics import blockscaled as B
 from harness.numerics.scaled import amax
-from harness.platform.thirdparty import import_third_party
+from harness.platform.thirdparty import import_first_of, import_third_party
+
+#: where torchao's MX linear (``mx_mm``) lives, newest release first
+MX_LINEAR_MODULES = ("torchao.prototype.moe_training.mxfp8_linear", "torchao.prototype.mx_formats.mx_linear")
 
 #: the designed chance that a correct cast's noise power exceeds :meth:`BlockOperand.relative_noise`
 NOISE_FALSE_ALARM = 1e-6
@@ -198,7 +201,7 @@ class TorchaoBlockLinear:
     def mm(self, x: torch.Tensor, w: torch.Tensor, spec: B.BlockSpec) -> torch.Tensor:
         if spec.scale_format == "e4m3":
             return self._nvfp4.mm(x, w, spec)
-        linear = import_third_party("torchao.prototype.moe_training.mxfp8_linear")
+        linear = import_first_of(*MX_LINEAR_MODULES)
         cfg = import_third_party("torchao.prototype.mx_formats.config")
         pref = import_third_party("torchao.quantization.quantize_.common.kernel_preference")
         assert spec.mode is not None
@@ -275,7 +278,10 @@ def torchao_script(spec: B.BlockSpec, product: str) -> str:
     if spec.scale_format == "e8m0":
         assert spec.mode is not None
         elem = str(torch_elem_dtype(spec))  # "torch.float8_e4m3fn"
-        call = f"""from torchao.prototype.moe_training.mxfp8_linear import mx_mm
+        call = f"""try:  # torchao 0.18 on
+    from torchao.prototype.moe_training.mxfp8_linear import mx_mm
+except ImportError:  # torchao 0.17
+    from torchao.prototype.mx_formats.mx_linear import mx_mm
 from torchao.prototype.mx_formats.config import MXFP8Dim0CastKernelChoice, MXFP8Dim1CastKernelChoice, ScaleCalculationMode
 from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
 

@@ -175,9 +175,9 @@ class TorchBlockScaling:
             codes = torch.signbit(x64).to(torch.uint8) << 3
         else:
             codes = self._codes(self._round(x64 / decode, spec, generator), spec)
-        values = (E2M1_MAGNITUDES[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0) * decode).to(
-            torch.float32
-        )
+        values = (
+            E2M1_MAGNITUDES.to(codes.device)[(codes & 7).long()] * torch.where((codes & 8) > 0, -1.0, 1.0) * decode
+        ).to(torch.float32)
         return BlockQuantized(tensor_scale, scales.view(torch.uint8), codes, values)
 
     @staticmethod

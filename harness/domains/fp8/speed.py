@@ -45,7 +45,9 @@ def _scaled_mm(device: torch.device, dtype: torch.dtype | None) -> Fn:
     fmax = torch.finfo(fp8).max
     sa, sb = ((fmax / t.abs().max()).float() for t in (a, b))
     qa = (a * sa).to(fp8)
-    qb = (b.t() * sb).to(fp8).t()  # column-major second operand, as _scaled_mm requires
+    # column-major second operand, as _scaled_mm requires (an elementwise op keeps its input's
+    # strides, so the layout is made by a copy, not by scaling a transposed view)
+    qb = (b * sb).to(fp8).t().contiguous().t()
     inv_a, inv_b = sa.reciprocal(), sb.reciprocal()
 
     def run() -> Any:

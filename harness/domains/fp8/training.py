@@ -61,6 +61,14 @@ def float8_recipe(name: str) -> Recipe:
     return Recipe(f"float8 {name}")
 
 
+def scaled_mm_shapes(module: nn.Module, _fqn: str) -> bool:
+    """Whether a Linear can run on ``torch._scaled_mm``: both dimensions multiples of 16, cuBLASLt's
+    requirement (torchao's README filters the same way). Applied on every device, so that the CPU's
+    emulated run converts the same layers as the GPU's; a narrow head (a regression's 1 output)
+    stays in high precision, as in float8 recipes for real models."""
+    return all(getattr(module, d, 0) % 16 == 0 for d in ("in_features", "out_features"))
+
+
 def float8_setup(setup: Setup, recipe_name: str, emulate: bool = False) -> Setup:
     """``setup`` with every nn.Linear converted by torchao's ``convert_to_float8_training`` for the
     named recipe. ``emulate``: torchao's emulated matmul (the same fp8 casts, products in fp32), for
@@ -72,7 +80,7 @@ def float8_setup(setup: Setup, recipe_name: str, emulate: bool = False) -> Setup
 
     def model(seed: int) -> nn.Module:
         m = setup.model(seed)
-        float8.convert_to_float8_training(m, config=config)
+        float8.convert_to_float8_training(m, module_filter_fn=scaled_mm_shapes, config=config)
         return m
 
     return dataclasses.replace(setup, name=f"{setup.name}+float8-{recipe_name}", model=model)
@@ -90,6 +98,12 @@ def with_outlier(setup: Setup, step: int, factor: float = OUTLIER_FACTOR) -> Set
         return x, y
 
     return dataclasses.replace(setup, name=f"{setup.name}+outlier@{step}", batch=batch)
+
+
+def convertible_linears(model: nn.Module) -> tuple[int, int]:
+    """How many of a model's nn.Linear layers :func:`scaled_mm_shapes` lets float8 convert, and how many it holds."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return sum(scaled_mm_shapes(m, "") for m in linears), len(linears)
 
 
 def linear_count(model: Any) -> int:

@@ -131,11 +131,12 @@ def observe(
             grad.view(-1)[grad.numel() // 2] = planted
         scale = float(scaler.get_scale())
         scaled = tuple(p.grad.detach().clone() for p in params if p.grad is not None)
-        unscaled = [g.to(torch.float64) / scale for g in scaled]
+        # the float64 references are computed on the CPU, whatever the device under test
+        unscaled = [g.to(torch.float64).cpu() / scale for g in scaled]
         before = [p.detach().clone() for p in params]
         state_before = state_of(opt, params)
         scaler.unscale_(opt)
-        kept = [p.grad.detach().clone() for p in params if p.grad is not None]
+        kept = [p.grad.detach().cpu() for p in params if p.grad is not None]
         max_norm = MAX_NORMS[t % len(MAX_NORMS)]
         raised: str | None = None
         norm = math.nan
@@ -145,7 +146,7 @@ def observe(
             )
         except RuntimeError as e:
             raised = str(e).splitlines()[0]
-        clipped = [p.grad.detach().clone() for p in params if p.grad is not None]
+        clipped = [p.grad.detach().cpu() for p in params if p.grad is not None]
         same = all(same_bits(a, b) for a, b in zip(kept, clipped, strict=True))
         if raised is None:
             scaler.step(opt)

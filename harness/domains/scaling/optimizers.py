@@ -198,8 +198,9 @@ def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[s
     error bound: gamma_k (k the roundings of :data:`ROUNDINGS`) times the update evaluated on
     magnitudes, plus fp32's rounding of the result."""
     h, u = HYPER[name], _u()
-    p, g = p.to(torch.float64), g.to(torch.float64)
-    prev = {k: v.to(torch.float64) for k, v in state.items()}
+    # on the CPU, whatever the device under test (optimizers keep their step counts on the CPU)
+    p, g = p.to(torch.float64).cpu(), g.to(torch.float64).cpu()
+    prev = {k: v.to(torch.float64).cpu() for k, v in state.items()}
     wd = float(h.get("weight_decay", 0.0))
     if name == "SGD":
         d = g + wd * p
