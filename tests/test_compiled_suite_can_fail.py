@@ -104,11 +104,18 @@ def test_the_named_checks_pass_with_the_fault_free_backend(pytester, suite_copy)
             ["*known issue compiled-backward-under-forward-autocast appears fixed in torch *"],
             id="a release that fixes a registered issue",
         ),
+        pytest.param(
+            "AUTOCAST_DTYPE_CACHED",
+            "known_issue and autograd-cache and bf16",  # thorough on the CPU: the run asks for that tier
+            ("*known_issue*[[]cpu-bf16-autograd-cache-ignores-autocast-dtype]",),
+            ["*known issue autograd-cache-ignores-autocast-dtype*was fixed in torch 2.13*a regression*"],
+            id="a cache serving one autocast dtype's graph to another",
+        ),
     ],
 )
 def test_a_compile_only_fault_fails_the_check_named_for_it(pytester, suite_copy, backend, selection, failing, lines):
     _suite(pytester, suite_copy, backend)
-    tier = ["--amp-tier=thorough"] if "fp16" in selection else []
+    tier = ["--amp-tier=thorough"] if any(t in selection for t in ("fp16", "autograd-cache")) else []
     run = run_inner(pytester, "-k", selection, *tier)
     assert_caught(run, *failing)
     run.stdout.fnmatch_lines(lines, consecutive=False)

@@ -50,3 +50,39 @@ def test_a_lifecycle_that_cannot_be_is_refused():
         KnownIssue("x", "y", first="2.14", fixed="2.14", reference="r")
     with pytest.raises(ValueError, match="is not a release"):
         KnownIssue("x", "y", first="v2.14", reference="r")
+
+
+#: fixed on the CPU in 2.14, seen on CUDA in 2.11 and not yet observed fixed there
+PER_DEVICE = KnownIssue(
+    "per-device",
+    "fixed on one device only",
+    first="2.13",
+    fixed="2.14",
+    reference="upstream#3",
+    device_lifecycles=(("cuda", "2.11", None, "2.11"),),
+)
+
+
+@pytest.mark.parametrize(
+    ("device", "present", "version", "outcome", "words"),
+    [
+        ("cuda", True, "2.11.0+cu130", Outcome.KNOWN, "as registered"),
+        ("cpu", True, "2.11.0+cu130", Outcome.FAIL, "outside the releases"),
+        ("cuda", False, "2.15.0", Outcome.PASS, "fixed in 2.15?"),
+        ("cpu", True, "2.15.0", Outcome.FAIL, "a regression"),
+        ("cpu", False, "2.15.0", Outcome.PASS, "absent"),
+    ],
+)
+def test_a_device_can_carry_its_own_lifecycle(device, present, version, outcome, words):
+    """A GPU run can see an issue in an earlier release than the CPU did, and before it is fixed there."""
+    from harness.domains.versions import registry_verdict
+
+    listed = PER_DEVICE.listed(version, device)
+    claim = registry_verdict(PER_DEVICE, present, listed, version, "REGISTRY", device_type=device).claim
+    assert claim.outcome is outcome, claim.explain()
+    assert words in claim.detail[0]
+
+
+def test_a_device_lifecycle_is_checked_like_the_main_one():
+    with pytest.raises(ValueError, match="not a release"):
+        KnownIssue("bad", "x", first="2.13", reference="r", device_lifecycles=(("cuda", "v2", None, ""),))

@@ -1,4 +1,4 @@
-# Reproduces compiled-backward-under-forward-autocast (torch 2.13 on, open (last verified 2.15); cpu, cuda).
+# Reproduces compiled-backward-under-forward-autocast (torch 2.11 on, open (last verified 2.15); cpu, cuda).
 # AOTAutograd traces a compiled region's backward under the autocast state of its forward
 # (torch._functorch.config.backward_pass_autocast = 'same_as_forward'), so a region with autocast
 # disabled inside an autocast forward gets a low-precision backward: its fp32 weight gradients

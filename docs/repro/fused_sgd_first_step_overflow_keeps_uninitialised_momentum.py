@@ -1,4 +1,4 @@
-# Reproduces fused-sgd-first-step-overflow-keeps-uninitialised-momentum (torch 2.13 on, open (last verified 2.15); cpu).
+# Reproduces fused-sgd-first-step-overflow-keeps-uninitialised-momentum (torch 2.11 on, open (last verified 2.15); cpu, cuda).
 # SGD(momentum, fused=True) allocates its momentum buffers with empty_like before its first step;
 # when GradScaler skips that step for an overflow (found_inf), the kernel returns without writing
 # them, and the next step reads the uninitialised memory as momentum: parameters jumped by 2.6e14

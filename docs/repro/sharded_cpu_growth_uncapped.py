@@ -1,4 +1,4 @@
-# Reproduces sharded-cpu-growth-uncapped (torch 2.13 on, open (last verified 2.15); cpu).
+# Reproduces sharded-cpu-growth-uncapped (torch 2.11 on, open (last verified 2.15); cpu).
 # ShardedGradScaler's CPU update (_amp_update_scale_cpu_) multiplies the scale by the growth
 # factor without the float32 cap GradScaler applies: the scale becomes inf and stays there (inf x
 # backoff = inf), so every later step is skipped

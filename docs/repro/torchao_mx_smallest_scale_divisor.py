@@ -1,4 +1,4 @@
-# Reproduces torchao-mx-smallest-scale-divisor (torchao 0.18 on, open (last verified 0.18); cpu, cuda).
+# Reproduces torchao-mx-smallest-scale-divisor (torchao 0.17 on, open (last verified 0.18); cpu, cuda).
 # An MX block whose e8m0 scale code is 0 (2^-127: a block amax below about 2^-118 for e4m3
 # elements) is stored with that code, but its elements are not divided by 2^-127: FLOOR and CEIL
 # clamp the float32 divisor to float32's smallest normal 2^-126 (a workaround for Triton's

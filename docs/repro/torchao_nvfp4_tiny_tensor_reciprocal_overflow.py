@@ -1,4 +1,4 @@
-# Reproduces torchao-nvfp4-tiny-tensor-reciprocal-overflow (torchao 0.18 on, open (last verified 0.18); cpu, cuda).
+# Reproduces torchao-nvfp4-tiny-tensor-reciprocal-overflow (torchao 0.17 on, open (last verified 0.18); cpu, cuda).
 # NVFP4Tensor.to_nvfp4 multiplies the elements by (1 / per_tensor_scale) / block_scale in float32:
 # for a tensor whose amax is below about 2688 x 2^-128 (1e-35, an underflowed gradient) the
 # per-tensor scale is below 2^-128, its reciprocal overflows to inf, every nonzero element

@@ -1,4 +1,4 @@
-# Reproduces torchao-nvfp4-zero-tensor-nan (torchao 0.18 on, open (last verified 0.18); cpu, cuda).
+# Reproduces torchao-nvfp4-zero-tensor-nan (torchao 0.17 on, open (last verified 0.18); cpu, cuda).
 # NVFP4Tensor.to_nvfp4 with the per-tensor scale per_tensor_amax_to_scale gives (amax / 2688)
 # divides every block scale by it: for a tensor of zeros that scale is 0, every block scale
 # becomes 0/0 = NaN and the tensor dequantises to NaN instead of zeros (an all-zero gradient

@@ -1,4 +1,4 @@
-# Reproduces update-before-scale-after-load (torch 2.13 on, open (last verified 2.15); cpu, cuda).
+# Reproduces update-before-scale-after-load (torch 2.11 on, open (last verified 2.15); cpu, cuda).
 # a GradScaler restored with load_state_dict() creates its scale tensor lazily at the next
 # scale(); update(new_scale) before that raises AssertionError ('_scale is None')
 # Where: torch/amp/grad_scaler.py: _check_scale_growth_tracker() in update(). Registered in

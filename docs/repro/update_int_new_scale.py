@@ -1,4 +1,4 @@
-# Reproduces update-int-new-scale (torch 2.13 on, open (last verified 2.15); cpu, cuda).
+# Reproduces update-int-new-scale (torch 2.11 on, open (last verified 2.15); cpu, cuda).
 # GradScaler.update(new_scale) accepts a float or a tensor; a Python int falls into the tensor
 # branch and raises AttributeError ('int' object has no attribute 'device')
 # Where: torch/amp/grad_scaler.py: update(): isinstance(new_scale, float) else tensor checks.

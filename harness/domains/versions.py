@@ -4,6 +4,7 @@ One parser for torch, DeepSpeed and megatron-core version strings."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
@@ -35,13 +36,25 @@ class KnownIssue:
     fixed: str | None = None
     #: the last release it was observed in ("": ``first``)
     verified: str = ""
+    #: a device whose lifecycle differs: (device type, first, fixed, verified), e.g. observed on a
+    #: GPU in an earlier release than on the CPU, and not yet observed fixed there
+    device_lifecycles: tuple[tuple[str, str, str | None, str], ...] = ()
 
     def __post_init__(self) -> None:
-        for what, value in (("first", self.first), ("fixed", self.fixed), ("verified", self.verified)):
+        lifecycles = [(self.first, self.fixed, self.verified), *((f, x, v) for _, f, x, v in self.device_lifecycles)]
+        checked = [(w, v) for f, x, ve in lifecycles for w, v in (("first", f), ("fixed", x), ("verified", ve))]
+        for what, value in checked:
             if value and not value[0].isdigit():
                 raise ValueError(f"known issue {self.id}: {what} {value!r} is not a release such as '2.13'")
         if self.fixed is not None and release(self.fixed) <= release(self.first):
             raise ValueError(f"known issue {self.id}: fixed {self.fixed} is not after its first release {self.first}")
+
+    def on(self, device_type: str) -> KnownIssue:
+        """This issue with the lifecycle it has on ``device_type``."""
+        for device, first, fixed, verified in self.device_lifecycles:
+            if device == device_type:
+                return dataclasses.replace(self, first=first, fixed=fixed, verified=verified, device_lifecycles=())
+        return self
 
     @property
     def last_verified(self) -> str:
@@ -58,10 +71,11 @@ class KnownIssue:
         """Whether the registry says this issue is present for that release and device: from its
         first release on, up to (not including) its fix."""
         r = release(version)[:2]
+        life = self.on(device_type)
         return (
             device_type in self.devices
-            and release(self.first)[:2] <= r
-            and (self.fixed is None or r < release(self.fixed)[:2])
+            and release(life.first)[:2] <= r
+            and (life.fixed is None or r < release(life.fixed)[:2])
         )
 
 
@@ -112,13 +126,20 @@ def lifecycle_state(issue: KnownIssue, present: bool, listed: bool, version: str
 
 
 def registry_verdict(
-    issue: KnownIssue, present: bool, listed: bool, torch_version: str, where: str, context: str = ""
+    issue: KnownIssue,
+    present: bool,
+    listed: bool,
+    torch_version: str,
+    where: str,
+    context: str = "",
+    device_type: str | None = None,
 ) -> RegistryVerdict:
     """KNOWN while the issue occurs where its lifecycle lists it; PASS where it is absent outside
     it, and where an open issue no longer occurs in a release newer than the last verified one (a
     finding: "fixed in 2.15?", naming the edit); FAIL where a fixed issue comes back (a regression),
     where it occurs outside its range, or where it vanishes from a release it was verified in."""
     version = minor(torch_version)
+    issue = issue if device_type is None else issue.on(device_type)
     state = lifecycle_state(issue, present, listed, torch_version)
     seen = f"{issue.package} {torch_version}{context}"
     detail = {

@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 
+from harness.domains import versions
 from harness.domains.formats.repro import cast_rounding
 from harness.domains.fp8 import adapters
 from harness.domains.fp8.repro import code_decoding, e8m0_outcomes, e8m0_rounding, fp4_casts
@@ -231,8 +232,11 @@ def test_fp4_e2m1_codes_and_rounding_match_the_reference(fp8_torchao, amp_device
 @pytest.mark.parametrize("fmt", FP8, ids=_ids)
 def test_compiled_fp8_casts_give_the_eager_bits(fmt, amp_device, amp_record):
     """Inductor generates its own cast code: on every rounding probe and the overflow, inf and NaN
-    probes it must give eager's bits (a difference would be registered as a finding of the release)."""
+    probes it must give eager's bits. Saturating at the format's largest finite value where eager
+    overflows to NaN or inf is a registered known issue (``inductor-fp8-cast-saturates``), judged
+    by its lifecycle; any other difference fails."""
     from harness.domains.compiled import runs, toolchain
+    from harness.domains.compiled.known_issues import KNOWN_ISSUES, SATURATING_FP8_CAST, WHERE
 
     missing = toolchain.unavailable(amp_device.type)
     if missing is not None:
@@ -243,5 +247,32 @@ def test_compiled_fp8_casts_give_the_eager_bits(fmt, amp_device, amp_record):
     dtype = getattr(torch, fmt.name)
     compiled = runs.compile_fn(lambda t: t.to(dtype), "inductor")
     eager, got = tensor_bits(x.to(dtype)), tensor_bits(compiled(x))
-    result = compare_bits(f"compiled fp32->{fmt.name}", got, eager, fmt, values)
+    # saturation: the largest finite value of the input's sign where eager gave NaN or inf
+    saturated = [
+        i
+        for i, (v, e, a) in enumerate(zip(values, eager, got, strict=True))
+        if abs(v) > fmt.max
+        and not math.isnan(v)
+        and not math.isfinite(fmt.decode(e))
+        and fmt.decode(a) == math.copysign(fmt.max, v)
+    ]
+    expected = [None if i in saturated else e for i, e in enumerate(eager)]
+    result = compare_bits(f"compiled fp32->{fmt.name}", got, expected, fmt, values)
     amp_record.require(result, dtype=fmt.name, device=amp_device, note=explain(result) if not result.passed else "")
+    issue = KNOWN_ISSUES[SATURATING_FP8_CAST]
+    verdict = versions.registry_verdict(
+        issue,
+        bool(saturated),
+        issue.listed(torch.__version__, amp_device.type),
+        torch.__version__,
+        f"{WHERE} ({SATURATING_FP8_CAST!r})",
+        context=f" on {amp_device.type} ({fmt.name})",
+        device_type=amp_device.type,
+    )
+    amp_record.require(
+        verdict.claim,
+        dtype=fmt.name,
+        device=amp_device,
+        tags={"saturated_inputs": [values[i] for i in saturated], "lifecycle_state": verdict.state.value},
+        note=issue.summary,
+    )

@@ -317,6 +317,7 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
         torch.__version__,
         f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaling/reference.py)",
         context=f" with {kind} on {amp_device.type}",
+        device_type=amp_device.type,
     )
     amp_record.require(
         verdict.claim,

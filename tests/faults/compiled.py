@@ -73,6 +73,27 @@ def _without_autocast(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
 AUTOCAST_DROPPED = _without_autocast
 
 
+# -- a cache that serves one autocast dtype's graph to another ------------------------------------
+def _as_if_cached_under_bf16(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """Runs Dynamo's captured graph under bf16 autocast wherever autocast is on, whatever its dtype."""
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)} or {"cpu"}
+
+    def run(*args: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            for device in devices:
+                if torch.is_autocast_enabled(device):
+                    stack.enter_context(torch.autocast(device, dtype=torch.bfloat16))
+            return gm(*args)
+
+    return run
+
+
+#: A compiler whose cache serves the graph of the first autocast dtype it compiled (bf16) to every
+#: later one: an fp16 region computes in bf16, as AOTAutograd's cache did in torch 2.11 and 2.12.
+#: Must fail the registry check of that known issue in a release that fixed it (a regression).
+AUTOCAST_DTYPE_CACHED = _as_if_cached_under_bf16
+
+
 # -- autocast leaking into a region that disabled it ---------------------------------------------
 def _rounded(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).to(t.dtype)

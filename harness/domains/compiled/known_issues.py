@@ -15,7 +15,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "(torch._functorch.config.backward_pass_autocast = 'same_as_forward'), so a region with autocast disabled "
         "inside an autocast forward gets a low-precision backward: its fp32 weight gradients differ from eager's "
         "(backward called outside autocast) far beyond fp32 rounding. Remedy: backward_pass_autocast = 'off'",
-        first="2.13",
+        first="2.11",
         verified="2.15",
         reference="pytorch/pytorch#179804, #153044; default deprecated in #177286, 'off' by default from #177287",
     ),
@@ -27,8 +27,41 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         first="2.13",
         fixed="2.14",
         reference="pytorch/pytorch#168148, #183761; torch/_inductor/config.py emulate_precision_casts",
+        # on the CPU absent in 2.11, fixed in 2.14; on CUDA present in 2.11 (the first GPU qualification,
+        # H200), and no later release has run on a GPU yet
+        device_lifecycles=(("cuda", "2.11", None, "2.11"),),
+    ),
+    "inductor-fp8-cast-saturates": KnownIssue(
+        "inductor-fp8-cast-saturates",
+        "Inductor's generated cast to float8 on CUDA (Triton's conversion) saturates: values beyond the format's "
+        "largest finite value, inf included, become +-448 (e4m3fn) or +-57344 (e5m2), where eager's cast gives NaN "
+        "(e4m3fn) or inf (e5m2); the same tensor cast in a compiled and an eager region disagrees exactly at overflow, "
+        "where a delayed-scaling recipe's amax history would have told the overflow apart",
+        first="2.11",
+        verified="2.11",
+        reference="pytorch/ao#1912 (eager unsaturated, Triton saturated); pytorch/pytorch#178817 (eager e4m3 casts)",
+        devices=("cuda",),
+    ),
+    "autograd-cache-ignores-autocast-dtype": KnownIssue(
+        "autograd-cache-ignores-autocast-dtype",
+        "AOTAutograd's cache key records whether autocast is enabled, not its dtype: code compiled under bf16 "
+        "autocast is served from the cache to a compile of the same code under fp16 autocast (in the same process "
+        "after a Dynamo reset, or in a later process sharing the Inductor cache directory), and the fp16 region "
+        "silently runs in bf16, with 8x fp16's unit roundoff. Remedy: torch._functorch.config.enable_autograd_cache "
+        "= False",
+        first="2.11",
+        fixed="2.13",
+        verified="2.12",
+        reference="pytorch/pytorch#181564 (autocast dtype in AOTAutogradCacheDetails)",
     ),
 }
+
+#: The known issue that makes AOTAutograd's cache unsound across autocast dtypes; where it is
+#: listed, the harness's own compiles run without that cache (:func:`harness.domains.compiled.runs.compile_fn`).
+AUTOGRAD_CACHE_DTYPE = "autograd-cache-ignores-autocast-dtype"
+
+#: The known issue a compiled fp8 cast shows (:mod:`suites.fp8.test_fp8_formats` observes it).
+SATURATING_FP8_CAST = "inductor-fp8-cast-saturates"
 
 #: Where the registry lives, for the messages that ask to edit it.
 WHERE = "KNOWN_ISSUES in harness/domains/compiled/known_issues.py"
@@ -56,6 +89,20 @@ REPRODUCTIONS: dict[str, Reproduction] = {
                 "torch.manual_seed(0)\n",
                 "import torch._inductor.config\n\ntorch._inductor.config.emulate_precision_casts = True\ntorch.manual_seed(0)\n",
             ),
+            compiles=True,
+        ),
+        Reproduction(
+            AUTOGRAD_CACHE_DTYPE,
+            "harness.domains.compiled",
+            ("torch",),
+            ("torch.manual_seed(0)\n", "torch._functorch.config.enable_autograd_cache = False\ntorch.manual_seed(0)\n"),
+            compiles=True,
+        ),
+        Reproduction(
+            SATURATING_FP8_CAST,
+            "harness.domains.compiled",
+            ("torch",),
+            ("compiled = torch.compile(cast)(x)\n", "compiled = cast(x)\n"),
             compiles=True,
         ),
     )

@@ -38,7 +38,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "block scale by it: for a tensor of zeros that scale is 0, every block scale becomes 0/0 = NaN and the "
         "tensor dequantises to NaN instead of zeros (an all-zero gradient poisons the step; TransformerEngine's "
         "and torchao's own Triton 2D quantiser treat a zero global amax as scale 1)",
-        first="0.18",
+        first="0.17",
+        verified="0.18",
         reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (per_tensor_scale branch)",
         devices=("cpu", "cuda"),
         package="torchao",
@@ -49,7 +50,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "code, but its elements are not divided by 2^-127: FLOOR and CEIL clamp the float32 divisor to float32's "
         "smallest normal 2^-126 (a workaround for Triton's subnormals), so the block decodes to half its values; "
         "RCEIL follows TransformerEngine's exponent-0 reciprocal of 1, so the block's elements flush to zero",
-        first="0.18",
+        first="0.17",
+        verified="0.18",
         reference="torchao/prototype/mx_formats/mx_tensor.py to_mx (F32_MIN_NORMAL clamp) and _to_mx_rceil",
         devices=("cpu", "cuda"),
         package="torchao",
@@ -60,7 +62,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "tensor whose amax is below about 2688 x 2^-128 (1e-35, an underflowed gradient) the per-tensor scale is "
         "below 2^-128, its reciprocal overflows to inf, every nonzero element saturates to +-6 and every zero "
         "becomes 0 x inf = NaN, stored as the code of +-1.5: zeros dequantise to nonzero values",
-        first="0.18",
+        first="0.17",
+        verified="0.18",
         reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (reciprocal_scale)",
         devices=("cpu", "cuda"),
         package="torchao",

@@ -458,7 +458,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "update-int-new-scale",
         "GradScaler.update(new_scale) accepts a float or a tensor; a Python int falls into the tensor branch and "
         "raises AttributeError ('int' object has no attribute 'device')",
-        first="2.13",
+        first="2.11",
         verified="2.15",
         reference="torch/amp/grad_scaler.py: update(): isinstance(new_scale, float) else tensor checks",
     ),
@@ -466,7 +466,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "update-before-scale-after-load",
         "a GradScaler restored with load_state_dict() creates its scale tensor lazily at the next scale(); "
         "update(new_scale) before that raises AssertionError ('_scale is None')",
-        first="2.13",
+        first="2.11",
         verified="2.15",
         reference="torch/amp/grad_scaler.py: _check_scale_growth_tracker() in update()",
     ),
@@ -475,7 +475,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "ShardedGradScaler's CPU update (_amp_update_scale_cpu_) multiplies the scale by the growth factor without "
         "the float32 cap GradScaler applies: the scale becomes inf and stays there (inf x backoff = inf), so every "
         "later step is skipped",
-        first="2.13",
+        first="2.11",
         verified="2.15",
         reference="torch/distributed/fsdp/sharded_grad_scaler.py: _amp_update_scale_cpu_ (vs torch._amp_update_scale_)",
         scalers=("ShardedGradScaler",),
@@ -486,10 +486,11 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "SGD(momentum, fused=True) allocates its momentum buffers with empty_like before its first step; when "
         "GradScaler skips that step for an overflow (found_inf), the kernel returns without writing them, and the "
         "next step reads the uninitialised memory as momentum: parameters jumped by 2.6e14 in one step",
-        first="2.13",
+        first="2.11",
         verified="2.15",
         reference="torch/optim/sgd.py: _fused_sgd() (is_first_step, empty_like) and _fused_sgd_'s found_inf early return",
-        devices=("cpu",),
+        # seen on CUDA in the first GPU qualification (torch 2.11, H200); no later release has run on a GPU yet
+        device_lifecycles=(("cuda", "2.11", None, "2.11"),),
     ),
 }
 
