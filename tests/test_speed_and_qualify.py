@@ -629,9 +629,16 @@ def test_a_profile_file_of_another_class_never_judges_this_one(tmp_path):
     assert profiles.load(tmp_path, "cpu-unseen").threshold("m", "d") is None
 
 
-def test_published_gpu_peaks_are_known_without_a_calibration():
-    prof = profiles.load(REPO / "baselines", "cuda-nvidia-h200-sm90-140g", "nvidia-h200")
+def test_published_gpu_peaks_are_known_without_a_calibration(tmp_path):
+    prof = profiles.load(tmp_path, "cuda-nvidia-h200-sm90-140g", "nvidia-h200")
     assert prof.peak_flops["bfloat16"] and "datasheet" in prof.peak_origin and not prof.calibrated
+
+
+def test_the_committed_gpu_calibration_keeps_its_peaks_and_says_where_it_ran():
+    """The H200's profile was written by ``amp-harness calibrate`` on one (scripts/gpu-qualify.sh)."""
+    prof = profiles.load(REPO / "baselines", "cuda-nvidia-h200-sm90-140g", "nvidia-h200")
+    assert prof.calibrated and prof.peak_flops["bfloat16"] and "datasheet" in prof.peak_origin
+    assert prof.provenance["device_name"] == "NVIDIA H200" and prof.provenance["torch"].startswith("2.")
 
 
 def test_a_corrupt_profile_file_is_a_clear_error(tmp_path):
