@@ -10,10 +10,16 @@ FILES = (
     "patterns/test_custom_functions.py",
     "patterns/test_resume.py",
     "patterns/test_multiple_optimizers.py",
+    "patterns/test_gradient_penalty.py",
+    "patterns/test_accumulation.py",
 )
 GRADIENTS = "test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit"
 OVERFLOW = "test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once"
 CUSTOM = "test_a_custom_functions_matmuls_run_in_the_precision_its_decorators_promise"
+PENALTY = "test_the_penalty_is_the_float64_norm_of_the_unscaled_gradients"
+ACCUMULATED = "test_the_accumulated_gradient_is_the_float64_sum_of_the_micro_batches"
+ACCUMULATION_OVERFLOW = "test_an_inf_in_any_micro_batch_skips_the_effective_batch_and_backs_off_once"
+PENALISED_STEP = "test_the_penalised_step_equals_the_step_without_loss_scaling_bit_for_bit"
 
 
 def _run(pytester, suite_copy, patches: dict[str, str], *args: str):
@@ -23,7 +29,7 @@ def _run(pytester, suite_copy, patches: dict[str, str], *args: str):
 
 
 def test_the_clean_patterns_suite_passes(pytester, suite_copy):
-    assert_clean(_run(pytester, suite_copy, {}), at_least=21)
+    assert_clean(_run(pytester, suite_copy, {}), at_least=32)
 
 
 def test_a_recompute_outside_autocast_fails_every_checkpointing_form(pytester, suite_copy):
@@ -77,3 +83,53 @@ def test_an_update_per_optimizer_fails_the_two_optimizer_pattern(pytester, suite
         pytester, suite_copy, {"torch.amp.GradScaler.step": "faults.patterns.update_per_optimizer"}, "-k", "optimizer"
     )
     assert_caught(run, "*::test_each_optimizer_decides_its_own_skip_and_the_scale_backs_off_once[[]cpu-*]")
+
+
+def test_a_penalty_left_scaled_fails_the_penalised_step(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        {"harness.domains.patterns.penalty.unscale_by_hand": "faults.patterns.penalty_left_scaled"},
+        "-k",
+        "penalty or penalised",
+    )
+    assert_caught(run, f"*::{PENALISED_STEP}[[]cpu-*]")
+    run.stdout.fnmatch_lines(["*differ from the unscaled step's*"], consecutive=False)
+
+
+def test_a_penalty_summed_in_half_fails_the_float64_penalty(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        {"harness.domains.patterns.penalty.penalty_of": "faults.patterns.penalty_in_half"},
+        "-k",
+        "penalty or penalised",
+    )
+    assert_caught(run, f"*::{PENALTY}[[]cpu-*]")
+    run.stdout.fnmatch_lines(["*not computed in fp32 from the unscaled gradients*"], consecutive=False)
+
+
+def test_a_scale_changed_inside_the_effective_batch_fails_the_accumulated_gradient(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        {"harness.domains.patterns.accumulation.accumulate": "faults.patterns.rescaled_mid_batch"},
+        "-k",
+        "accumulated or micro_batch",
+    )
+    assert_caught(run, f"*::{ACCUMULATED}[[]cpu-*]")
+    run.stdout.fnmatch_lines(["*scales after each micro-batch: *2048.0*"], consecutive=False)
+
+
+def test_stepping_every_micro_batch_fails_the_skip_of_the_effective_batch(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        {"harness.domains.patterns.accumulation.accumulate": "faults.patterns.step_every_micro_batch"},
+        "-k",
+        "accumulated or micro_batch",
+    )
+    # wherever the inf is, the other micro-batches' steps are taken
+    assert_caught(run, f"*::{ACCUMULATION_OVERFLOW}[[]cpu-micro_batch_*]")
+    assert len(run.failed) == 4, sorted(run.failed)
+    run.stdout.fnmatch_lines(["*the step changed parameters or optimizer state*"], consecutive=False)

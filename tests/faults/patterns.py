@@ -68,3 +68,52 @@ def update_per_optimizer(original: Any) -> Any:
         return out
 
     return step
+
+
+def penalty_left_scaled(original: Any) -> Any:
+    """The examples' unscaling by hand forgotten: the penalty is taken of the *scaled* gradients."""
+
+    def unscale_by_hand(scaled: tuple[torch.Tensor, ...], scale: float) -> list[torch.Tensor]:
+        return list(scaled)
+
+    return unscale_by_hand
+
+
+def penalty_in_half(original: Any) -> Any:
+    """The penalty's squares summed in fp16 (the gradients cast down first), not in fp32."""
+
+    def penalty_of(grads: list[torch.Tensor]) -> torch.Tensor:
+        result: torch.Tensor = original([g.half() for g in grads]).float()
+        return result
+
+    return penalty_of
+
+
+def rescaled_mid_batch(original: Any) -> Any:
+    """An effective batch whose scale is changed (doubled, as a growth would) after its second
+    micro-batch: the gradients add up under two scales."""
+
+    def accumulate(model: Any, scaler: Any, batches: Any, device: Any, dtype: Any) -> list[float]:
+        first: list[float] = original(model, scaler, batches[:2], device, dtype)
+        scaler.update(scaler.get_scale() * 2.0)
+        rest: list[float] = original(model, scaler, batches[2:], device, dtype)
+        return first + rest
+
+    return accumulate
+
+
+def step_every_micro_batch(original: Any) -> Any:
+    """No accumulation: step and update after every micro-batch, as if each were the effective batch."""
+
+    def accumulate(model: Any, scaler: Any, batches: Any, device: Any, dtype: Any) -> list[float]:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scales: list[float] = []
+        for batch in batches[:-1]:
+            scales += original(model, scaler, [batch], device, dtype)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        last: list[float] = original(model, scaler, batches[-1:], device, dtype)
+        return scales + last
+
+    return accumulate
