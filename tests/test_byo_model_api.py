@@ -418,3 +418,46 @@ def test_a_clipping_recipe_whose_clip_never_binds_is_inconclusive(training_check
     assert "clipping bound on 0 of" in message, message
     binding = [r for r in training_checks.rows if r.metric.endswith("clip_binding_steps")]
     assert [r.outcome for r in binding] == [Outcome.INCONCLUSIVE]
+
+
+# -- resume mid-run (resume_at) -------------------------------------------------------------------
+def _with_scaler(name, scaler):
+    import dataclasses
+
+    return dataclasses.replace(T.SETUPS["mlp"], name=name, scaler=scaler)
+
+
+def test_a_run_resumed_mid_run_continues_bit_for_bit_as_a_row(training_checks):
+    import faults.scalers as scalers
+
+    setup = _with_scaler("mlp_resumed", scalers.GrowsEveryOtherStep)
+    result = training_checks.check(
+        setup, [T.FP16_SCALER], seeds=2, lane=False, power=False, determinism=False, census=False, overflow=False,
+        resume_at=30,
+    )  # fmt: skip
+    assert [v.outcome for v in result.of(VerdictKind.RESUME)] == [Outcome.PASS]
+    moved = [r for r in training_checks.rows if r.metric.endswith(".resume_scale_moved")]
+    assert moved and moved[0].value, moved  # the scale had grown: the scaler's restore was tested
+
+
+def test_a_scaler_whose_state_is_not_restored_fails_the_resume_row(training_checks):
+    import faults.scalers as scalers
+
+    setup = _with_scaler("mlp_resumed", scalers.StateNotRestored)
+    with pytest.raises(AssertionError) as failed:
+        training_checks.check(
+            setup, [T.FP16_SCALER], seeds=2, lane=False, power=False, determinism=False, census=False,
+            overflow=False, resume_at=30,
+        )  # fmt: skip
+    message = str(failed.value)
+    assert "mlp_resumed.fp16+scaler.resume_differences: FAILED" in message, message
+    assert (
+        "resumed before step 30, it parts from the uninterrupted run: step 30: scale 65536.0, resumed 256.0" in message
+    ), message
+    assert {v.kind for v in failed.value.result.failures} == {VerdictKind.RESUME}
+
+
+@pytest.mark.parametrize("at", [0, 60, -1])
+def test_a_resume_step_outside_the_run_is_refused_before_anything_trains(training_checks, at):
+    with pytest.raises(ValueError, match=rf"resume_at={at}: .* steps 1 to 59"):
+        training_checks.check(T.SETUPS["mlp"], [T.BF16], resume_at=at)

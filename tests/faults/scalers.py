@@ -266,3 +266,18 @@ def verified_long_ago(original: Any) -> Any:
     """A registry whose update(int) entry was last verified on a release older than the running
     one: the running release is newer than any it lists."""
     return _registry_with(original, "update-int-new-scale", first="2.0", verified="2.0", fixed=None)
+
+
+class GrowsEveryOtherStep(torch.amp.GradScaler):
+    """torch's GradScaler growing its scale every 2 clean steps (from 2^8): a run's scale moves
+    early, so a scaler restored wrongly after a restart shows in the scale it steps with."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device, init_scale=2.0**8, growth_interval=2)
+
+
+class StateNotRestored(GrowsEveryOtherStep):
+    """A scaler whose ``load_state_dict`` restores nothing: resumed, it starts again at 2^8."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return None

@@ -19,11 +19,12 @@ from harness.domains.training import amp_lane as L
 from harness.domains.training import overflow as O
 from harness.domains.training import repro as training_repro
 from harness.domains.training.diagnosis import Diagnosis, diagnose, first_over_budget, localise, localised
+from harness.domains.training.loop import resume_differences
 from harness.domains.training.parity import Band, ParityReport, RecipeResult
 from harness.domains.training.recipes import Recipe, Setup
 from harness.domains.training.repro import op_repro_of
 from harness.domains.training.result import Checked, Kind, TrainingCheckFailed, TrainingResult
-from harness.numerics.comparison import AnyComparison, explain
+from harness.numerics.comparison import AnyComparison, compare_claim, explain
 from harness.numerics.verdict import Outcome
 
 
@@ -298,6 +299,7 @@ class TrainingChecks:
         power: bool = True,
         ladder: bool = False,
         overflow: bool = True,
+        resume_at: int | None = None,
     ) -> TrainingResult:
         """Parity, the AMP lane with its positive controls, determinism, the gradient census and,
         for recipes with a loss scaler, overflow handling of ``recipes`` on ``setup``; returns a
@@ -311,6 +313,10 @@ class TrainingChecks:
         where the lane does not see the canonical broken recipes (no fp32 master weights; for fp16,
         no loss scaling) is INCONCLUSIVE, naming them (``power=False``: not tried, for a setup whose
         power is shown otherwise).
+        ``resume_at=k`` also saves each recipe's run before step k (model, optimizer, schedule,
+        scaler, torch's RNG and the data generator, through ``torch.save``), loads it into fresh
+        objects and continues: the losses, scales, skipped steps and final weights must equal the
+        uninterrupted run's bit for bit (two more runs per recipe).
         ``ladder=True`` also measures the smallest gradient noise the lane catches on this setup
         (a lane per noise level: about the cost of the lane again per level). A call that
         could only be vacuous (no recipes, a non-recipe, fewer than 2 seeds, too few checkpoints)
@@ -318,6 +324,11 @@ class TrainingChecks:
         __tracebackhide__ = True
         n = T.DEFAULT_SEEDS if seeds is None else seeds
         recipes = T.validate(setup, recipes, n)
+        if resume_at is not None and not 0 < resume_at < setup.steps:
+            raise ValueError(
+                f"resume_at={resume_at!r}: the run must be saved before one of steps 1 to {setup.steps - 1} of "
+                f"{setup.name!r} ({setup.steps} steps), so that it resumes mid-run"
+            )
         collected: list[Checked] = []
         self._collected, self._diagnoses, self._notes = collected, {}, {}
         try:
@@ -344,6 +355,8 @@ class TrainingChecks:
                         result.detection_limits[recipe.name] = self.detection_ladder(setup, recipe, report)
             if overflow:
                 self.overflow_verdicts(setup, recipes)
+            if resume_at is not None:
+                self.resume_verdicts(setup, recipes, resume_at)
             if determinism:
                 for recipe in recipes:
                     same, first = T.is_deterministic(setup, recipe, self._device)
@@ -358,6 +371,48 @@ class TrainingChecks:
         if result.failures:
             raise TrainingCheckFailed(result)
         return result
+
+    def resume_verdicts(self, setup: Setup, recipes: Sequence[Recipe], at: int) -> None:
+        """Each recipe saved before step ``at`` and resumed in fresh objects, against the uninterrupted run."""
+        last = frozenset({setup.steps - 1})
+        for recipe in recipes:
+            whole = T.train(setup, recipe, device=self._device, keep_weights_at=last)
+            resumed = T.train(setup, recipe, device=self._device, keep_weights_at=last, resume_at=at)
+            diffs = resume_differences(whole, resumed)
+            if recipe.scaler:
+                moved = whole.scales[at] != whole.scales[0]
+                self._record(
+                    f"{setup.name}.{recipe.name}.resume_scale_moved",
+                    moved,
+                    device=self._device,
+                    dtype=str(recipe.dtype),
+                    tags={"resume_at": at, "scale_at_resume": whole.scales[at], "initial_scale": whole.scales[0]},
+                    note="the scale had moved before the save: a scaler restored wrongly would show"
+                    if moved
+                    else f"the scale had not moved before step {at}: a scaler whose state is not restored cannot "
+                    "show here (save later, or give the setup a scaler whose scale moves)",
+                )
+            self._judged(
+                Kind.RESUME,
+                recipe.name,
+                compare_claim(
+                    f"{setup.name}.{recipe.name}.resume_differences",
+                    len(diffs),
+                    not diffs,
+                    f"saved before step {at} (model, optimizer, schedule, scaler, RNG and data generator states) and "
+                    "loaded into fresh objects, the run continues bit for bit as the uninterrupted one: losses, "
+                    "scales, skipped steps, final weights",
+                    detail=f"resumed before step {at}, it parts from the uninterrupted run: "
+                    + " | ".join(diffs[:4])
+                    + (f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else ""),
+                    expected=0,
+                    allowance=0,
+                    unit="differences",
+                ),
+                device=self._device,
+                dtype=str(recipe.dtype),
+                tags={"resume_at": at},
+            )
 
     def overflow_verdicts(self, setup: Setup, recipes: Sequence[Recipe]) -> list[str]:
         """Overflow handling of each recipe with a loss scaler (controls excepted): a verdict row

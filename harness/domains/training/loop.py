@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +67,75 @@ class State:
 
 #: Generators of injected gradient noise (Recipe.grad_noise) start here: apart from all the above.
 NOISE_SEED_OFFSET = 200_000
+#: A resumed run's fresh model is initialised from the setup's initialisation seed plus this:
+#: other weights than the saved ones, so that the checkpoint must supply them.
+RESUME_SEED_OFFSET = 300_000
+
+
+@dataclass
+class _Live:
+    """What a run trains with; replaced wholesale when the run resumes from a checkpoint."""
+
+    model: nn.Module
+    params: list[nn.Parameter]
+    forward_model: nn.Module
+    opt: torch.optim.Optimizer
+    schedule: Any
+    scaler: torch.amp.GradScaler | None
+
+
+def _build(
+    setup: Setup,
+    recipe: Recipe,
+    dev: torch.device,
+    fp32_modules: Sequence[str],
+    compile: Callable[[nn.Module], nn.Module] | None,
+    gate: bool,
+    init_seed: int = INIT_SEED,
+) -> tuple[_Live, torch.Tensor | None]:
+    """A run's model (after the caller seeded torch), optimizer, schedule and scaler, as the setup makes them."""
+    model = setup.build(dev, init_seed)
+    if recipe.params_dtype is not None:
+        model = model.to(recipe.params_dtype)
+    outside_autocast(model, fp32_modules)
+    params = [p for p in model.parameters() if p.requires_grad]
+    gate_tensor = overflow_gate(model) if gate else None
+    forward_model = compile(model) if compile is not None else model
+    lr = setup.lr / recipe.loss_factor if setup.plain_sgd else setup.lr
+    opt = setup.make_optimizer(params, lr)
+    schedule = setup.schedule(opt) if setup.schedule is not None else None
+    scaler = setup.make_scaler(dev.type) if recipe.scaler else None
+    return _Live(model, params, forward_model, opt, schedule, scaler), gate_tensor
+
+
+def _resume(live: _Live, fresh: _Live, gen: torch.Generator, dev: torch.device) -> None:
+    """Save ``live`` as a training script would (one ``torch.save`` of the model, optimizer,
+    schedule, scaler and RNG states, and the data generator's) and load it into ``fresh``."""
+    buf = io.BytesIO()
+    torch.save(
+        {
+            "model": live.model.state_dict(),
+            "optimizer": live.opt.state_dict(),
+            "schedule": live.schedule.state_dict() if live.schedule is not None else None,
+            "scaler": live.scaler.state_dict() if live.scaler is not None else None,
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
+            "data": gen.get_state(),
+        },
+        buf,
+    )
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=False)
+    fresh.model.load_state_dict(saved["model"])
+    fresh.opt.load_state_dict(saved["optimizer"])
+    if fresh.schedule is not None:
+        fresh.schedule.load_state_dict(saved["schedule"])
+    if fresh.scaler is not None:
+        fresh.scaler.load_state_dict(saved["scaler"])
+    torch.set_rng_state(saved["rng"])
+    if saved["cuda_rng"] is not None:
+        torch.cuda.set_rng_state(saved["cuda_rng"], dev)
+    gen.set_state(saved["data"])
 
 
 def overflow_gate(model: nn.Module) -> torch.Tensor:
@@ -213,6 +283,7 @@ def train(
     overflow_at: frozenset[int] = frozenset(),
     keep_states_at: frozenset[int] = frozenset(),
     plant: Mapping[int, Callable[[Sequence[nn.Parameter]], None]] | None = None,
+    resume_at: int | None = None,
 ) -> Run:
     """Run ``setup`` with ``recipe``; deterministic for a given seed on a given stack.
 
@@ -228,21 +299,17 @@ def train(
     ``plant``: at those steps, after the backward pass and before unscaling, clipping and the
     optimizer step, the callable edits the (scaled) gradients of the trainable parameters (a
     non-finite element: :mod:`harness.domains.training.overflow`).
+    ``resume_at``: before that step the run is saved (model, optimizer, schedule, scaler, torch's
+    RNG and the data generator) and continued in fresh objects loaded from the checkpoint, as a
+    training script resumes after a restart.
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
-    model = setup.build(dev)
-    if recipe.params_dtype is not None:
-        model = model.to(recipe.params_dtype)
-    outside_autocast(model, fp32_modules)
-    params = [p for p in model.parameters() if p.requires_grad]
-    gate = overflow_gate(model) if overflow_at else None
-    forward_model = compile(model) if compile is not None else model
+    live, gate = _build(setup, recipe, dev, fp32_modules, compile, bool(overflow_at))
+    model, params, forward_model, opt, schedule, scaler = (
+        live.model, live.params, live.forward_model, live.opt, live.schedule, live.scaler
+    )  # fmt: skip
     initial = _param_vector(params)
-    lr = setup.lr / recipe.loss_factor if setup.plain_sgd else setup.lr
-    opt = setup.make_optimizer(params, lr)
-    schedule = setup.schedule(opt) if setup.schedule is not None else None
-    scaler = setup.make_scaler(dev.type) if recipe.scaler else None
     gen = torch.Generator().manual_seed(DATA_SEED_OFFSET + seed)
     eval_inputs, eval_targets = setup.eval_batch(dev)
     checkpoints = set(setup.checkpoints())
@@ -250,6 +317,15 @@ def train(
     zero, total = 0, 0
     pending: tuple[int, dict[str, torch.Tensor], dict[str, Any]] | None = None
     for step in range(setup.steps + (1 if setup.steps - 1 in keep_states_at else 0)):
+        if step == resume_at:
+            fresh, gate = _build(
+                setup, recipe, dev, fp32_modules, compile, bool(overflow_at), INIT_SEED + RESUME_SEED_OFFSET
+            )
+            _resume(live, fresh, gen, dev)
+            live = fresh
+            model, params, forward_model, opt, schedule, scaler = (
+                live.model, live.params, live.forward_model, live.opt, live.schedule, live.scaler
+            )  # fmt: skip
         batch = setup.batch(step, gen)
         if pending is not None:
             kept, weights, optimizer = pending
@@ -378,3 +454,25 @@ def largest_gradient(setup: Setup, recipe: Recipe, state: State, device: torch.d
     _gradients(setup, recipe.fp32_counterpart(), model, params, None, inputs, targets, dev)
     found = [float(p.grad.abs().max()) for p in params if p.grad is not None and p.grad.numel()]
     return max(found, default=0.0)
+
+
+def resume_differences(whole: Run, resumed: Run) -> list[str]:
+    """Where a resumed run parts from the uninterrupted one, step by step in words (empty: bit for
+    bit the same losses, scales, skipped steps and final weights; both runs kept their weights
+    after the last step)."""
+    out = []
+    scales: list[tuple[float | None, float | None]] = list(zip(whole.scales, resumed.scales, strict=True))
+    scales = scales or [(None, None)] * len(whole.losses)  # a recipe without a scaler
+    for i, ((a, b), (sa, sb)) in enumerate(zip(zip(whole.losses, resumed.losses, strict=True), scales, strict=True)):
+        parts = [] if a == b or (math.isnan(a) and math.isnan(b)) else [f"loss {a!r}, resumed {b!r}"]
+        parts += [] if sa == sb else [f"scale {sa!r}, resumed {sb!r}"]
+        if parts:
+            out.append(f"step {i}: {'; '.join(parts)}")
+    if whole.skipped_at != resumed.skipped_at:
+        out.append(f"skipped steps {whole.skipped_at}, resumed {resumed.skipped_at}")
+    for step, weights in whole.weights.items():
+        other = resumed.weights.get(step, {})
+        changed = [k for k, v in weights.items() if k not in other or not torch.equal(v, other[k])]
+        if changed:
+            out.append(f"after step {step}: {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''} differ")
+    return out

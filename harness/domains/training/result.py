@@ -44,6 +44,8 @@ class Kind(str, Enum):
     DETERMINISM = "determinism"
     #: a planted non-finite gradient element left everything untouched
     OVERFLOW = "overflow"
+    #: saved mid-run and resumed in fresh objects, the run continued bit for bit
+    RESUME = "resume"
 
 
 @dataclass(frozen=True)
