@@ -461,3 +461,73 @@ def test_a_scaler_whose_state_is_not_restored_fails_the_resume_row(training_chec
 def test_a_resume_step_outside_the_run_is_refused_before_anything_trains(training_checks, at):
     with pytest.raises(ValueError, match=rf"resume_at={at}: .* steps 1 to 59"):
         training_checks.check(T.SETUPS["mlp"], [T.BF16], resume_at=at)
+
+
+# -- activation checkpointing in the user's model --------------------------------------------------
+class _Checkpointed(nn.Module):
+    """An input layer, two checkpointed residual blocks, a head; ``fp32_recompute``: the
+    checkpointed function recomputes with autocast disabled (fairscale#1199's fault)."""
+
+    def __init__(self, reentrant: bool, fp32_recompute: bool = False) -> None:
+        super().__init__()
+        self.inp = nn.Linear(32, 32)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32)) for _ in range(2))
+        self.head = nn.Linear(32, 8)
+        self.reentrant, self.fp32_recompute = reentrant, fp32_recompute
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        h = self.inp(x)
+        for block in self.blocks:
+            calls = [0]
+
+            def run(t, block=block, calls=calls):
+                calls[0] += 1
+                if self.fp32_recompute and calls[0] > 1:
+                    with torch.autocast(t.device.type, enabled=False):
+                        return t + block(t.float())
+                return t + block(t)
+
+            # as Hugging Face models do: checkpoint only where a backward will recompute
+            h = (
+                checkpoint(run, h, use_reentrant=self.reentrant)
+                if self.training and torch.is_grad_enabled()
+                else run(h)
+            )
+        return self.head(h)
+
+
+def _checkpointed_setup(reentrant, fp32_recompute=False):
+    def model(seed):
+        torch.manual_seed(seed)
+        return _Checkpointed(reentrant, fp32_recompute)
+
+    def batch(step, gen):
+        x = torch.randn(16, 32, generator=gen)
+        return x, x[:, :8].tanh()
+
+    return T.Setup("checkpointed", model, batch, nn.functional.mse_loss, steps=20, lr=1e-2)
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_checkpointed_blocks_recomputing_in_their_forwards_dtypes_pass(training_checks, reentrant):
+    result = _cheap_check(training_checks, _checkpointed_setup(reentrant), [T.BF16])
+    [verdict] = result.of(VerdictKind.RECOMPUTE)
+    assert verdict.outcome is Outcome.PASS
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_a_block_recomputed_in_another_precision_fails_naming_the_module(training_checks, reentrant):
+    with pytest.raises(AssertionError) as failed:
+        _cheap_check(training_checks, _checkpointed_setup(reentrant, fp32_recompute=True), [T.BF16])
+    message = str(failed.value)
+    assert "checkpointed.bf16.recompute_mismatches: FAILED" in message, message
+    assert "blocks.1.0: forward bfloat16, recomputed float32" in message, message
+    assert {v.kind for v in failed.value.result.failures} == {VerdictKind.RECOMPUTE}
+
+
+def test_a_model_without_checkpointing_gets_a_row_and_no_verdict(training_checks):
+    result = _cheap_check(training_checks, T.SETUPS["mlp"], [T.BF16])
+    assert not result.of(VerdictKind.RECOMPUTE)
+    assert any(r.metric == "mlp.bf16.recomputed_modules" and r.value == 0 for r in training_checks.rows)

@@ -115,7 +115,7 @@ def test_a_scale_changed_inside_the_effective_batch_fails_the_accumulated_gradie
         suite_copy,
         {"harness.domains.patterns.accumulation.accumulate": "faults.patterns.rescaled_mid_batch"},
         "-k",
-        "accumulated or micro_batch",
+        "accumulated_gradient",
     )
     assert_caught(run, f"*::{ACCUMULATED}[[]cpu-*]")
     run.stdout.fnmatch_lines(["*scales after each micro-batch: *2048.0*"], consecutive=False)
@@ -127,7 +127,7 @@ def test_stepping_every_micro_batch_fails_the_skip_of_the_effective_batch(pytest
         suite_copy,
         {"harness.domains.patterns.accumulation.accumulate": "faults.patterns.step_every_micro_batch"},
         "-k",
-        "accumulated or micro_batch",
+        "inf_in_any_micro_batch",
     )
     # wherever the inf is, the other micro-batches' steps are taken
     assert_caught(run, f"*::{ACCUMULATION_OVERFLOW}[[]cpu-micro_batch_*]")

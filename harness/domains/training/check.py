@@ -17,6 +17,7 @@ from harness.domains.op_prints import OpPrint
 from harness.domains.repro import FailureRepro
 from harness.domains.training import amp_lane as L
 from harness.domains.training import overflow as O
+from harness.domains.training import recompute as RC
 from harness.domains.training import repro as training_repro
 from harness.domains.training.diagnosis import Diagnosis, diagnose, first_over_budget, localise, localised
 from harness.domains.training.loop import resume_differences
@@ -300,6 +301,7 @@ class TrainingChecks:
         ladder: bool = False,
         overflow: bool = True,
         resume_at: int | None = None,
+        recompute: bool = True,
     ) -> TrainingResult:
         """Parity, the AMP lane with its positive controls, determinism, the gradient census and,
         for recipes with a loss scaler, overflow handling of ``recipes`` on ``setup``; returns a
@@ -313,6 +315,9 @@ class TrainingChecks:
         where the lane does not see the canonical broken recipes (no fp32 master weights; for fp16,
         no loss scaling) is INCONCLUSIVE, naming them (``power=False``: not tried, for a setup whose
         power is shown otherwise).
+        Activation checkpointing, however the model does it: every module whose forward runs again
+        in the backward must recompute in the dtypes of its forward, or the module is named
+        (:mod:`harness.domains.training.recompute`; ``recompute=False``: not looked at).
         ``resume_at=k`` also saves each recipe's run before step k (model, optimizer, schedule,
         scaler, torch's RNG and the data generator, through ``torch.save``), loads it into fresh
         objects and continues: the losses, scales, skipped steps and final weights must equal the
@@ -332,6 +337,8 @@ class TrainingChecks:
         collected: list[Checked] = []
         self._collected, self._diagnoses, self._notes = collected, {}, {}
         try:
+            if recompute and self.recompute_verdicts(setup, recipes):
+                raise TrainingCheckFailed(TrainingResult(setup.name, None, collected, notes=self._notes))
             counted: dict[str, float] | None = None
             underflow: float | None = None
             if census:
@@ -371,6 +378,62 @@ class TrainingChecks:
         if result.failures:
             raise TrainingCheckFailed(result)
         return result
+
+    def recompute_verdicts(self, setup: Setup, recipes: Sequence[Recipe]) -> bool:
+        """For each autocast recipe: the modules the backward recomputes, each in its forward's
+        dtypes. Returns whether a recompute raised (then the recipe cannot train: the checks stop
+        at this verdict rather than crash in the training runs)."""
+        blocked = False
+        for recipe in recipes:
+            if recipe.dtype is None or recipe.control:
+                continue
+            seen = RC.observe(setup, recipe, self._device)
+            if not seen.recomputed and seen.raised is None:
+                self._record(
+                    f"{setup.name}.{recipe.name}.recomputed_modules",
+                    0,
+                    unit="modules",
+                    device=self._device,
+                    dtype=str(recipe.dtype),
+                    note="no module's forward ran again in the backward: no activation checkpointing to check",
+                )
+                continue
+            wrong = seen.mismatches()
+            problems = list(wrong)
+            blocked = blocked or seen.raised is not None
+            if seen.raised is not None:
+                where = f" while recomputing {seen.raised_in[-1]!r}" if seen.raised_in else ""
+                problems.append(f"the backward raised{where}: {seen.raised}")
+            self._judged(
+                Kind.RECOMPUTE,
+                recipe.name,
+                compare_claim(
+                    f"{setup.name}.{recipe.name}.recompute_mismatches",
+                    len(problems),
+                    not problems,
+                    "every module the backward recomputes (activation checkpointing) runs in the dtypes of its "
+                    "forward under the same autocast",
+                    detail=f"{len(seen.recomputed)} module(s) recomputed; "
+                    + (
+                        f"recomputed in another precision in {', '.join(RC.blocks_of(seen.mismatched_modules(), seen.recomputed))}: "
+                        if wrong
+                        else ""
+                    )
+                    + "; ".join(problems[:5]),
+                    expected=0,
+                    allowance=0,
+                    unit="problems",
+                ),
+                device=self._device,
+                dtype=str(recipe.dtype),
+                tags={
+                    "recomputed": seen.recomputed[:50],
+                    "mismatched": wrong[:20],
+                    "raised": seen.raised,
+                    "raised_in": seen.raised_in,
+                },
+            )
+        return blocked
 
     def resume_verdicts(self, setup: Setup, recipes: Sequence[Recipe], at: int) -> None:
         """Each recipe saved before step ``at`` and resumed in fresh objects, against the uninterrupted run."""

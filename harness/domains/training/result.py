@@ -46,6 +46,8 @@ class Kind(str, Enum):
     OVERFLOW = "overflow"
     #: saved mid-run and resumed in fresh objects, the run continued bit for bit
     RESUME = "resume"
+    #: every module recomputed in the backward (activation checkpointing) ran in its forward's dtypes
+    RECOMPUTE = "recompute"
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,8 @@ class TrainingResult:
     """Every verdict of one ``amp_training.check`` call, and what it measured."""
 
     setup: str
-    parity: ParityReport
+    #: None where the run could not train (a checkpointed block whose recompute raised)
+    parity: ParityReport | None
     verdicts: list[Checked] = field(default_factory=list)
     #: the gradient census (shares of gradients fp16 flushes, and subnormal), where it ran
     census: dict[str, float] | None = None
@@ -110,11 +113,13 @@ class TrainingResult:
     @property
     def results(self) -> list[RecipeResult]:
         """Each recipe's parity data (:class:`~harness.domains.training.parity.RecipeResult`)."""
-        return self.parity.results
+        return [] if self.parity is None else self.parity.results
 
     @property
     def band(self) -> Band:
         """The fp32 seed band parity was judged against."""
+        if self.parity is None:
+            raise ValueError(f"{self.setup}: no parity was judged (the run could not train; see the failures)")
         return self.parity.band
 
     def explain(self) -> str:
