@@ -18,6 +18,8 @@ OVERFLOW = "test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_
 CUSTOM = "test_a_custom_functions_matmuls_run_in_the_precision_its_decorators_promise"
 PENALTY = "test_the_penalty_is_the_float64_norm_of_the_unscaled_gradients"
 ACCUMULATED = "test_the_accumulated_gradient_is_the_float64_sum_of_the_micro_batches"
+NO_SYNC = "test_under_no_sync_the_synchronised_gradient_is_the_float64_average_of_the_ranks_sums"
+NO_SYNC_OVERFLOW = "test_under_no_sync_an_inf_on_one_rank_skips_the_step_on_every_rank"
 ACCUMULATION_OVERFLOW = "test_an_inf_in_any_micro_batch_skips_the_effective_batch_and_backs_off_once"
 PENALISED_STEP = "test_the_penalised_step_equals_the_step_without_loss_scaling_bit_for_bit"
 
@@ -29,7 +31,7 @@ def _run(pytester, suite_copy, patches: dict[str, str], *args: str):
 
 
 def test_the_clean_patterns_suite_passes(pytester, suite_copy):
-    assert_clean(_run(pytester, suite_copy, {}), at_least=32)
+    assert_clean(_run(pytester, suite_copy, {}), at_least=35)
 
 
 def test_a_recompute_outside_autocast_fails_every_checkpointing_form(pytester, suite_copy):
@@ -133,3 +135,15 @@ def test_stepping_every_micro_batch_fails_the_skip_of_the_effective_batch(pytest
     assert_caught(run, f"*::{ACCUMULATION_OVERFLOW}[[]cpu-micro_batch_*]")
     assert len(run.failed) == 4, sorted(run.failed)
     run.stdout.fnmatch_lines(["*the step changed parameters or optimizer state*"], consecutive=False)
+
+
+def test_ranks_that_never_leave_no_sync_fail_the_synchronised_gradient_and_the_skip(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        {"harness.domains.distributed.ranks.NO_SYNC": "faults.distributed.no_sync_never_ending"},
+        "-k",
+        "no_sync",
+    )
+    assert_caught(run, f"*::{NO_SYNC}", f"*::{NO_SYNC_OVERFLOW}[[]*]")
+    run.stdout.fnmatch_lines(["*rank 1's gradients differ from rank 0's*"], consecutive=False)

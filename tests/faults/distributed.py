@@ -145,3 +145,14 @@ def fully_shard_with_local_float8_amax(module: torch.nn.Module, **kwargs: Any) -
         fsdp_utils.hp_tensor_to_float8_dynamic = local_amax
         fsdp_utils._amp_local_amax = True
     return fully_shard(module, **kwargs)
+
+
+def no_sync_always(ddp: Any, micro: int, micro_batches: int) -> Any:
+    """Accumulation that keeps ``no_sync()`` for the last micro-batch too: the ranks never
+    all-reduce, each steps on its own gradients."""
+    return ddp.no_sync()
+
+
+def no_sync_never_ending(original: str) -> str:
+    """``harness.domains.distributed.ranks.NO_SYNC`` pointing at :func:`no_sync_always`."""
+    return f"{__name__}:no_sync_always"

@@ -372,3 +372,77 @@ def sharded_grad_scaler(device: str) -> Any:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
     return ShardedGradScaler(device=device)
+
+
+def no_sync_but_last(ddp: Any, micro: int, micro_batches: int) -> Any:
+    """The AMP examples' accumulation under DDP: ``no_sync()`` on every micro-batch but the last,
+    whose backward all-reduces the accumulated gradients."""
+    import contextlib
+
+    return ddp.no_sync() if micro < micro_batches - 1 else contextlib.nullcontext()
+
+
+NO_SYNC = f"{__name__}:no_sync_but_last"
+
+
+def ddp_no_sync_accumulation(
+    rank: int, world: int, micro_batches: int, cases: list[list[int] | None], sync: str = NO_SYNC
+) -> list[dict[str, Any]]:
+    """DDP + fp16 autocast + GradScaler, ``micro_batches`` micro-batches accumulated per effective
+    batch with ``sync(ddp, micro, micro_batches)`` around each backward (default: ``no_sync()`` but
+    the last). Per case (None: clean; ``[rank, micro]``: an inf in that rank's micro-batch), a fresh
+    model: this rank's scale after each micro-batch, its gradients after ``unscale_`` (float64), the
+    float64 sum of its micro-batches' own gradients (each from its own backward of the plain model)
+    and of their magnitudes, and whether the step changed anything."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = _device(rank)
+    context = resolve(sync)
+    scale = 2.0**10
+    out = []
+    for case in cases:
+        plain = _model().to(dev)
+        batches = []
+        for i in range(micro_batches):
+            x, y = _batch(rank, step=i, n=4)
+            if case is not None and case == [rank, i]:
+                x[0, 0] = math.inf
+            batches.append((x.to(dev), y.to(dev)))
+        own = []
+        for x, y in batches:  # the reference: each micro-batch's gradient from its own backward, unscaled
+            plain.zero_grad(set_to_none=True)
+            with torch.autocast(dev.type, dtype=torch.float16):
+                loss = torch.nn.functional.mse_loss(plain(x).float(), y) / micro_batches
+            (loss * scale).backward()  # type: ignore[no-untyped-call]
+            own.append(torch.cat([p.grad.detach().double().flatten().cpu() for p in plain.parameters()]) / scale)  # type: ignore[union-attr]
+        stacked = torch.stack(own)
+        ddp = DDP(_model().to(dev))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        scaler = torch.amp.GradScaler(dev.type, init_scale=scale, growth_interval=1000)
+        scales = []
+        for i, (x, y) in enumerate(batches):
+            with context(ddp, i, micro_batches):
+                with torch.autocast(dev.type, dtype=torch.float16):
+                    loss = torch.nn.functional.mse_loss(ddp(x).float(), y) / micro_batches
+                scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+            scales.append(float(scaler.get_scale()))
+        scaler.unscale_(opt)
+        grads = torch.cat([p.grad.detach().double().flatten().cpu() for p in ddp.parameters()])  # type: ignore[union-attr]
+        before = [p.detach().clone() for p in ddp.parameters()]
+        scaler.step(opt)
+        scaler.update()
+        stepped = any(not torch.equal(b, p) for b, p in zip(before, ddp.parameters(), strict=True))
+        out.append(
+            {
+                "case": case,
+                "device": str(dev),
+                "scales": scales,
+                "scale_after": float(scaler.get_scale()),
+                "grads": grads.tolist(),
+                "own_sum": stacked.sum(0).tolist(),
+                "own_abs_sum": stacked.abs().sum(0).tolist(),
+                "stepped": stepped,
+                "momentum": bool(opt.state),
+            }
+        )
+    return out
