@@ -531,3 +531,57 @@ def test_a_model_without_checkpointing_gets_a_row_and_no_verdict(training_checks
     result = _cheap_check(training_checks, T.SETUPS["mlp"], [T.BF16])
     assert not result.of(VerdictKind.RECOMPUTE)
     assert any(r.metric == "mlp.bf16.recomputed_modules" and r.value == 0 for r in training_checks.rows)
+
+
+# -- a custom fp32-only autograd function in the user's model --------------------------------------
+class _Standardise(torch.autograd.Function):
+    """x + 30 standardised with the one-pass variance E[x^2] - mean^2: the offset's detail survives
+    only in fp32, so the function declares ``cast_inputs=torch.float32``."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x + 30.0
+        mean = x.mean(-1, keepdim=True)
+        inv = ((x * x).mean(-1, keepdim=True) - mean * mean).clamp_min(1e-6).rsqrt()
+        ctx.save_for_backward(x - mean, inv)
+        return (x - mean) * inv
+
+    @staticmethod
+    def backward(ctx, g):
+        xc, inv = ctx.saved_tensors
+        y = xc * inv
+        return inv * (g - g.mean(-1, keepdim=True) - y * (g * y).mean(-1, keepdim=True))
+
+
+def _custom_setup(cast: bool):
+    class Fn(_Standardise):
+        forward = staticmethod(
+            torch.amp.custom_fwd(_Standardise.forward, device_type="cpu", cast_inputs=torch.float32 if cast else None)
+        )
+        backward = staticmethod(torch.amp.custom_bwd(_Standardise.backward, device_type="cpu"))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.head = nn.Linear(32, 64), nn.Linear(64, 8)
+
+        def forward(self, x):
+            return self.head(Fn.apply(self.inp(x)))
+
+    def model(seed):
+        torch.manual_seed(seed)
+        return Net()
+
+    def batch(step, gen):
+        x = torch.randn(32, 32, generator=gen)
+        return x, x[:, :8].tanh()
+
+    return T.Setup(
+        f"custom_fp32_{'cast' if cast else 'uncast'}", model, batch, nn.functional.mse_loss, steps=20, lr=1e-2
+    )
+
+
+def test_a_custom_fp32_function_passes_and_fails_once_its_decorator_stops_casting(training_checks):
+    _cheap_check(training_checks, _custom_setup(cast=True), [T.BF16])
+    with pytest.raises(AssertionError, match=r"custom_fp32_uncast\.bf16\.worst_diff_over_allowance: FAILED"):
+        _cheap_check(training_checks, _custom_setup(cast=False), [T.BF16])

@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+from harness.api import VerdictKind
 from harness.domains import training as T
 
 with warnings.catch_warnings():
@@ -97,3 +98,54 @@ def test_broken_recipes_are_never_pass_and_clean_ones_never_fail_on_tiny_hugging
     for recipe in (T.BF16, T.FP16_SCALER):
         verdict = _verdict(training_checks, setup, recipe)
         assert verdict == "PASS" or ("INCONCLUSIVE" in verdict and "FAILED" not in verdict), (recipe.name, verdict)
+
+
+# -- activation checkpointing as Hugging Face enables it ----------------------------------------------
+def _checkpointed_gpt2(reentrant: bool, fp32_recompute: bool = False):
+    """GPT-2 with ``gradient_checkpointing_enable()``; ``fp32_recompute``: each block's checkpoint
+    function recomputes with autocast disabled (the fault a recompute in another precision is)."""
+
+    def model(seed: int) -> torch.nn.Module:
+        m = gpt2(seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the method's rename notices
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        if fp32_recompute:
+            for block in m.transformer.h:
+                original = block._gradient_checkpointing_func
+
+                def recompute_in_fp32(fn, *args, original=original, **kwargs):
+                    calls = [0]
+
+                    def run(*a, **k):
+                        calls[0] += 1
+                        if calls[0] == 1:
+                            return fn(*a, **k)
+                        with torch.autocast(a[0].device.type, enabled=False):
+                            return fn(
+                                *(t.float() if torch.is_tensor(t) and t.is_floating_point() else t for t in a), **k
+                            )
+
+                    return original(run, *args, **kwargs)
+
+                block._gradient_checkpointing_func = recompute_in_fp32
+        return m
+
+    return model
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_gradient_checkpointing_as_hugging_face_enables_it_passes_with_its_resume_row(amp_training, reentrant):
+    setup = T.Setup("gpt2_checkpointed", _checkpointed_gpt2(reentrant), lm_batch, loss=None, steps=12, lr=3e-3,
+                    checkpoint_every=4)  # fmt: skip
+    result = amp_training.check(setup, [T.BF16], seeds=2, resume_at=6)
+    assert [v.outcome.value for v in result.of(VerdictKind.RECOMPUTE)] == ["pass"]
+    assert [v.outcome.value for v in result.of(VerdictKind.RESUME)] == ["pass"]
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_a_hugging_face_block_recomputed_in_fp32_fails_naming_it(training_checks, reentrant):
+    setup = T.Setup("gpt2_fp32_recompute", _checkpointed_gpt2(reentrant, fp32_recompute=True), lm_batch, loss=None,
+                    steps=12, lr=3e-3, checkpoint_every=4)  # fmt: skip
+    with pytest.raises(AssertionError, match=r"recomputed in another precision in transformer\.h\.1"):
+        training_checks.check(setup, [T.BF16], seeds=2)
