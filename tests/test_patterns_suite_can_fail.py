@@ -31,7 +31,7 @@ def _run(pytester, suite_copy, patches: dict[str, str], *args: str):
 
 
 def test_the_clean_patterns_suite_passes(pytester, suite_copy):
-    assert_clean(_run(pytester, suite_copy, {}), at_least=35)
+    assert_clean(_run(pytester, suite_copy, {}), at_least=37)
 
 
 def test_a_recompute_outside_autocast_fails_every_checkpointing_form(pytester, suite_copy):
@@ -147,3 +147,16 @@ def test_ranks_that_never_leave_no_sync_fail_the_synchronised_gradient_and_the_s
     )
     assert_caught(run, f"*::{NO_SYNC}", f"*::{NO_SYNC_OVERFLOW}[[]*]")
     run.stdout.fnmatch_lines(["*rank 1's gradients differ from rank 0's*"], consecutive=False)
+
+
+def test_a_recompute_outside_autocast_inside_fsdp2_units_fails_both_dtypes(pytester, suite_copy):
+    run = _run(
+        pytester,
+        suite_copy,
+        {"harness.domains.distributed.ranks.CHECKPOINT": "faults.distributed.checkpoint_in_fp32"},
+        "-k",
+        "fsdp2",
+    )
+    assert_caught(run, "*::test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit_for_bit[[]*]")
+    assert len(run.failed) == 2, sorted(run.failed)
+    run.stdout.fnmatch_lines(["*the checkpointed backward raised*"], consecutive=False)

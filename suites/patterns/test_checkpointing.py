@@ -81,3 +81,45 @@ def test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once(var
         dtype=torch.float16,
         tags={"variant": variant, "scale_before": step.scale_before, "scale_after": step.scale_after},
     )
+
+
+# -- inside FSDP2 units ----------------------------------------------------------------------------
+_FSDP2: dict[tuple[str, str], list] = {}
+
+
+@pytest.mark.amp_capability("distributed")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit_for_bit(dtype, amp_record):
+    """Two ranks (gloo on the CPU, NCCL on two GPUs), FSDP2 over every Linear: the checkpointed
+    pairs' averaged gradient shards must equal those of the same FSDP2 model without checkpointing."""
+    from harness.domains.distributed import ranks
+
+    key = (ranks.CHECKPOINT, dtype)  # read here: the negative controls swap the checkpoint function
+    if key not in _FSDP2:
+        _FSDP2[key] = ranks.launch(
+            "harness.domains.distributed.ranks:fsdp2_checkpointed_gradients",
+            world=2,
+            dtype=dtype,
+            checkpoint=ranks.CHECKPOINT,
+        )
+    problems = []
+    for rank, seen in enumerate(_FSDP2[key]):
+        if "raised" in seen["checkpointed"]:
+            problems.append(f"rank {rank}: the checkpointed backward raised {seen['checkpointed']['raised']}")
+        elif seen["checkpointed"]["grads"] != seen["plain"]["grads"]:
+            problems.append(f"rank {rank}: gradient shards differ from the model without checkpointing")
+    amp_record.require(
+        compare_claim(
+            f"fsdp2_checkpointing.{dtype}.problems",
+            len(problems),
+            not problems,
+            "checkpointed blocks inside FSDP2 units recompute under the forward's autocast: every rank's averaged "
+            "gradient shards equal those without checkpointing, bit for bit",
+            detail="; ".join(problems),
+            expected=0,
+            allowance=0,
+            unit="problems",
+        ),
+        dtype=dtype,
+        device=_FSDP2[key][0]["device"],
+    )

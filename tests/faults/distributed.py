@@ -156,3 +156,17 @@ def no_sync_always(ddp: Any, micro: int, micro_batches: int) -> Any:
 def no_sync_never_ending(original: str) -> str:
     """``harness.domains.distributed.ranks.NO_SYNC`` pointing at :func:`no_sync_always`."""
     return f"{__name__}:no_sync_always"
+
+
+def checkpoint_recomputing_in_fp32(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.utils.checkpoint.checkpoint`` whose recomputation runs with autocast disabled."""
+    import torch.utils.checkpoint
+
+    from faults.patterns import recompute_outside_autocast
+
+    return recompute_outside_autocast(torch.utils.checkpoint.checkpoint)(function, *args, **kwargs)
+
+
+def checkpoint_in_fp32(original: str) -> str:
+    """``harness.domains.distributed.ranks.CHECKPOINT`` pointing at :func:`checkpoint_recomputing_in_fp32`."""
+    return f"{__name__}:checkpoint_recomputing_in_fp32"

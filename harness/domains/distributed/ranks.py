@@ -446,3 +446,43 @@ def ddp_no_sync_accumulation(
             }
         )
     return out
+
+
+#: The checkpoint function FSDP2's checkpointed blocks run through (the negative controls swap it).
+CHECKPOINT = "torch.utils.checkpoint:checkpoint"
+
+
+def fsdp2_checkpointed_gradients(rank: int, world: int, dtype: str, checkpoint: str = CHECKPOINT) -> dict[str, Any]:
+    """FSDP2 (each Linear a unit, then the root) under ``dtype`` autocast, once with every hidden
+    Linear + Tanh pair checkpointed through ``checkpoint`` (non-reentrant, as FSDP2 recipes do) and
+    once without: this rank's shards of the averaged gradients of each, flattened, or what the
+    checkpointed backward raised."""
+    from torch.distributed.fsdp import fully_shard
+
+    ckpt = resolve(checkpoint)
+    dev = _device(rank)
+    out: dict[str, Any] = {"device": str(dev)}
+    for name, checkpointed in (("checkpointed", True), ("plain", False)):
+        model = _model().to(dev)
+        assert isinstance(model, torch.nn.Sequential)
+        mesh = device_mesh(rank, world)
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        x, y = _batch(rank)
+        x, y = x.to(dev).requires_grad_(True), y.to(dev)
+        try:
+            with torch.autocast(dev.type, dtype=getattr(torch, dtype)):
+                h = x
+                layers = list(model)
+                for i in range(0, len(layers) - 1, 2):  # (Linear, Tanh) pairs, then the head
+                    pair = torch.nn.Sequential(layers[i], layers[i + 1])
+                    h = ckpt(pair, h, use_reentrant=False) if checkpointed else pair(h)
+                result = layers[-1](h)
+            torch.nn.functional.mse_loss(result.float(), y).backward()  # type: ignore[no-untyped-call]
+        except RuntimeError as exc:  # a recompute that fails its metadata check: the observation
+            out[name] = {"raised": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+            continue
+        out[name] = {"grads": [p.grad._local_tensor.float().flatten().tolist() for p in model.parameters()]}  # type: ignore[union-attr]
+    return out
