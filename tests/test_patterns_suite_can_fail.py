@@ -160,3 +160,18 @@ def test_a_recompute_outside_autocast_inside_fsdp2_units_fails_both_dtypes(pytes
     assert_caught(run, "*::test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit_for_bit[[]*]")
     assert len(run.failed) == 2, sorted(run.failed)
     run.stdout.fnmatch_lines(["*the checkpointed backward raised*"], consecutive=False)
+
+
+COMPILED = "test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_for_bit"
+
+
+def test_a_compiled_recompute_in_fp32_fails_every_compiled_form_and_its_clean_twin_passes(pytester, suite_copy):
+    """Through the compiler: an AOTAutograd backend whose partitioned backward recomputes the
+    checkpointed regions in fp32 (no Inductor: the graphs run as traced, in a second)."""
+    patch = "harness.domains.patterns.checkpointing.COMPILE_BACKEND"
+    args = ("-k", "compiled_checkpointed", "--amp-tier=thorough")
+    run = _run(pytester, suite_copy, {patch: "faults.compiled.recompute_in_fp32_backend"}, *args)
+    assert_caught(run, f"*::{COMPILED}[[]*]")
+    assert len(run.failed) == 4, sorted(run.failed)  # 2 forms x bf16, fp16
+    clean = _run(pytester, suite_copy, {patch: "faults.compiled.clean_passes_backend"}, *args)
+    assert_clean(clean, at_least=4)

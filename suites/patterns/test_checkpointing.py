@@ -123,3 +123,55 @@ def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit
         dtype=dtype,
         device=_FSDP2[key][0]["device"],
     )
+
+
+# -- under torch.compile ---------------------------------------------------------------------------
+@pytest.mark.amp_thorough_on("cpu")  # two Inductor compiles per form and dtype: about 40 s cold on 2 CPU cores
+@pytest.mark.parametrize("variant", C.COMPILED_VARIANTS)
+def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_for_bit(
+    variant, amp_device, amp_dtype, amp_record
+):
+    """The model compiled with its blocks checkpointed against the same model compiled without: the
+    partitioner's recomputation must run what the forward ran. Where Inductor is registered to elide
+    eager's roundings (``inductor-elides-eager-roundings``) its fusions differ between the two graphs
+    in the last bits, so there both compile under that issue's remedy (``emulate_precision_casts``)."""
+    import contextlib
+
+    from harness.domains.compiled import runs, toolchain
+    from harness.domains.compiled.known_issues import KNOWN_ISSUES
+
+    if amp_device.type != "cpu":
+        pytest.skip(CPU_ONLY)
+    missing = toolchain.unavailable(amp_device.type)
+    if missing is not None:
+        pytest.skip(f"no working compiler toolchain: {missing}")
+    backend = C.COMPILE_BACKEND  # read here: the negative controls swap it
+    emulate = backend == "inductor" and KNOWN_ISSUES["inductor-elides-eager-roundings"].listed(
+        torch.__version__, amp_device.type
+    )
+    config = runs.configured(runs.EMULATED_CASTS) if emulate else contextlib.nullcontext()
+    with config:
+        reference = C.gradients(
+            None, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: runs.compile_fn(f, backend)
+        )
+        checked = C.gradients(
+            variant, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: runs.compile_fn(f, backend)
+        )
+    wrong = C.differing(reference, checked)
+    amp_record.require(
+        compare_claim(
+            f"checkpoint.compiled_{variant}.gradients_differing",
+            len(wrong),
+            not wrong,
+            "compiled with its blocks checkpointed, the model's gradients equal the compiled unchecked model's, bit "
+            "for bit",
+            detail=f"{variant} checkpointing under torch.compile and {amp_dtype} autocast: {', '.join(wrong)} differ "
+            "from the compiled model without checkpointing (the recomputation ran something else)",
+            expected=0,
+            allowance=0,
+            unit="parameters",
+        ),
+        device=amp_device,
+        dtype=amp_dtype,
+        tags={"variant": variant, "emulate_precision_casts": emulate, "backend": str(backend)},
+    )

@@ -94,6 +94,36 @@ def _as_if_cached_under_bf16(gm: torch.fx.GraphModule, example_inputs: Any) -> A
 AUTOCAST_DTYPE_CACHED = _as_if_cached_under_bf16
 
 
+# -- a recomputation that drops autocast -----------------------------------------------------------
+def _recompute_in_fp32(gm: torch.fx.GraphModule) -> None:
+    """In the backward graph, every cast to a low-precision dtype that the partitioner placed there
+    to recompute a checkpointed region casts to fp32 instead."""
+    for node in gm.graph.nodes:
+        if (
+            node.meta.get("recompute") is not None
+            and node.target is aten._to_copy.default
+            and node.kwargs.get("dtype") in LOW_PRECISION
+        ):
+            node.kwargs = {**node.kwargs, "dtype": torch.float32}
+    gm.recompile()
+
+
+#: A compiler whose checkpointed regions recompute in fp32 in the backward (the fp32 recompute of
+#: fairscale#1199, inside the compiled graph): the compiled checkpointing check must fail.
+RECOMPUTE_IN_FP32 = pass_backend(None, _recompute_in_fp32)
+CLEAN_PASSES = pass_backend(None)
+
+
+def recompute_in_fp32_backend(original: object) -> object:
+    """``harness.domains.patterns.checkpointing.COMPILE_BACKEND`` replaced by :data:`RECOMPUTE_IN_FP32`."""
+    return RECOMPUTE_IN_FP32
+
+
+def clean_passes_backend(original: object) -> object:
+    """``COMPILE_BACKEND`` replaced by the pass backend with no pass (the fault's clean twin)."""
+    return CLEAN_PASSES
+
+
 # -- autocast leaking into a region that disabled it ---------------------------------------------
 def _rounded(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).to(t.dtype)

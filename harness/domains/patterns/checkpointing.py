@@ -78,23 +78,38 @@ class Gradients:
     error: str | None = None
 
 
+#: The forms checked under ``torch.compile``: Dynamo traces non-reentrant checkpointing (and the
+#: selective form) into the graph; a reentrant checkpoint is an autograd.Function it runs outside
+#: the graph, and tracing ``checkpoint_sequential`` warns that it reads a non-leaf's ``.grad``
+#: (torch 2.13), which the suites treat as an error.
+COMPILED_VARIANTS = ("non_reentrant", "selective")
+
+#: The backend the compiled cells compile with (the negative controls swap it for a faulty one).
+COMPILE_BACKEND: object = "inductor"
+
+
 def gradients(
     variant: str | None,
     device: torch.device,
     dtype: torch.dtype,
     scale: float,
     inject: Callable[[nn.Module], object] | None = None,
+    compile: Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]] | None = None,
 ) -> Gradients:
     """One forward (checkpointed in ``variant``) and backward of the loss times ``scale``, under
-    autocast to ``dtype``; ``inject(model)`` may plant a fault (a hook) first."""
+    autocast to ``dtype``; ``inject(model)`` may plant a fault (a hook) first; ``compile`` wraps
+    the forward (``torch.compile``), checkpointing and all."""
     m = model().to(device)
     if inject is not None:
         inject(m)
     x, y = batch(device)
     x.requires_grad_(True)  # reentrant checkpointing sends gradients only through inputs that need them
+    run: Callable[..., torch.Tensor] = functools.partial(forward, variant=variant)
+    if compile is not None:
+        run = compile(run)
     try:
         with torch.autocast(device.type, dtype=dtype):
-            out = forward(m, x, variant)
+            out = run(m, x)
         loss = nn.functional.mse_loss(out.float(), y)
         torch.autograd.backward(loss * scale)
     except Exception as exc:  # a recomputation that fails its own checks is the verdict, not a crash
