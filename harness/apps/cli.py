@@ -87,8 +87,11 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         return 2
     try:
         loaded = db.write_dashboard(args.reports, args.output, fleet=args.fleet, window=args.window)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, fleet.FleetLocationError) as e:
         print(f"amp-harness dashboard: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the store could not be read (pyarrow's S3/GCS errors are OSError)
+        print(f"amp-harness dashboard: {fleet.shown(args.fleet or '')}: {fleet.shown(str(e))}", file=sys.stderr)
         return 2
     for problem in loaded.problems:
         print(f"warning: skipped {problem}", file=sys.stderr)
@@ -110,6 +113,15 @@ def _cmd_publish(args: argparse.Namespace) -> int:
                 published += 1
             except rp.ReportError as e:
                 print(f"amp-harness publish: skipped {e}", file=sys.stderr)
+                problems += 1
+            except fleet.FleetLocationError as e:
+                print(f"amp-harness publish: {e}", file=sys.stderr)
+                return 2
+            except OSError as e:  # the store refused or could not be reached (pyarrow's S3/GCS errors are OSError)
+                print(
+                    f"amp-harness publish: {d} not published to {fleet.shown(args.fleet)}: {fleet.shown(str(e))}",
+                    file=sys.stderr,
+                )
                 problems += 1
     return 0 if published and not problems else 2
 

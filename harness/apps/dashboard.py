@@ -30,7 +30,7 @@ import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import pandas as pd
@@ -113,7 +113,7 @@ def load_fleet(root: str | os.PathLike[str], window: int = WINDOW) -> Loaded:
 
 
 def _collect(
-    r: rp.LoadedReport, d: Path, rows: list[pd.DataFrame], runs: list[dict[str, Any]], tests: list[pd.DataFrame]
+    r: rp.LoadedReport, d: PurePath, rows: list[pd.DataFrame], runs: list[dict[str, Any]], tests: list[pd.DataFrame]
 ) -> None:
     df = r.rows.copy()
     for col in rp.COLUMNS:  # older schemas lack some columns: fill them

@@ -147,7 +147,7 @@ def fleet_side(label: str, root: str | Path, selector: str) -> Side:
     except (FileNotFoundError, ValueError, rp.ReportError) as e:
         raise DiffInputError(f"{label}: {e}") from None
     if loaded.rows.empty:
-        raise DiffInputError(f"{label}: {run.path} has no rows (an empty run)")
+        raise DiffInputError(f"{label}: {run.where} has no rows (an empty run)")
     return Side(label, loaded)
 
 
