@@ -139,6 +139,20 @@ def test_baselines_no_check_used_are_reported_at_session_end(demo):
     assert orphan.exists()
 
 
+def test_writes_an_interrupted_session_staged_are_reported_and_left_alone(demo):
+    """A session killed between staging and renaming (a GPU lease cut at its time limit) leaves
+    complete staged files; the next session names them and leaves them for review."""
+    demo.run({"loss": 1.5})
+    staged = demo.baseline.with_name(f".{demo.baseline.name}.k3x9q2.tmp")
+    staged.write_text(demo.baseline.read_text())
+    result = demo.run({"loss": 1.5})
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*staged by an interrupted session and never moved into place (1)*", "*.demo.json.k3x9q2.tmp*"]
+    )
+    assert staged.exists()
+
+
 def test_non_finite_obtained_data_is_refused_with_advice(demo):
     result = demo.run({"loss": 1.5})
     result = demo.run({"loss": float("inf")})

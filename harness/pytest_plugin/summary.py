@@ -58,6 +58,14 @@ def terminal_lines(st: State) -> list[str]:
     if st.write_errors:
         lines.append(f"NOT WRITTEN ({len(st.write_errors)}): the session fails; nothing else was lost")
         lines += [f"  {display(Path(p))}: {why}" for p, why in st.write_errors]
+    interrupted = st.store.interrupted()
+    if interrupted:
+        lines.append(
+            f"staged by an interrupted session and never moved into place ({len(interrupted)}): complete "
+            "candidates; review each, then rename it to its baseline's name (drop the leading dot and the "
+            "random suffix) or delete it"
+        )
+        lines += [f"  {display(p)}" for p in interrupted]
     unused = st.store.unused()
     if unused:
         why = f" ({st.deselected} deselected tests may use them)" if st.deselected else ""

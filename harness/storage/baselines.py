@@ -259,6 +259,16 @@ class BaselineStore:
         self._removals.clear()
         return written
 
+    def interrupted(self) -> list[Path]:
+        """Files staged by a session that ended before renaming them into place (killed, or cut
+        at a time limit): ``.<name>.json.<random>.tmp`` beside the baselines this session used,
+        not staged by this session. Each is a complete candidate (staging fsyncs it whole)."""
+        mine = set(self._staged.values())
+        found: set[Path] = set()
+        for d in {p.parent for p in self.used}:
+            found |= {p for p in d.glob(f".*{SUFFIX}.*.tmp") if p not in mine}
+        return sorted(found)
+
     def unused(self) -> list[Path]:
         """Baselines stored beside the ones this session used that no check of it used."""
         stored: set[Path] = set()
