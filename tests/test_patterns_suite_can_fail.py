@@ -169,9 +169,9 @@ def test_a_compiled_recompute_in_fp32_fails_every_compiled_form_and_its_clean_tw
     """Through the compiler: an AOTAutograd backend whose partitioned backward recomputes the
     checkpointed regions in fp32 (no Inductor: the graphs run as traced, in a second)."""
     patch = "harness.domains.patterns.checkpointing.COMPILE_BACKEND"
-    args = ("-k", "compiled_checkpointed", "--amp-tier=thorough")
+    args = ("-k", "compiled_checkpointed and bf16", "--amp-tier=thorough")  # fp16's cells: the same code path
     run = _run(pytester, suite_copy, {patch: "faults.compiled.recompute_in_fp32_backend"}, *args)
-    assert_caught(run, f"*::{COMPILED}[[]*]")
-    assert len(run.failed) == 4, sorted(run.failed)  # 2 forms x bf16, fp16
+    assert_caught(run, f"*::{COMPILED}[[]cpu-bf16-*]")
+    assert len(run.failed) == 2, sorted(run.failed)  # non-reentrant and selective
     clean = _run(pytester, suite_copy, {patch: "faults.compiled.clean_passes_backend"}, *args)
-    assert_clean(clean, at_least=4)
+    assert_clean(clean, at_least=2)
