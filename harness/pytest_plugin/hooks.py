@@ -9,6 +9,7 @@ lazily so that an installed harness costs nothing in unrelated pytest runs.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from harness.domains.capabilities import CAPABILITIES, capability_of_fixtures
+from harness.domains.distributed import world as W
 from harness.platform.hardware import detect_cpu, emulated
 from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.examples import independent_of_loaded_modules
@@ -253,8 +255,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Baselines are renamed into place and the run report is written; neither can lose the
     other, and neither raises: what could not be written is reported and fails the session."""
     st = state_of(session.config)
-    st.written = [str(p) for p in st.store.flush()]
-    st.write_errors += [(str(p), why) for p, why in st.store.errors]
+    launched = W.launched() if st.activated and not st.is_worker else None
+    if launched is not None and launched.rank != 0:
+        st.store.abandon()  # rank 0 alone writes baselines and the run report
+    else:
+        st.written = [str(p) for p in st.store.flush()]
+        st.write_errors += [(str(p), why) for p, why in st.store.errors]
+    if launched is not None and not _gathered_to_rank_0(st, launched):
+        return
     if st.is_worker:
         session.config.workeroutput[WORKER_KEY] = st.worker_output()  # type: ignore[attr-defined]
         return
@@ -269,6 +277,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def _gathered_to_rank_0(st: Any, launched: W.LaunchedWorld) -> bool:
+    """Under a launcher: every rank's rows, tagged with its rank, local rank and host, gathered to
+    rank 0 (which merges them as xdist's controller merges its workers'). True on rank 0."""
+    import torch.distributed as dist
+
+    W.join(launched)
+    for row in st.rows:
+        row["tags"] = json.dumps({**json.loads(row.get("tags") or "{}"), **launched.tags}, sort_keys=True)
+    out = st.worker_output()
+    gathered: list[Any] | None = [None] * launched.world_size if launched.rank == 0 else None
+    dist.gather_object(out, gathered, dst=0)
+    if gathered is None:
+        return False
+    for other in gathered[1:]:
+        st.merge_worker(other)
+    return True
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """xdist controller: merge a worker's rows, writes and used baselines."""
@@ -279,7 +305,8 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     st = state_of(config)
-    if st.is_worker:
+    launched = W.launched() if st.activated else None
+    if st.is_worker or (launched is not None and launched.rank != 0):
         return
     lines = terminal_lines(st)
     if lines:

@@ -259,6 +259,14 @@ class BaselineStore:
         self._removals.clear()
         return written
 
+    def abandon(self) -> None:
+        """Drop every staged write and removal (a rank of a launched world that is not rank 0:
+        rank 0 alone writes the baselines)."""
+        for staged in self._staged.values():
+            atomic.discard(staged)
+        self._staged.clear()
+        self._removals.clear()
+
     def interrupted(self) -> list[Path]:
         """Files staged by a session that ended before renaming them into place (killed, or cut
         at a time limit): ``.<name>.json.<random>.tmp`` beside the baselines this session used,

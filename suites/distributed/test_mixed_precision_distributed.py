@@ -25,6 +25,8 @@ from harness.numerics.formats import BF16, FP16, torch_dtype
 
 pytestmark = pytest.mark.amp_capability("distributed")
 
+#: the ranks the suite spawns without a launcher; under one, the launched world's size (each
+#: budget is derived from the world the results came from: ``len(results)``)
 WORLD = 2
 #: the suite's default sharded scaler is torch's, reached through the harness's rank module
 _HARNESS_SHARDED_SCALER = "harness.domains.distributed.ranks:sharded_grad_scaler"
@@ -51,7 +53,7 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
         str(torch_dtype(fmt)).removeprefix("torch."),
     )
     for tensor_i in range(len(results[0]["plain"])):
-        budget = budgets.ddp_compression(torch.tensor([r["local"][tensor_i] for r in results]), fmt, WORLD)
+        budget = budgets.ddp_compression(torch.tensor([r["local"][tensor_i] for r in results]), fmt, len(results))
         for rank, r in enumerate(results):
             result = compare_within(
                 f"DDP {fmt_name} compression, tensor {tensor_i}, rank {rank}",
@@ -61,7 +63,7 @@ def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allredu
                 budget.origin,
                 what="|compressed - plain all-reduce|",
             )
-            amp_record.require(result, dtype=fmt.name, tags={"world": WORLD, "rank": rank}, repro=repro)
+            amp_record.require(result, dtype=fmt.name, tags={"world": len(results), "rank": rank}, repro=repro)
 
 
 def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_process(ddp_plain_hook, amp_record):
@@ -83,7 +85,7 @@ def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_pro
     )
     for tensor_i in range(len(results[0]["plain"])):
         locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
-        budget = budgets.fp32_reduce(locals_, WORLD)
+        budget = budgets.fp32_reduce(locals_, len(results))
         for rank, r in enumerate(results):
             result = compare_within(
                 f"DDP fp32 all-reduce, tensor {tensor_i}, rank {rank}",
@@ -93,7 +95,7 @@ def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_pro
                 budget.origin,
                 what="|DDP averaged gradient - exact mean of the ranks' local gradients|",
             )
-            amp_record.require(result, dtype="float32", tags={"world": WORLD, "rank": rank}, repro=repro)
+            amp_record.require(result, dtype="float32", tags={"world": len(results), "rank": rank}, repro=repro)
 
 
 def test_ddp_autocast_gradscaler_training_matches_one_process(ddp_amp_hook, amp_record):
@@ -240,11 +242,11 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
         for tensor_i in range(len(results[0]["averaged"])):
             locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
             averaged = torch.tensor(results[0]["averaged"][tensor_i])
-            fp32 = budgets.fp32_reduce(locals_, WORLD)
+            fp32 = budgets.fp32_reduce(locals_, len(results))
             result = _against_exact_mean(f"FSDP2 reduce {rd}, tensor {tensor_i}", averaged, locals_, fp32)
             ratios.append(result.max_abs_diff or 0.0)
             if rd != "float32":  # held to its own dtype's budget; the fp32 budget is the comparison below
-                own = budgets.low_precision_reduce(locals_, BF16, WORLD)
+                own = budgets.low_precision_reduce(locals_, BF16, len(results))
                 name = f"FSDP2 reduce {rd} within its own budget, tensor {tensor_i}"
                 result = _against_exact_mean(name, averaged, locals_, own)
             keep = None if result.passed else repro  # the first failed tensor keeps the script (one per reduce)

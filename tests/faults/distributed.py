@@ -170,3 +170,21 @@ def checkpoint_recomputing_in_fp32(function: Any, *args: Any, **kwargs: Any) -> 
 def checkpoint_in_fp32(original: str) -> str:
     """``harness.domains.distributed.ranks.CHECKPOINT`` pointing at :func:`checkpoint_recomputing_in_fp32`."""
     return f"{__name__}:checkpoint_recomputing_in_fp32"
+
+
+def allreduce_corrupted_on_rank_1(state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's fp32 all-reduce, except that rank 1 sends its bucket 1% too large (one rank's faulty
+    reduction path: a bad NIC offload, a miscompiled kernel on one host)."""
+    sent = bucket.buffer().div(dist.get_world_size())
+    if dist.get_rank() == 1:
+        sent.mul_(1.01)
+    return _allreduce_into_bucket(bucket, sent)
+
+
+def rank_1_dies(rank: int, world: int) -> None:
+    """Rank 1's process exits mid-run (an OOM kill, a lost host); its peers wait in a collective."""
+    import os
+
+    if rank == 1:
+        os._exit(3)
+    dist.barrier()

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from harness.domains.distributed import policy as P
+from harness.domains.distributed import world as W
 
 #: Per-launch limit: starting 2 ranks takes well under a second once the forkserver has imported
 #: torch (about 3 s the first time on 2 cores); a rank that has not
@@ -76,8 +77,15 @@ def _entry(rank: int, world: int, spec: str, kwargs: dict[str, Any], workdir: st
 def launch(
     spec: str, world: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None, **kwargs: Any
 ) -> list[Any]:
-    """Run ``spec(rank=, world=, **kwargs)`` on ``world`` ranks; their return values, by rank."""
+    """Run ``spec(rank=, world=, **kwargs)`` on ``world`` ranks; their return values, by rank.
+    Under a launcher (:mod:`harness.domains.distributed.world`) it runs on the launched world
+    instead, whatever ``world`` asks: this process is one rank of it, and every rank gets every
+    rank's result, so each judges the same results and every rank reaches the same verdict."""
     from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, start_processes
+
+    launched = W.launched()
+    if launched is not None:
+        return _on_launched_world(spec, launched, timeout_s, kwargs)
 
     backend = backend or ("nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo")
     with tempfile.TemporaryDirectory(prefix="amp-dist-") as workdir:
@@ -115,6 +123,31 @@ def launch(
         return [reports[r]["result"] for r in range(world)]
 
 
+def _on_launched_world(spec: str, launched: W.LaunchedWorld, timeout_s: float, kwargs: dict[str, Any]) -> list[Any]:
+    """``spec`` on this rank of the launched world, every rank's outcome gathered to every rank
+    (as JSON, as spawned ranks report theirs); a failure on any rank fails the launch on all,
+    naming the rank."""
+    import torch.distributed as dist
+
+    W.join(launched, timeout_s)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # rank chatter is not the result; errors are (as in _entry)
+            result = resolve(spec)(rank=launched.rank, world=launched.world_size, **kwargs)
+        mine: dict[str, Any] = {"ok": True, "result": result}
+    except Exception:
+        mine = {"ok": False, "traceback": traceback.format_exc()}
+    gathered: list[Any] = [None] * launched.world_size
+    dist.all_gather_object(gathered, json.dumps(mine))
+    reports = [json.loads(g) for g in gathered]
+    failed = {r: d["traceback"] for r, d in enumerate(reports) if not d["ok"]}
+    if failed:
+        raise RankError(
+            "\n".join(f"{spec}: rank {r} of the launched world failed:\n{tb}" for r, tb in sorted(failed.items()))
+        )
+    return [d["result"] for d in reports]
+
+
 #: What the forkserver imports once for every rank. Beyond torch: what DDP and FSDP import on first
 #: use (torch._dynamo, and sympy through it: about 830 modules, 2 s per launch on 2 cores when every
 #: forked rank imported them again).
@@ -149,7 +182,10 @@ def _now() -> float:
 def _device(rank: int) -> torch.device:
     import torch.distributed as dist
 
-    return torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    if dist.get_backend() != "nccl":
+        return torch.device("cpu")
+    launched = W.launched()  # under a launcher, ranks of several hosts: the GPU is the local rank's
+    return torch.device("cuda", launched.local_rank if launched is not None else rank)
 
 
 def device_mesh(rank: int, world: int) -> Any:
