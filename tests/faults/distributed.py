@@ -69,6 +69,11 @@ def rank_hangs(rank: int, world: int) -> None:
         time.sleep(3600)
 
 
+def every_rank_hangs(rank: int, world: int) -> None:
+    """Every rank of the world stops making progress (a deadlock in user code, a stalled filesystem)."""
+    time.sleep(3600)
+
+
 def uncompressed_hook(state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """A "compression" hook that silently does not compress: it all-reduces the fp32 bucket
     (divided by the world size). Its gradients are exact; its declared fp16 is not what it sends."""
@@ -188,3 +193,16 @@ def rank_1_dies(rank: int, world: int) -> None:
     if rank == 1:
         os._exit(3)
     dist.barrier()
+
+
+def ranks_wait_to_be_killed(rank: int, world: int, pid_dir: str) -> None:
+    """Every rank writes its process id where the test finds it, then keeps meeting its peers in
+    barriers for a minute: the test kills one rank from outside (a lost host, an OOM kill) mid-run."""
+    import os
+    from pathlib import Path
+
+    Path(pid_dir, f"rank{rank}.pid").write_text(str(os.getpid()), encoding="utf-8")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        dist.barrier()
+        time.sleep(0.05)

@@ -126,19 +126,34 @@ def launch(
 def _on_launched_world(spec: str, launched: W.LaunchedWorld, timeout_s: float, kwargs: dict[str, Any]) -> list[Any]:
     """``spec`` on this rank of the launched world, every rank's outcome gathered to every rank
     (as JSON, as spawned ranks report theirs); a failure on any rank fails the launch on all,
-    naming the rank."""
+    naming the rank.
+
+    A rank that dies or hangs cannot leave its peers waiting: each rank marks its arrival in the
+    launcher's store after its program, and waits for its peers' marks until ``timeout_s`` from
+    the start; one missing then ends this rank's process, naming the missing ranks (the world is
+    broken: every later check would wait on the same peer). A hung rank's own watchdog ends it a
+    little later, its stack in the launcher's failure summary."""
     import torch.distributed as dist
 
     W.join(launched, timeout_s)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # rank chatter is not the result; errors are (as in _entry)
-            result = resolve(spec)(rank=launched.rank, world=launched.world_size, **kwargs)
-        mine: dict[str, Any] = {"ok": True, "result": result}
-    except Exception:
-        mine = {"ok": False, "traceback": traceback.format_exc()}
-    gathered: list[Any] = [None] * launched.world_size
-    dist.all_gather_object(gathered, json.dumps(mine))
+    launch_id = W.next_launch_id()
+    start = _now()
+    with W.watchdog(launched, spec, timeout_s):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # rank chatter is not the result; errors are (as in _entry)
+                result = resolve(spec)(rank=launched.rank, world=launched.world_size, **kwargs)
+            mine: dict[str, Any] = {"ok": True, "result": result}
+        except Exception:
+            mine = {"ok": False, "traceback": traceback.format_exc()}
+        missing = W.await_peers(launched, launch_id, start + timeout_s)
+        if missing:
+            W.abandon_world(
+                f"{spec}: rank(s) {missing} of the launched world did not finish within {timeout_s:.0f} s "
+                f"(dead or hung); rank {launched.rank} ends its process: the world is broken"
+            )
+        gathered: list[Any] = [None] * launched.world_size
+        dist.all_gather_object(gathered, json.dumps(mine))
     reports = [json.loads(g) for g in gathered]
     failed = {r: d["traceback"] for r, d in enumerate(reports) if not d["ok"]}
     if failed:
@@ -521,4 +536,47 @@ def fsdp2_checkpointed_gradients(rank: int, world: int, dtype: str, checkpoint: 
             out[name] = {"raised": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
             continue
         out[name] = {"grads": [p.grad._local_tensor.float().flatten().tolist() for p in model.parameters()]}  # type: ignore[union-attr]
+    return out
+
+
+#: the all-reduce the bandwidth metric times, per rank: a buffer large enough that the per-call
+#: latency is a small share on loopback gloo (CPU) and on NVLink (GPU); the row carries its size,
+#: so that rows compare like with like
+BANDWIDTH_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
+#: timed all-reduces per dtype, after one untimed (which also asks whether the backend has the dtype)
+BANDWIDTH_REPEATS = 15
+
+
+def allreduce_bandwidth(rank: int, world: int, dtypes: list[str]) -> dict[str, Any]:
+    """Seconds per all-reduce (sum) of ``BANDWIDTH_BYTES`` on this rank, per dtype, each timed
+    from a synchronised start to a synchronised end; a dtype the backend lacks gives its error."""
+    import time
+
+    import torch.distributed as dist
+
+    device = _device(rank)
+    nbytes = BANDWIDTH_BYTES[device.type]
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    out: dict[str, Any] = {"nbytes": nbytes, "backend": str(dist.get_backend()), "dtypes": {}}
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        x = torch.ones(nbytes // dtype.itemsize, dtype=dtype, device=device)
+        try:
+            dist.all_reduce(x)
+        except RuntimeError as exc:  # the same on every rank: the backend's dtype support
+            out["dtypes"][name] = {"error": str(exc).strip().splitlines()[0][:200]}
+            continue
+        seconds = []
+        for _ in range(BANDWIDTH_REPEATS):
+            sync()
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            sync()
+            seconds.append(time.perf_counter() - t0)
+        out["dtypes"][name] = {"seconds": seconds}
     return out
