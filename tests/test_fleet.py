@@ -82,3 +82,17 @@ def test_publish_and_dashboard_name_what_they_cannot_use(tmp_path, capsys):
     assert "no run report here" in capsys.readouterr().err
     assert main(["dashboard", "--fleet", str(tmp_path / "missing"), "-o", str(tmp_path / "d.html")]) == 2
     assert "no fleet dataset here" in capsys.readouterr().err
+
+
+def test_a_file_url_is_the_same_fleet_as_its_directory(published, tmp_path, capsys):
+    url = published.as_uri()  # file:///...
+    assert [r.run_id for r in fleet.index(url)] == [r.run_id for r in fleet.index(published)]
+    args = ["stack=torch-2.13,hardware_class=cpu-a", "stack=torch-2.14"]
+    assert main(["diff", "--fleet", url, *args]) == 1
+    by_url = capsys.readouterr().out
+    assert main(["diff", "--fleet", str(published), *args]) == 1
+    assert by_url == capsys.readouterr().out
+    more = tmp_path / "more"
+    _run(more, "20261104T000000Z-000005", "2.13.0+cpu", "cpu-a-t2", 0.5, "2026-11-04T00:00:00+00:00")
+    assert main(["publish", str(more), "--fleet", url]) == 0
+    assert len(fleet.index(published)) == 5
