@@ -80,6 +80,20 @@ def test_a_scaler_whose_state_is_not_restored_fails_the_resumed_fp16_run(pyteste
     run.stdout.fnmatch_lines(["*step 4: scale 1024.0 vs 256.0*"], consecutive=False)
 
 
+def test_kernels_that_are_not_deterministic_make_every_bitwise_check_noisy_never_a_pass(pytester, suite_copy):
+    """Where the reference does not repeat bit for bit (a GPU's atomics), bit for bit is no verdict:
+    each bitwise cell of this process records a NOISY row naming what moved and skips; none passes,
+    none fails. (The FSDP2 cells' ranks are other processes, which the patch does not reach.)"""
+    patch = {"torch.nn.functional.linear": "faults.patterns.nondeterministic"}
+    run = _run(pytester, suite_copy, patch, "-k", "bit_for_bit and not fsdp2")
+    noisy = {r["nodeid"] for r in run.rows if r["outcome"] == "noisy"}
+    eager = {t for t in run.skipped if "compiled" not in t}
+    assert not run.failed and not run.passed, run.text()
+    assert len(eager) == 12 and eager <= noisy, (sorted(eager), sorted(noisy), run.text())
+    notes = {r["note"].split(" (")[0] for r in run.rows if r["outcome"] == "noisy"}
+    assert notes == {"the reference, run twice on this device, differed"}, notes
+
+
 def test_an_update_per_optimizer_fails_the_two_optimizer_pattern(pytester, suite_copy):
     run = _run(
         pytester, suite_copy, {"torch.amp.GradScaler.step": "faults.patterns.update_per_optimizer"}, "-k", "optimizer"

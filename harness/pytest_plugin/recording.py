@@ -9,7 +9,7 @@ traceback is hidden so that a failure points at the suite's line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -159,6 +159,28 @@ class Recorder:
         ]
         if missed:
             raise AssertionError("\n".join(explain(r) for r in missed))
+
+    def require_repeatable(self, metric: str, unstable: Sequence[str], **kw: Any) -> None:
+        """A bitwise check's precondition: its reference, run twice, gave the same bits. Where it did
+        not (the device's kernels are not deterministic for it), a NOISY row names what moved, and the
+        test skips: bit for bit is then no verdict either way.
+
+        Example::
+
+            reference, unstable = patterns.repeated(lambda: run(None), differing)
+            amp_record.require_repeatable("checkpoint.reference_unstable", unstable, device=device)
+        """
+        __tracebackhide__ = True
+        if not unstable:
+            return
+        import pytest
+
+        note = (
+            f"the reference, run twice on this device, differed ({', '.join(unstable[:6])}): its kernels are not "
+            "deterministic here, so bit for bit is no verdict"
+        )
+        self(metric, len(unstable), unit="differences", outcome=Outcome.NOISY, note=note, **kw)
+        pytest.skip(f"NOISY: {note}")
 
     def require_run(
         self,

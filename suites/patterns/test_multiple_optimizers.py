@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from harness.domains.patterns import CPU_ONLY
 from harness.domains.patterns import optimizers as O
 from harness.numerics.comparison import compare_claim
 
@@ -26,8 +25,6 @@ EXPECTED = {
 
 @pytest.mark.parametrize("overflow_in", [None, 0, 1], ids=["clean", "inf_in_model_0", "inf_in_model_1"])
 def test_each_optimizer_decides_its_own_skip_and_the_scale_backs_off_once(overflow_in, amp_device, amp_record):
-    if amp_device.type != "cpu":
-        pytest.skip(CPU_ONLY)
     seen = O.step_with_overflow_in(overflow_in, amp_device)
     (want0, want1), factor = EXPECTED[overflow_in]
     problems = [f"raised {seen.error}"] if seen.error else []

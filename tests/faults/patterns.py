@@ -117,3 +117,21 @@ def step_every_micro_batch(original: Any) -> Any:
         return scales + last
 
     return accumulate
+
+
+def nondeterministic(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A kernel that is not deterministic (atomics, a split reduction racing): its output moves by
+    one ulp in a random half of its elements, differently on every call and independent of
+    torch's seed, as an atomic-add reduction's order moves with the scheduling."""
+    import random
+
+    draw = random.Random()  # seeded from the OS: not reset by torch.manual_seed
+
+    def moving(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        g = torch.Generator().manual_seed(draw.getrandbits(63))
+        mask = (torch.rand(out.shape, generator=g) < 0.5).to(out.device)
+        nudged = torch.where(mask, torch.nextafter(out.detach(), torch.full_like(out, torch.inf)), out.detach())
+        return out + (nudged - out.detach())
+
+    return moving

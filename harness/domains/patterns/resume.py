@@ -87,6 +87,7 @@ def trajectory(device: torch.device, dtype: torch.dtype, resume_at: int | None) 
                     "optimizer": run.optimizer.state_dict(),
                     "scaler": run.scaler.state_dict(),
                     "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
                 },
                 buf,
             )
@@ -97,6 +98,8 @@ def trajectory(device: torch.device, dtype: torch.dtype, resume_at: int | None) 
             run.optimizer.load_state_dict(saved["optimizer"])
             run.scaler.load_state_dict(saved["scaler"])
             torch.set_rng_state(saved["rng"])
+            if saved["cuda_rng"] is not None:  # dropout on a GPU draws from the device's generator
+                torch.cuda.set_rng_state(saved["cuda_rng"], device)
         loss, scale = _step(run, step, device, dtype)
         losses.append(loss)
         scales.append(scale)
