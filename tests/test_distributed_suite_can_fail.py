@@ -240,3 +240,51 @@ def test_a_hung_rank_is_killed_at_the_timeout():
     with pytest.raises(dist_h.RankError, match=r"rank\(s\) \[(0, )?1\] did not finish within 1 s"):
         dist_h.launch("faults.distributed:rank_hangs", world=2, timeout_s=1)
     assert time.monotonic() - start < 30
+
+
+BANDWIDTH = "test_allreduce_bus_bandwidth_meets_the_floor_calibrated_for_this_worlds_shape"
+
+
+def test_an_all_reduce_slowed_2x_fails_the_floor_this_class_calibrated(pytester, suite_copy, capsys):
+    """``amp-harness calibrate --allreduce`` places this class's floors from real launches; the same
+    check then fails on an all-reduce twice as slow, confirmed by a second launch. Where this host's
+    loopback scatters too much to place a floor (as on 2 shared cores it mostly does), the class
+    records the figure and never judges it: the control skips, saying so, and the rule's own test
+    below shows every verdict it can reach."""
+    from harness.storage import profiles
+
+    base = pytester.path / "calibrated"
+    assert main(["calibrate", "--allreduce", "--runs", "5", "--baseline-dir", str(base)]) == 0
+    said = capsys.readouterr().out
+    [path] = (base / profiles.DIR).glob("*.json")
+    floors = json.loads(path.read_text())["thresholds"]
+    judged = {k: v for k, v in floors.items() if k.startswith("allreduce_bus_bandwidth") and v["expect"] == "judge"}
+    assert floors and all(k.startswith("allreduce_bus_bandwidth_gloo_2ranks_1hosts/") for k in floors), floors
+    if not judged:
+        pytest.skip(f"this host's loopback all-reduce scatters beyond a judged floor: {said}")
+    suite_copy(SUITE, conftest=False)
+    _override(pytester, "allreduce_timed", "faults.distributed:all_reduce_slowed")
+    run = run_inner(pytester, "-k", "bandwidth", f"--amp-baseline-dir={base}", "--amp-report-dir=out")
+    assert_caught(run, f"*::{BANDWIDTH}")
+    failed = {r["dtype"] for r in run.rows if r["outcome"] == "fail" and r["metric"] == "allreduce.bus_bandwidth"}
+    assert failed == {k.split("/")[1] for k in judged}, (failed, judged)
+
+
+def test_the_floor_rule_passes_confirms_a_failure_and_calls_an_unconfirmed_one_noisy():
+    """The decision itself, on measurements given to it: a floor from five calibration values
+    within the scatter limit; a value at the median passes, one under the floor fails only when the
+    second measurement is under it too, and no floor (or a scattered calibration) judges nothing."""
+    from harness.domains.speed import interconnect as I
+    from harness.numerics.verdict import Outcome
+
+    floor = I.floor_from_calibration([1.0, 1.02, 0.98, 1.05, 0.97])
+    assert floor.judged and floor.min_speedup is not None and 0.87 < floor.min_speedup < 0.88  # 1 / sqrt(1.3)
+    never = lambda: pytest.fail("a passing value is not measured again")  # noqa: E731
+    assert I.judge(1.0, floor, never, "cal").outcome is Outcome.PASS
+    slowed = 1.0 / 1.3  # the slowdown the floor is placed to catch
+    assert I.judge(slowed, floor, lambda: slowed, "cal").outcome is Outcome.FAIL
+    assert I.judge(slowed, floor, lambda: 1.0, "cal").outcome is Outcome.NOISY
+    assert I.judge(slowed, None, never, "cal --x").outcome is Outcome.UNJUDGED
+    scattered = I.floor_from_calibration([1.0, 1.3, 0.8, 1.0, 1.0])
+    unjudged = I.judge(slowed, scattered, never, "cal")
+    assert not scattered.judged and unjudged.outcome is Outcome.UNJUDGED and "too noisy" in unjudged.note

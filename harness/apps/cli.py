@@ -176,7 +176,62 @@ def _cmd_release(args: argparse.Namespace, pytest_args: Sequence[str] = ()) -> i
     return report.exit_code
 
 
+def _calibrate_allreduce(args: argparse.Namespace) -> int:
+    """The all-reduce floors of the world the ranks run on (spawned, or the launched one under
+    torchrun: rank 0 writes), in the profile of the class whose interconnect they cross."""
+    from harness.domains.distributed import ranks  # lazy: imports torch
+    from harness.domains.distributed import world as W  # lazy: beside ranks, used only here
+    from harness.domains.speed import interconnect as I  # lazy: imports torch
+    from harness.storage import profiles  # lazy: imports torch
+
+    launched = W.launched()
+    speaks = launched is None or launched.rank == 0  # rank 0 alone reports and writes
+    runs = []
+    for i in range(args.runs):
+        runs.append(I.from_ranks(ranks.launch(I.RANK_PROGRAM, world=args.world, dtypes=list(I.DTYPES))))
+        shown = ", ".join(f"{d} {g:.3g}" for d, g in runs[-1].gbps.items() if g is not None)
+        if speaks:
+            print(f"  all-reduce run {i + 1}/{args.runs} on {runs[-1].case}: {shown} GB/s", flush=True)
+    if not speaks:
+        return 0
+    fp = detect()
+    device = "cuda:0" if runs[0].backend == "nccl" else "cpu"
+    hc = fp.class_for(device)
+    root = Path(args.baseline_dir)
+    existing = profiles.load(root, hc.id, (fp.cuda_profile if device != "cpu" else fp.cpu_profile) or "")
+    prof = profiles.Profile(
+        hc.id,
+        f"{hc.id}: calibrated by amp-harness calibrate",
+        calibrated=True,
+        peak_flops=existing.peak_flops,
+        peak_origin=existing.peak_origin,
+        thresholds=dict(existing.thresholds),
+        provenance=dict(existing.provenance),
+        derived_from=hc.derived_from,
+    )
+    for dtype in I.DTYPES:
+        values = [g for m in runs if (g := m.gbps.get(dtype)) is not None]
+        if not values:
+            print(f"  {runs[0].case}/{dtype}: not calibrated: {runs[0].errors.get(dtype, 'not measured')}")
+            continue
+        prof.thresholds[f"{runs[0].case}/{dtype}"] = threshold = I.floor_from_calibration(values)
+        print(f"  -> {runs[0].case}/{dtype}: {threshold.origin}")
+    prof.provenance["allreduce"] = {
+        **provenance(fp, device=device, profile=hc.id, commit=git_commit(Path.cwd())),
+        "runs": args.runs,
+        "world": runs[0].world,
+        "hosts": runs[0].hosts,
+        "backend": runs[0].backend,
+        "nbytes": runs[0].nbytes,
+    }
+    path = profiles.save(root, prof)
+    print(f"hardware class {hc.id}: all-reduce floors written to {path}; review and commit it with your baselines")
+    return 0
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.allreduce:
+        return _calibrate_allreduce(args)
     import torch
 
     from harness.domains.compiled import speed as compiled_speed  # lazy: imports torch
@@ -531,6 +586,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="also calibrate compiled AMP in bf16 (torch.compile with Inductor: against eager AMP and compiled fp32)",
     )
+    k.add_argument(
+        "--allreduce",
+        action="store_true",
+        help="calibrate the all-reduce bus bandwidth floors instead, on --world spawned ranks (gloo on the CPU, NCCL "
+        "with as many GPUs), or on the world torchrun launched (run it under torchrun: rank 0 writes)",
+    )
+    k.add_argument("--world", type=_positive_int, default=2, help="ranks spawned for --allreduce (default 2)")
     k.add_argument("--runs", type=_positive_int, default=5, help="independent measurements per workload (default 5)")
     k.add_argument(
         "--rounds",

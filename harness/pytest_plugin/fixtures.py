@@ -8,6 +8,7 @@ runs that use none of them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -39,6 +40,7 @@ __all__ = [
     "amp_dtype",
     "amp_fingerprint",
     "amp_hardware_class",
+    "amp_interconnect",
     "amp_profile",
     "amp_record",
     "amp_require_speedup",
@@ -174,6 +176,43 @@ def amp_hardware_class(request: pytest.FixtureRequest) -> Profile:
         return profiles.load(st.options.baseline_dir, st.fingerprint.class_for(device).id, st.profile_for(device))
     except profiles.ProfileFileError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """What a bandwidth check needs of the run: the profile of the hardware class whose interconnect
+    a backend's collectives cross (``load("gloo")``: the CPU's; ``load("nccl")``: the first GPU's),
+    and the command that calibrates its all-reduce floors where this run reads its baselines."""
+
+    load: Callable[[str], Profile]
+    calibrate_command: str
+
+
+@pytest.fixture
+def amp_interconnect(request: pytest.FixtureRequest) -> Interconnect:
+    """The interconnect's hardware-class profile and calibration command (:class:`Interconnect`).
+
+    Example::
+
+        def test_bandwidth(amp_interconnect):
+            floor = amp_interconnect.load("gloo").threshold(case, "float32")
+    """
+    import shlex
+
+    from harness.storage import profiles  # lazy: imports torch
+
+    st = _active(request)
+
+    def load(backend: str) -> Profile:
+        device = "cuda:0" if backend == "nccl" else "cpu"
+        try:
+            return profiles.load(st.options.baseline_dir, st.fingerprint.class_for(device).id, st.profile_for(device))
+        except profiles.ProfileFileError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    return Interconnect(
+        load, f"amp-harness calibrate --allreduce --baseline-dir {shlex.quote(str(st.options.baseline_dir))}"
+    )
 
 
 @pytest.fixture

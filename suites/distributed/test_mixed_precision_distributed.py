@@ -13,14 +13,13 @@ every rank skip with the same scale.
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
 import torch
 
 from harness.domains.distributed import policy
 from harness.domains.distributed import ranks as dist_h
 from harness.domains.distributed.repro import distributed as distributed_repro
+from harness.domains.speed import interconnect
 from harness.numerics import budgets
 from harness.numerics.comparison import ElementwiseComparison, compare_claim, compare_within, explain
 from harness.numerics.formats import BF16, FP16, torch_dtype
@@ -313,51 +312,66 @@ def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharde
     assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
 
 
-#: the dtypes whose all-reduce bandwidth is recorded: fp32 (DDP's default), the AMP formats
-BANDWIDTH_DTYPES = ["float32", "bfloat16", "float16"]
+def test_allreduce_bus_bandwidth_meets_the_floor_calibrated_for_this_worlds_shape(
+    allreduce_timed, amp_interconnect, amp_record
+):
+    """All-reduce bus bandwidth per dtype (size / time x 2(n-1)/n, NCCL's tests' statistic, from the
+    slowest rank's median all-reduce), judged against the floor ``amp-harness calibrate --allreduce``
+    placed for the same backend, ranks and hosts on this hardware class
+    (``harness/domains/speed/interconnect.py``); a class or shape without one is measured, not judged."""
 
+    def measure() -> interconnect.Measured:
+        kwargs = {"dtypes": list(interconnect.DTYPES), "all_reduce": allreduce_timed}
+        return interconnect.from_ranks(dist_h.launch(interconnect.RANK_PROGRAM, world=WORLD, **kwargs))
 
-def test_allreduce_bandwidth_is_recorded_per_dtype(amp_record):
-    """All-reduce bus bandwidth per dtype, as NCCL's own tests define it: size / time x 2(n-1)/n,
-    the time of the slowest rank's median all-reduce. A measurement for the fleet's dashboards and
-    diffs: no hardware class has a calibrated interconnect figure to judge it against yet."""
-    results = dist_h.launch(
-        "harness.domains.distributed.ranks:allreduce_bandwidth", world=WORLD, dtypes=BANDWIDTH_DTYPES
-    )
-    world, nbytes, backend = len(results), results[0]["nbytes"], results[0]["backend"]
-    device = "cuda" if backend == "nccl" else "cpu"
-    measured = 0
-    for name in BANDWIDTH_DTYPES:
-        per_rank = [r["dtypes"][name] for r in results]
-        if "error" in per_rank[0]:
-            amp_record(
-                "allreduce.bus_bandwidth", None, dtype=name, device=device, unit="GB/s", outcome=Outcome.SKIP,
-                note=f"{backend} has no {name} all-reduce: {per_rank[0]['error']}", tags={"backend": backend},
-            )  # fmt: skip
+    first = measure()
+    profile = amp_interconnect.load(first.backend)
+    confirmations: list[interconnect.Measured] = []
+
+    def again(dtype: str) -> float | None:
+        if not confirmations:  # one more launch measures every dtype
+            confirmations.append(measure())
+        return confirmations[0].gbps.get(dtype)
+
+    device = "cuda" if first.backend == "nccl" else "cpu"
+    tags = {"backend": first.backend, "world": first.world, "hosts": first.hosts, "nbytes": first.nbytes}
+    missed = []
+    for dtype, gbps in first.gbps.items():
+        if gbps is None:
+            note = f"{first.backend} has no {dtype} all-reduce: {first.errors[dtype]}"
+            amp_record("allreduce.bus_bandwidth", None, dtype=dtype, device=device, unit="GB/s", outcome=Outcome.SKIP,
+                       note=note, tags=tags)  # fmt: skip
             continue
-        medians = [statistics.median(r["seconds"]) for r in per_rank]
-        slowest = max(medians)
-        amp_record(
-            "allreduce.bus_bandwidth",
-            nbytes / slowest * 2 * (world - 1) / world / 1e9,
-            dtype=name,
-            device=device,
-            unit="GB/s",
-            outcome=Outcome.UNJUDGED,
-            note="measured, not judged: no hardware class has a calibrated all-reduce figure yet",
-            tags={"backend": backend, "world": world, "nbytes": nbytes, "median_s_per_rank": medians},
-            comparable=False,
-        )
-        measured += 1
+        threshold = profile.threshold(first.case, dtype)
+        judged = interconnect.judge(gbps, threshold, lambda d=dtype: again(d), amp_interconnect.calibrate_command)
+        row_tags = {**tags, "values": list(judged.values), "median_s_per_rank": first.median_s_per_rank[dtype]}
+        if judged.outcome in (Outcome.PASS, Outcome.FAIL):
+            claim = compare_claim(
+                "allreduce.bus_bandwidth",
+                min(judged.values),
+                judged.outcome is Outcome.PASS,
+                f"the all-reduce bus bandwidth is at least the floor calibrated for {first.case} on this class",
+                detail=f"{dtype}: {judged.note}",
+                expected=judged.floor,
+                allowance=judged.floor,
+                unit="GB/s",
+            )
+            if not amp_record.result(claim, dtype=dtype, device=device, tags=row_tags):
+                missed.append(claim)
+        else:
+            amp_record("allreduce.bus_bandwidth", gbps, dtype=dtype, device=device, unit="GB/s",
+                       outcome=judged.outcome, note=judged.note, tags=row_tags, comparable=False)  # fmt: skip
+    measured = sum(g is not None for g in first.gbps.values())
     amp_record.require(
         compare_claim(
             "allreduce.bandwidth_dtypes_measured",
             measured,
             measured > 0,
             "the backend all-reduces at least one of the dtypes",
-            detail=f"no dtype could be all-reduced on {backend}: {results[0]['dtypes']}",
-            expected=len(BANDWIDTH_DTYPES),
+            detail=f"no dtype could be all-reduced on {first.backend}: {first.errors}",
+            expected=len(interconnect.DTYPES),
             unit="dtypes",
         ),
         device=device,
     )
+    assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded

@@ -547,12 +547,23 @@ BANDWIDTH_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
 BANDWIDTH_REPEATS = 15
 
 
-def allreduce_bandwidth(rank: int, world: int, dtypes: list[str]) -> dict[str, Any]:
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def allreduce_bandwidth(
+    rank: int, world: int, dtypes: list[str], all_reduce: str = "torch.distributed:all_reduce"
+) -> dict[str, Any]:
     """Seconds per all-reduce (sum) of ``BANDWIDTH_BYTES`` on this rank, per dtype, each timed
-    from a synchronised start to a synchronised end; a dtype the backend lacks gives its error."""
+    from a synchronised start to a synchronised end; a dtype the backend lacks gives its error.
+    ``all_reduce``: the collective timed, by name (the harness's tests time a slowed one)."""
     import time
 
     import torch.distributed as dist
+
+    reduce = resolve(all_reduce)
 
     device = _device(rank)
     nbytes = BANDWIDTH_BYTES[device.type]
@@ -561,12 +572,12 @@ def allreduce_bandwidth(rank: int, world: int, dtypes: list[str]) -> dict[str, A
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    out: dict[str, Any] = {"nbytes": nbytes, "backend": str(dist.get_backend()), "dtypes": {}}
+    out: dict[str, Any] = {"nbytes": nbytes, "backend": str(dist.get_backend()), "host": _host(), "dtypes": {}}
     for name in dtypes:
         dtype = getattr(torch, name)
         x = torch.ones(nbytes // dtype.itemsize, dtype=dtype, device=device)
         try:
-            dist.all_reduce(x)
+            reduce(x)
         except RuntimeError as exc:  # the same on every rank: the backend's dtype support
             out["dtypes"][name] = {"error": str(exc).strip().splitlines()[0][:200]}
             continue
@@ -575,7 +586,7 @@ def allreduce_bandwidth(rank: int, world: int, dtypes: list[str]) -> dict[str, A
             sync()
             dist.barrier()
             t0 = time.perf_counter()
-            dist.all_reduce(x)
+            reduce(x)
             sync()
             seconds.append(time.perf_counter() - t0)
         out["dtypes"][name] = {"seconds": seconds}

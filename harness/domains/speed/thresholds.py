@@ -70,14 +70,15 @@ class Threshold:
 TREND_DRIFT = DETECT_SLOWDOWN**0.5 - 1.0
 
 
-def threshold_from_calibration(speedups: list[float]) -> Threshold:
+def threshold_from_calibration(speedups: list[float], what: str = "speedups") -> Threshold:
     """Place a threshold from repeated measurements of one (workload, dtype) on one class.
 
     The threshold is the geometric midpoint between the calibration runs' median and that median
     slowed DETECT_SLOWDOWN times (median / sqrt(DETECT_SLOWDOWN)): as far, as a ratio, from a clean
     run as from the path the gate must catch, whether the median is above or below 1. A pair whose
     calibration run lies farther than MAX_CALIBRATION_SCATTER from the median is too noisy here to be
-    judged and is recorded only.
+    judged and is recorded only. ``what``: the statistic's name in the origin (any higher-is-better
+    statistic: an interconnect's bandwidth is placed the same way).
     """
     med, low, high = statistics.median(speedups), min(speedups), max(speedups)
     runs = ", ".join(f"{s:.3g}" for s in speedups)
@@ -86,7 +87,7 @@ def threshold_from_calibration(speedups: list[float]) -> Threshold:
         return Threshold(
             "record",
             None,
-            f"calibrated: runs {runs} lie up to {scatter:.3g}x from their median {med:.3g}, more than "
+            f"calibrated: {what} {runs} lie up to {scatter:.3g}x from their median {med:.3g}, more than "
             f"{MAX_CALIBRATION_SCATTER:.3g}x (half the {DETECT_SLOWDOWN}x gap the gate must see): no threshold "
             "separates these clean runs from the same runs slowed; too noisy here to judge, recorded",
             med,
@@ -95,7 +96,7 @@ def threshold_from_calibration(speedups: list[float]) -> Threshold:
     return Threshold(
         "judge",
         round(t, 4),
-        f"calibrated on this class: speedups {runs} (median {med:.3g}, runs within {scatter:.3g}x of it); "
+        f"calibrated on this class: {what} {runs} (median {med:.3g}, runs within {scatter:.3g}x of it); "
         f"threshold median / sqrt({DETECT_SLOWDOWN}) = {t:.3g}",
         med,
     )
