@@ -119,13 +119,14 @@ def test_two_nodes_write_one_report_of_four_ranks_and_one_ranks_fault_fails_on_a
     rank's rows; rank 1's corrupted reduction fails the fp32 all-reduce check in all four sessions,
     the bandwidth metric (clean) is recorded from all four."""
     suite_copy(SUITE)
-    inject(
-        pytester, "distributed", fixtures={"ddp_plain_hook": repr("faults.distributed:allreduce_corrupted_on_rank_1")}
-    )
+    faulty = {"ddp_plain_hook": "faults.distributed:allreduce_corrupted_on_rank_1"}
+    clean = {"allreduce_timed": "torch.distributed:all_reduce"}  # the injected conftest replaces the suite's
+    inject(pytester, "distributed", fixtures={k: repr(v) for k, v in {**faulty, **clean}.items()})
     nodes = _finish(_two_nodes(pytester, "-k", f"{FP32_ALLREDUCE} or bandwidth"), timeout=300)
     assert all(rc != 0 for rc, _, _ in nodes), nodes
     for _, out, err in nodes:  # each node's two sessions: the check failed, the metric passed
         assert out.count(f"FAILED suites/{SUITE}::{FP32_ALLREDUCE}") == 2, out[-3000:] + err[-3000:]
+        assert "ERROR" not in out and out.count("1 failed, 1 passed") == 2, out[-3000:]
     [report] = rp.find_runs(pytester.path / "out")  # one report, not one per rank or per node
     rows = rp.load(report).rows
     tags = [json.loads(t) for t in rows["tags"]]
