@@ -75,6 +75,16 @@ _warm_compile_imports()
 pytest_plugins = ["pytester"]
 
 
+#: The harness's own tests that start fresh interpreters to run its standalone scripts, and the
+#: tests whose output they run. The heavy ones are also ``amp_thorough``: out of the `pytest`
+#: budget on 2 cores, run by CI as `pytest tests/ -m standalone_scripts --amp-tier=thorough`.
+STANDALONE_SCRIPTS = "standalone_scripts: runs the harness's standalone scripts, or writes those that a later test runs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", STANDALONE_SCRIPTS)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The harness's own tests are amp-harness tests: its hypothesis profile applies to them."""

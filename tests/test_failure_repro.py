@@ -359,6 +359,7 @@ def scripts_of_failed_checks() -> dict[str, list[Path]]:
     return {}
 
 
+@pytest.mark.standalone_scripts  # writes what the next test runs
 @pytest.mark.parametrize("fault", list(CONTROLS))
 def test_a_failed_check_writes_a_standalone_script(
     fault, pytester, suite_copy, tmp_path_factory, capsys, scripts_of_failed_checks
@@ -421,6 +422,8 @@ def test_a_failed_check_writes_a_standalone_script(
     scripts_of_failed_checks[fault] = written
 
 
+@pytest.mark.standalone_scripts
+@pytest.mark.amp_thorough  # two interpreters run every script, each a whole training run
 def test_each_script_exits_1_on_its_faulty_stack_and_0_on_the_clean_one(scripts_of_failed_checks):
     """Run after the tests that write the scripts (file order): one interpreter runs each script
     on its own fault (installed for that script, then removed: faults replacing the same thing

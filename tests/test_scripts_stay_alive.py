@@ -88,6 +88,8 @@ def test_the_gpu_qualification_script_answers_help_without_running(tmp_path):
     assert not any(tmp_path.iterdir()), "--help created files"
 
 
+@pytest.mark.standalone_scripts
+@pytest.mark.amp_thorough  # one interpreter runs every script at its smoke size, one after another
 def test_every_script_runs_at_its_smoke_size():
     codes = _run([(str(REPO / ("benchmarks" if n == "fleet_10k.py" else "scripts") / n), a) for n, a in SMOKE.items()])
     bad = {k: v for k, v in codes.items() if v[0] != 0}

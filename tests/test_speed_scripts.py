@@ -30,8 +30,13 @@ def test_every_eager_workload_has_a_script():
     assert sorted(WORKLOADS) == SCRIPTED, "a workload without a script: its failure keeps none"
 
 
+#: bf16 where the CPU emulates it (AVX2 kernels) is the slowest cell by far: thorough there
+BF16 = pytest.param(torch.bfloat16, id="bf16", marks=pytest.mark.amp_thorough_where_emulated("bf16"))
+
+
+@pytest.mark.standalone_scripts
 @pytest.mark.parametrize("name", SCRIPTED)
-@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [pytest.param(None, id="fp32"), BF16])
 def test_the_script_runs_what_the_harness_times(name, dtype):
     workload = WORKLOADS[name]
     assert workload.script is not None
