@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.compiled import runs
 from harness.domains.patterns import COMPILED_CPU_ONLY, repeated
 from harness.domains.patterns import checkpointing as C
 from harness.numerics.comparison import compare_claim
@@ -125,18 +126,73 @@ def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit
 
 
 # -- under torch.compile ---------------------------------------------------------------------------
+def _record_compiled(
+    cell: str, what: str, variant, amp_device, amp_dtype, amp_record, reference, checked, tags
+) -> None:
+    """One verdict for both compiled cells: every gradient ``what`` with checkpointing bit for bit as without."""
+    wrong = C.differing(reference, checked)
+    amp_record.require(
+        compare_claim(
+            f"checkpoint.{cell}_{variant}.gradients_differing",
+            len(wrong),
+            not wrong,
+            f"{what} with its blocks checkpointed, the model's gradients equal the {what} unchecked model's, bit "
+            "for bit",
+            detail=f"{variant} checkpointing {what} under {amp_dtype} autocast: {', '.join(wrong)} differ "
+            f"from the model {what} without checkpointing (the recomputation ran something else)",
+            expected=0,
+            allowance=0,
+            unit="parameters",
+        ),
+        device=amp_device,
+        dtype=amp_dtype,
+        tags={"variant": variant, **tags},
+    )
+
+
+#: the partitioned cells' reference (run twice) per device, dtype and backend: the variants share it
+_PARTITIONED: dict[tuple[str, torch.dtype, str], tuple[C.Gradients, list[str]]] = {}
+
+
+@pytest.mark.amp_thorough_dtypes("fp16", on="cpu")  # fp16's cells take bf16's code path; both on CUDA
+@pytest.mark.parametrize("variant", C.COMPILED_VARIANTS)
+def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_gradients_bit_for_bit(
+    variant, amp_device, amp_dtype, amp_record
+):
+    """The compiler's recomputation, without its code generation: Dynamo traces the checkpointed
+    blocks, AOTAutograd with Inductor's decompositions and min-cut partitioner decides what the
+    backward recomputes, and both graphs run on eager kernels. Against the same model compiled so
+    without checkpointing, bit for bit where that reference repeats (every device; no C++)."""
+    backend = C.PARTITION_BACKEND  # read here: the negative controls swap it
+
+    def run(v):
+        return C.gradients(v, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: runs.compile_fn(f, backend))
+
+    key = (str(amp_device), amp_dtype, str(backend))
+    if key not in _PARTITIONED:
+        _PARTITIONED[key] = repeated(lambda: run(None), C.differing)
+    reference, unstable = _PARTITIONED[key]
+    amp_record.require_repeatable(
+        "checkpoint.partitioned_reference_unrepeatable", unstable, device=amp_device, dtype=amp_dtype
+    )
+    what = "traced and partitioned by the compiler"
+    tags = {"backend": str(backend)}
+    _record_compiled("partitioned", what, variant, amp_device, amp_dtype, amp_record, reference, run(variant), tags)
+
+
 @pytest.mark.amp_thorough_on("cpu")  # two Inductor compiles per form and dtype: about 40 s cold on 2 CPU cores
 @pytest.mark.parametrize("variant", C.COMPILED_VARIANTS)
 def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_for_bit(
     variant, amp_device, amp_dtype, amp_record
 ):
     """The model compiled with its blocks checkpointed against the same model compiled without: the
-    partitioner's recomputation must run what the forward ran. Where Inductor is registered to elide
-    eager's roundings (``inductor-elides-eager-roundings``) its fusions differ between the two graphs
-    in the last bits, so there both compile under that issue's remedy (``emulate_precision_casts``)."""
+    partitioner's recomputation must run what the forward ran, in the code Inductor generates. Where
+    Inductor is registered to elide eager's roundings (``inductor-elides-eager-roundings``) its
+    fusions differ between the two graphs in the last bits, so there both compile under that issue's
+    remedy (``emulate_precision_casts``)."""
     import contextlib
 
-    from harness.domains.compiled import runs, toolchain
+    from harness.domains.compiled import toolchain
     from harness.domains.compiled.known_issues import KNOWN_ISSUES
 
     if amp_device.type != "cpu":
@@ -156,21 +212,5 @@ def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_
         checked = C.gradients(
             variant, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: runs.compile_fn(f, backend)
         )
-    wrong = C.differing(reference, checked)
-    amp_record.require(
-        compare_claim(
-            f"checkpoint.compiled_{variant}.gradients_differing",
-            len(wrong),
-            not wrong,
-            "compiled with its blocks checkpointed, the model's gradients equal the compiled unchecked model's, bit "
-            "for bit",
-            detail=f"{variant} checkpointing under torch.compile and {amp_dtype} autocast: {', '.join(wrong)} differ "
-            "from the compiled model without checkpointing (the recomputation ran something else)",
-            expected=0,
-            allowance=0,
-            unit="parameters",
-        ),
-        device=amp_device,
-        dtype=amp_dtype,
-        tags={"variant": variant, "emulate_precision_casts": emulate, "backend": str(backend)},
-    )
+    tags = {"emulate_precision_casts": emulate, "backend": str(backend)}
+    _record_compiled("compiled", "compiled", variant, amp_device, amp_dtype, amp_record, reference, checked, tags)

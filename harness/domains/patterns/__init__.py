@@ -14,12 +14,13 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-#: Why a check stays on the CPU: the compiled checkpointing cell compares two different compiled
-#: graphs, whose fusions a GPU backend may round differently without either being wrong; a budget
-#: for that has not been derived.
+#: Why the Inductor checkpointing cell stays on the CPU: it compares two different compiled graphs,
+#: whose fusions a GPU backend may round differently without either being wrong; a budget for that
+#: has not been derived. On a GPU the partitioned cell judges the compiler's recomputation instead.
 COMPILED_CPU_ONLY = (
-    "bit for bit between two compiled graphs holds where their fusions round alike, shown on the CPU; "
-    "a GPU cell needs a budget for differently fused graphs (not derived yet)"
+    "bit for bit between two Inductor-compiled graphs holds where their fusions round alike, shown on the CPU; "
+    "a GPU cell of generated code needs a budget for differently fused graphs (not derived yet): here the "
+    "partitioned cell judges the compiler's recomputation on eager kernels"
 )
 
 

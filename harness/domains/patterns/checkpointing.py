@@ -87,6 +87,13 @@ COMPILED_VARIANTS = ("non_reentrant", "selective")
 #: The backend the compiled cells compile with (the negative controls swap it for a faulty one).
 COMPILE_BACKEND: object = "inductor"
 
+#: The backend of the partitioned cells: Dynamo and AOTAutograd with Inductor's decompositions and
+#: its min-cut partitioner, which decides what the backward recomputes, and no code generation (the
+#: graphs run on eager kernels). It judges the compiler's recomputation on every device: two graphs
+#: of eager kernels round alike where the kernels repeat, so no budget for differently fused code is
+#: needed (the negative controls swap it for a faulty one).
+PARTITION_BACKEND: object = "aot_eager_decomp_partition"
+
 
 def gradients(
     variant: str | None,
