@@ -282,6 +282,14 @@ def test_their_quick_marker_runs():
 """
 
 
+PLAIN = """
+import sys
+
+def test_plain():
+    print("IMPORTED hypothesis=%s torch=%s" % ("hypothesis" in sys.modules, "torch" in sys.modules))
+"""
+
+
 def test_an_unrelated_project_is_untouched_by_the_installed_plugin(pytester):
     """A pytest11 plugin must be inert where it is not used: no hypothesis profile, no tier or CUDA
     skips of the project's own markers, no report directory."""
@@ -298,6 +306,11 @@ def test_an_unrelated_project_is_untouched_by_the_installed_plugin(pytester):
     assert seen == alone, f"with the plugin: {seen!r}; without it: {alone!r}"  # hypothesis' own choice, either way
     assert "UNRELATED_PROFILE=amp-" not in seen
     assert not (pytester.path / "amp-reports").exists()
+    # a project that does not use hypothesis does not pay for importing it (nor torch)
+    pytester.makepyfile(test_plain=PLAIN)
+    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "test_plain.py")
+    plain.assert_outcomes(passed=1)
+    plain.stdout.fnmatch_lines(["*IMPORTED hypothesis=False torch=False*"])
 
 
 def test_run_metadata_names_the_hypothesis_profile_amp_harness_tests_ran_under(pytester, monkeypatch):

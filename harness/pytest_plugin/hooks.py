@@ -56,7 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     options = opts.parse(config)
     opts.check_cuda_request(options.devices)
-    opts.register_hypothesis_profiles()
+    if opts.hypothesis_is_needed(config):  # otherwise when an amp-harness test runs: inert elsewhere
+        opts.register_hypothesis_profiles()
     workerinput = getattr(config, "workerinput", None)
     run_id = workerinput.get("amp_run_id") if workerinput else None
     config.stash[STATE] = State(
@@ -84,6 +85,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     from hypothesis import settings
 
+    opts.register_hypothesis_profiles()
     previous = settings.get_current_profile_name()
     settings.load_profile(profile)
     # reproducible rows under a derandomized profile: the same examples whatever ran before

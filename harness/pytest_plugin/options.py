@@ -6,6 +6,7 @@ Bad values are usage errors that say what is accepted; nothing is silently repla
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,16 @@ def explicit_hypothesis_profile(config: pytest.Config) -> str | None:
 
 
 def register_hypothesis_profiles() -> None:
+    """Register the harness's profiles with hypothesis (again: registering is idempotent). Called
+    where they are needed, never at start-up: the plugin imports hypothesis only in a run that has
+    amp-harness tests, names a profile, or has imported hypothesis already."""
     from hypothesis import settings
 
     for name, kw in HYPOTHESIS_PROFILES.items():
         settings.register_profile(name, deadline=None, print_blob=True, **kw)
+
+
+def hypothesis_is_needed(config: pytest.Config) -> bool:
+    """Whether the profiles must exist at configure time: ``--hypothesis-profile`` may name one of
+    them (hypothesis loads it next), or the run has imported hypothesis already."""
+    return explicit_hypothesis_profile(config) is not None or "hypothesis" in sys.modules

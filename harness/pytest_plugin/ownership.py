@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pytest_plugin.options import explicit_hypothesis_profile
+from harness.pytest_plugin.options import explicit_hypothesis_profile, register_hypothesis_profiles
 from harness.pytest_plugin.state import state_of
 
 
@@ -26,11 +26,13 @@ def hypothesis_profile_of_ours(config: pytest.Config) -> str | None:
 
 def apply_profile_to_given(item: pytest.Item, profile: str) -> None:
     """A ``@given`` test took hypothesis' default settings when its module was imported; an
-    amp-harness test without settings of its own gets the harness profile instead."""
-    from hypothesis import settings
-
+    amp-harness test without settings of its own gets the harness profile instead (a test that is
+    not ``@given`` leaves hypothesis unimported)."""
     fn = getattr(item, "obj", None)
     inner = getattr(fn, "hypothesis", None)
     if fn is None or inner is None or getattr(fn, "_hypothesis_internal_settings_applied", False):
         return
+    from hypothesis import settings
+
+    register_hypothesis_profiles()
     settings(settings.get_profile(profile))(fn)
