@@ -498,10 +498,16 @@ class _Checkpointed(nn.Module):
         return self.head(h)
 
 
-def _checkpointed_setup(reentrant, fp32_recompute=False):
+def _checkpointed_setup(reentrant, fp32_recompute=False, compiled=None):
+    """``compiled``: "model" (``torch.compile(model)``) or "head" (a submodule compiled), with the
+    AOTAutograd backend that runs the traced graphs (no C++ compile)."""
+
     def model(seed):
         torch.manual_seed(seed)
-        return _Checkpointed(reentrant, fp32_recompute)
+        m = _Checkpointed(reentrant, fp32_recompute)
+        if compiled == "head":
+            m.head = torch.compile(m.head, backend="aot_eager")
+        return torch.compile(m, backend="aot_eager") if compiled == "model" else m
 
     def batch(step, gen):
         x = torch.randn(16, 32, generator=gen)
@@ -525,6 +531,23 @@ def test_a_block_recomputed_in_another_precision_fails_naming_the_module(trainin
     assert "checkpointed.bf16.recompute_mismatches: FAILED" in message, message
     assert "blocks.1.0: forward bfloat16, recomputed float32" in message, message
     assert {v.kind for v in failed.value.result.failures} == {VerdictKind.RECOMPUTE}
+
+
+# Dynamo, tracing a compiled submodule called on a non-leaf tensor, reads its .grad (torch's warning)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.parametrize("compiled", ["model", "head"])
+def test_a_compiled_checkpointed_model_is_judged_on_its_eager_modules_and_says_so(training_checks, compiled):
+    """Module hooks see nothing of a compiled backward (and Dynamo failed tracing the observer's
+    hooks: the check crashed); the recompute is observed with torch.compile set aside."""
+    result = _cheap_check(training_checks, _checkpointed_setup(False, compiled=compiled), [T.BF16])
+    [verdict] = result.of(VerdictKind.RECOMPUTE)
+    assert verdict.outcome is Outcome.PASS
+    [row] = [r for r in training_checks.rows if r.metric == "checkpointed.bf16.recompute_mismatches"]
+    names = "the model" if compiled == "model" else "'head'"
+    assert f"observed eager: {names} compiled with torch.compile" in row.note, row.note
+    with pytest.raises(AssertionError) as failed:
+        _cheap_check(training_checks, _checkpointed_setup(False, True, compiled=compiled), [T.BF16])
+    assert "blocks.1.0: forward bfloat16, recomputed float32" in str(failed.value), str(failed.value)
 
 
 def test_a_model_without_checkpointing_gets_a_row_and_no_verdict(training_checks):

@@ -388,6 +388,13 @@ class TrainingChecks:
             if recipe.dtype is None or recipe.control:
                 continue
             seen = RC.observe(setup, recipe, self._device)
+            eager = (
+                f" (observed eager: {', '.join(repr(n) if n else 'the model' for n in seen.compiled)} compiled with "
+                "torch.compile, whose compiled backward no module hook sees; the stack's compiled recompute is "
+                "suites/patterns' to judge)"
+                if seen.compiled
+                else ""
+            )
             if not seen.recomputed and seen.raised is None:
                 self._record(
                     f"{setup.name}.{recipe.name}.recomputed_modules",
@@ -395,7 +402,7 @@ class TrainingChecks:
                     unit="modules",
                     device=self._device,
                     dtype=str(recipe.dtype),
-                    note="no module's forward ran again in the backward: no activation checkpointing to check",
+                    note="no module's forward ran again in the backward: no activation checkpointing to check" + eager,
                 )
                 continue
             wrong = seen.mismatches()
@@ -412,7 +419,7 @@ class TrainingChecks:
                     len(problems),
                     not problems,
                     "every module the backward recomputes (activation checkpointing) runs in the dtypes of its "
-                    "forward under the same autocast",
+                    "forward under the same autocast" + eager,
                     detail=f"{len(seen.recomputed)} module(s) recomputed; "
                     + (
                         f"recomputed in another precision in {', '.join(RC.blocks_of(seen.mismatched_modules(), seen.recomputed))}: "
@@ -431,6 +438,7 @@ class TrainingChecks:
                     "mismatched": wrong[:20],
                     "raised": seen.raised,
                     "raised_in": seen.raised_in,
+                    "compiled": seen.compiled,
                 },
             )
         return blocked

@@ -11,6 +11,8 @@ makes. The reference is the module's own original forward, never the checkpointi
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +47,8 @@ class Recomputation:
     raised: str | None = None
     #: the modules being recomputed when the backward raised, outermost first
     raised_in: list[str] = field(default_factory=list)
+    #: the modules compiled with ``torch.compile`` ("" for the model itself), observed eager
+    compiled: list[str] = field(default_factory=list)
 
     @property
     def recomputed(self) -> list[str]:
@@ -82,12 +86,45 @@ def _show(calls: list[tuple[str, ...]]) -> str:
     return ", ".join("/".join(c) or "no float output" for c in sorted(set(calls)))
 
 
+def _uncompiled(model: nn.Module) -> tuple[nn.Module, list[str]]:
+    """``model`` with every module ``torch.compile`` wrapped replaced by the module it compiled, and
+    the names of those replaced. Inside a compiled graph a module hook runs only while Dynamo traces
+    (and tracing the observer's hooks can fail in Dynamo itself): the compiled backward's recompute is
+    out of their sight, so a compiled model's recompute is observed on its eager modules."""
+    optimized = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
+    if optimized is None:  # Dynamo never imported: nothing was compiled
+        return model, []
+    compiled: list[str] = []
+    if isinstance(model, optimized):
+        model, compiled = model._orig_mod, [""]
+    stack = [("", model)]
+    while stack:
+        prefix, parent = stack.pop()
+        for name, child in list(parent.named_children()):
+            if isinstance(child, optimized):
+                child = child._orig_mod
+                setattr(parent, name, child)
+                compiled.append(prefix + name)
+            stack.append((f"{prefix}{name}.", child))
+    return model, compiled
+
+
+def _eager() -> contextlib.AbstractContextManager[None]:
+    """Every ``torch.compile`` directive ignored (a function compiled inside the model's forward too),
+    where Dynamo has been imported at all."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    stance: contextlib.AbstractContextManager[None] = torch.compiler.set_stance("force_eager")  # set until exited
+    return stance
+
+
 def observe(setup: Setup, recipe: Recipe, device: torch.device) -> Recomputation:
     """One forward and backward of ``setup``'s model (its initial weights, training mode) on its
-    evaluation batch under ``recipe``'s autocast, with every module's calls recorded."""
-    model = setup.build(device)
+    evaluation batch under ``recipe``'s autocast, with every module's calls recorded. A compiled
+    model runs eager here (:func:`_uncompiled`): the recompute observed is its modules'."""
+    model, compiled = _uncompiled(setup.build(device))
     inputs, targets = setup.eval_batch(device)
-    seen = Recomputation()
+    seen = Recomputation(compiled=compiled)
     phase = [seen.forward]
     names = {m: n for n, m in model.named_modules()}
 
@@ -104,15 +141,16 @@ def observe(setup: Setup, recipe: Recipe, device: torch.device) -> Recomputation
     handles = [m.register_forward_pre_hook(enter) for m in names]
     handles += [m.register_forward_hook(hook) for m in names]
     try:
-        with torch.autocast(device.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
-            loss = setup.loss_on(model, inputs, targets)
-        phase[0] = seen.backward
-        entered.clear()
-        try:
-            loss.backward()  # type: ignore[no-untyped-call]
-        except RuntimeError as exc:  # torch.utils.checkpoint.CheckpointError is one
-            seen.raised = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-            seen.raised_in = list(entered)
+        with _eager():
+            with torch.autocast(device.type, dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
+                loss = setup.loss_on(model, inputs, targets)
+            phase[0] = seen.backward
+            entered.clear()
+            try:
+                loss.backward()  # type: ignore[no-untyped-call]
+            except RuntimeError as exc:  # torch.utils.checkpoint.CheckpointError is one
+                seen.raised = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                seen.raised_in = list(entered)
     finally:
         for h in handles:
             h.remove()
