@@ -50,9 +50,13 @@ def _warm_compile_imports() -> None:
     from faults import compiled
 
     from harness.domains.compiled import nested, runs
+    from harness.domains.patterns import checkpointing
 
     model, x = nested.make(torch.device("cpu"))
     nested.run(runs.compile_fn(nested.call_region, compiled.CLEAN), model, x, torch.bfloat16)
+    # Inductor's decompositions and partitioner (the patterns' partitioned cells): their modules
+    # register kernel templates at import, which a second import refuses ("duplicate template name")
+    nested.run(runs.compile_fn(nested.call_region, checkpointing.PARTITION_BACKEND), model, x, torch.bfloat16)
     torch._dynamo.reset()
 
 

@@ -172,6 +172,21 @@ def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_grad
     if key not in _PARTITIONED:
         _PARTITIONED[key] = repeated(lambda: run(None), C.differing)
     reference, unstable = _PARTITIONED[key]
+    amp_record.require(  # a reference that cannot run is the compiler's failure, not a kernel's noise
+        compare_claim(
+            "checkpoint.partitioned_reference_raised",
+            int(reference.error is not None),
+            reference.error is None,
+            "the model without checkpointing compiles and runs, traced and partitioned by the compiler",
+            detail=f"under {amp_dtype} autocast it raised {reference.error}",
+            expected=0,
+            allowance=0,
+            unit="errors",
+        ),
+        device=amp_device,
+        dtype=amp_dtype,
+        tags={"backend": str(backend)},
+    )
     amp_record.require_repeatable(
         "checkpoint.partitioned_reference_unrepeatable", unstable, device=amp_device, dtype=amp_dtype
     )

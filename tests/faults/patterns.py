@@ -127,11 +127,16 @@ def nondeterministic(original: Callable[..., Any]) -> Callable[..., Any]:
 
     draw = random.Random()  # seeded from the OS: not reset by torch.manual_seed
 
-    def moving(*args: Any, **kwargs: Any) -> Any:
-        out = original(*args, **kwargs)
+    # run as it is under torch.compile too (Dynamo cannot trace a generator seeded from Python):
+    # a compiled graph calls it as the kernel it stands for
+    @torch._dynamo.disable  # type: ignore[untyped-decorator]
+    def nudge(out: torch.Tensor) -> torch.Tensor:
         g = torch.Generator().manual_seed(draw.getrandbits(63))
         mask = (torch.rand(out.shape, generator=g) < 0.5).to(out.device)
-        nudged = torch.where(mask, torch.nextafter(out.detach(), torch.full_like(out, torch.inf)), out.detach())
-        return out + (nudged - out.detach())
+        return torch.where(mask, torch.nextafter(out, torch.full_like(out, torch.inf)), out)
+
+    def moving(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        return out + (nudge(out.detach()) - out.detach())
 
     return moving
