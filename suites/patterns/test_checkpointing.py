@@ -172,6 +172,7 @@ def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_grad
     if key not in _PARTITIONED:
         _PARTITIONED[key] = repeated(lambda: run(None), C.differing)
     reference, unstable = _PARTITIONED[key]
+    tags = {"backend": str(backend)}
     amp_record.require(  # a reference that cannot run is the compiler's failure, not a kernel's noise
         compare_claim(
             "checkpoint.partitioned_reference_raised",
@@ -185,13 +186,12 @@ def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_grad
         ),
         device=amp_device,
         dtype=amp_dtype,
-        tags={"backend": str(backend)},
+        tags=tags,
     )
     amp_record.require_repeatable(
         "checkpoint.partitioned_reference_unrepeatable", unstable, device=amp_device, dtype=amp_dtype
     )
     what = "traced and partitioned by the compiler"
-    tags = {"backend": str(backend)}
     _record_compiled("partitioned", what, variant, amp_device, amp_dtype, amp_record, reference, run(variant), tags)
 
 
