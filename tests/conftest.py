@@ -5,9 +5,12 @@ from __future__ import annotations
 # Imported here, in the outer process, so that pytester's in-process runs (which drop the modules
 # they import when they finish) never unload and re-import torch's C extension, and never lose the
 # forkserver that distributed ranks fork from (a new one per inner run cost 3 s each).
+import importlib
 import multiprocessing.forkserver  # noqa: F401
+import pkgutil
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import pandas  # noqa: F401
 import pyarrow.parquet  # noqa: F401
@@ -49,6 +52,7 @@ def _warm_compile_imports() -> None:
     they import. Inductor's own first compile is warmed up by the compiled negative controls."""
     from faults import compiled
 
+    from harness.domains import patterns
     from harness.domains.compiled import nested, runs
     from harness.domains.patterns import checkpointing
 
@@ -58,6 +62,16 @@ def _warm_compile_imports() -> None:
     # register kernel templates at import, which a second import refuses ("duplicate template name")
     nested.run(runs.compile_fn(nested.call_region, checkpointing.PARTITION_BACKEND), model, x, torch.bfloat16)
     torch._dynamo.reset()
+    _import_whole(patterns)
+
+
+def _import_whole(package: ModuleType) -> None:
+    """Import every submodule of ``package``, which the outer process has imported. A package kept
+    across pytester's in-process runs keeps its attribute to a submodule imported in one run after
+    that run drops the submodule: the next run's ``from package import sub`` gets the stale module
+    while a patch of ``package.sub.attr`` imports and patches a new one, and the fault misses."""
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
 
 
 def _warm_torchao_imports() -> None:
