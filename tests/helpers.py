@@ -56,7 +56,7 @@ def conftest_source(
         "import pytest",
         "import torch",
         "import torch.nn.functional",
-        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.fp8, faults.patterns, faults.scalers, faults.stacks, faults.training",
+        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.fp8, faults.host, faults.patterns, faults.scalers, faults.stacks, faults.training",
         "import harness.domains.autocast.oracle",
         *(f"import {module}" for module in imports),
         "",

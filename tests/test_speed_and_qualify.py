@@ -454,6 +454,47 @@ def test_a_slowed_path_never_passes_against_a_threshold_calibrated_on_a_busier_h
     assert speed.judge("m", "bf16", "c", same_state, th, "CMD").outcome is Outcome.PASS
 
 
+def test_a_slowed_path_whose_baseline_was_slowed_as_much_is_never_a_pass():
+    """Contention the probe does not see (it times the AMP dtype's kernel) that slows the baseline
+    as much as a 1.3x slower AMP path: the speedup reads clean. Against a threshold without the
+    calibrated baseline time (profiles before it) that passes: the escape seen on the AVX2 kind.
+    With it, NOISY (baseline_slowed), never a pass; a baseline within the threshold's margin of its
+    calibrated time is judged, and a failure stays a failure whatever the baseline did."""
+    slow = bench.DETECT_SLOWDOWN
+    th = thresholds.threshold_from_calibration([2.0, 2.02, 1.98])
+    both_slowed = bench.Timing((slow,) * 7, (0.5 * slow,) * 7)  # speedup 2, baseline 1.3 units
+    assert speed.judge("m", "fp16", "c", both_slowed, th, "CMD").outcome is Outcome.PASS  # the escape
+    th = dataclasses.replace(th, baseline_s=1.0)
+    v = speed.judge("m", "fp16", "c", both_slowed, th, "amp-harness calibrate")
+    assert v.outcome is Outcome.NOISY and v.abstained is speed.Abstention.BASELINE_SLOWED
+    assert "1.3x its calibrated time" in v.reason and "amp-harness calibrate" in v.reason
+    within = bench.BASELINE_SLOWED * 0.99  # the baseline slowed just inside the margin
+    assert speed.judge("m", "fp16", "c", bench.Timing((within,) * 7, (within / 2,) * 7), th, "C").outcome is (
+        Outcome.PASS
+    )
+    failing = bench.Timing((slow,) * 7, (slow,) * 7)  # speedup 1: below, though the baseline was slowed
+    assert speed.judge("m", "fp16", "c", failing, th, "CMD").outcome is Outcome.FAIL
+
+
+def test_a_slowed_amp_path_beside_a_neighbour_slowing_its_baseline_is_no_pass_in_the_suite(
+    pytester, suite_copy, calibrated
+):
+    """The same through the suite, with this machine's calibration: the AMP path 1.3x slower and a
+    neighbour slowing the baseline as much (``faults.host``). Calibration stored the baseline's
+    time, the suite reads it: the case is measured twice and comes out NOISY, saying why."""
+    case = _judged_case(calibrated)
+    patches = {"harness.domains.speed.workloads.Workload.pair": "faults.host.baseline_slowed_by_a_neighbour"}
+    args = _speed_suite(pytester, suite_copy, bench.DETECT_SLOWDOWN, calibrated, patches=patches)
+    out = pytester.path / "out"
+    run = run_inner(pytester, *args, "-k", f"meets_the_class_threshold and {case}", f"--amp-report-dir={out}")
+    assert _speed_id(case) not in run.passed, run.text()
+    rows = rp.load(rp.find_runs(out)[0]).rows
+    speedup = rows[rows["metric"] == f"{case.split('-')[0]}.speedup"].iloc[0]
+    tags = json.loads(speedup["tags"])
+    assert (speedup["outcome"], tags["noisy_cause"]) == (Outcome.NOISY.value, "baseline_slowed"), speedup["note"]
+    assert tags["baseline_slowdown"] > bench.BASELINE_SLOWED
+
+
 def test_rounds_go_on_past_contended_ones_until_the_time_cap():
     policy = bench.Rounds()
     contended = _rounds(*[CONTENDED_ROUND] * 10)

@@ -159,6 +159,7 @@ def check_speedup(
         "amp_s": timing.amp_median_s,
         "hardware_class": profile.hardware_class,
         "calibrated_median": th.calibrated_median if th else None,
+        "baseline_slowdown": speed.baseline_slowdown(timing, th) if th else None,
         "first_measurement": {"outcome": first.outcome.value, "speedup": first.timing.speedup},
         "noisy_cause": v.abstained.value if v.abstained is not None else None,
     }

@@ -88,6 +88,16 @@ CONTENDED = DETECT_SLOWDOWN * DETECT_SLOWDOWN**0.5
 #: (docs/hardware-and-speed.md).
 QUIETER = DETECT_SLOWDOWN**0.5
 
+#: Judged rounds whose baseline ran, by its median, more than this many times *slower* than the
+#: class's calibrated baseline time (:attr:`Threshold.baseline_s`) were slowed by something outside
+#: the AMP path, and a speedup above the threshold is then no pass: contention that slows the
+#: baseline ``c`` times and the AMP path less raises the speedup by up to ``c``, and a
+#: DETECT_SLOWDOWN slower path passes once ``c`` reaches the threshold's margin, sqrt(DETECT_SLOWDOWN).
+#: The contention probe cannot see it where it times a kernel the contention spares: on AVX2-only
+#: kinds, where fp16 is emulated, a 1.3x slower fp16 matmul 256 passed with its fp32 baseline 1.28x
+#: slower than at calibration and the AMP path 1.12x (docs/hardware-and-speed.md).
+BASELINE_SLOWED = DETECT_SLOWDOWN**0.5
+
 #: The share of a calibration's rounds (every case of one dtype) whose probe time is the class's
 #: uncontended probe time (their 5th percentile): contention only adds time, so the fastest rounds
 #: are the uncontended speed, and a twentieth of a calibration's rounds is tens of rounds, not one

@@ -11,6 +11,7 @@ of a failure is warm too.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -192,6 +193,8 @@ def calibrate(
         placed = dataclasses.replace(
             thresholds.calibrated([t.speedup for t in chosen], runs, refs[dtype], len(kept[case])),
             probe_side=sides[dtype],
+            # the same runs' baseline time: a pass whose baseline runs slower was raised by it
+            baseline_s=statistics.median(t.fp32_median_s for t in chosen) if chosen and device.type == "cpu" else None,
         )
         applied = thresholds.for_device(placed, workload, device, getattr(torch, dtype))
         assert applied is not None

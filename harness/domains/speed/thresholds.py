@@ -57,6 +57,10 @@ class Threshold:
     probe_s: float | None = None
     #: the side of the probe ``probe_s`` was timed with (None: bench.PROBE_N, files before it varied)
     probe_side: int | None = None
+    #: the baseline path's seconds per iteration at calibration (CPU, the judging clock: the median of
+    #: the runs the threshold comes from); a pass whose baseline ran over bench.BASELINE_SLOWED times
+    #: it is no verdict (None: files before it, and CUDA, where the clock is the GPU's)
+    baseline_s: float | None = None
 
     @property
     def judged(self) -> bool:

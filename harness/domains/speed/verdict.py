@@ -1,8 +1,9 @@
 """The speed verdict of one (workload, dtype) measurement, decided once.
 
 PASS or FAIL against the class's calibrated threshold; NOISY when the speedup's confidence interval
-holds it, when too few rounds ran uncontended (the contention probe), or when it falls below it
-while other processes kept the machine busy (after one rerun); UNJUDGED when the class has no
+holds it, when too few rounds ran uncontended (the contention probe), when it falls below it
+while other processes kept the machine busy, or when it lies above it with the baseline slower
+than at calibration (each after one rerun); UNJUDGED when the class has no
 calibration (the reason says which command calibrates it). The suite records the verdict's row and asserts from the same object.
 """
 
@@ -12,9 +13,11 @@ import enum
 from dataclasses import dataclass
 
 from harness.domains.speed.bench import (
+    BASELINE_SLOWED,
     BUSY_OTHER_CORES,
     CONFIDENCE,
     CONTENDED,
+    DETECT_SLOWDOWN,
     MIN_ROUNDS,
     QUIETER,
     Timing,
@@ -38,6 +41,8 @@ class Abstention(enum.Enum):
     INTERVAL = "interval"
     #: below the threshold while other processes kept the machine busy
     BUSY = "busy"
+    #: above the threshold with the baseline slower than at calibration: the speedup was raised
+    BASELINE_SLOWED = "baseline_slowed"
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,13 @@ class SpeedVerdict:
             unit="x",
             kind=RowKind.SPEEDUP,
         )
+
+
+def baseline_slowdown(timing: Timing, threshold: Threshold) -> float | None:
+    """The judged rounds' baseline time over the class's calibrated one (None without a calibrated time)."""
+    if threshold.baseline_s is None or threshold.baseline_s <= 0:
+        return None
+    return timing.fp32_median_s / threshold.baseline_s
 
 
 def judge(
@@ -128,6 +140,16 @@ def judge(
             "so this is no verdict; measure on an idle machine"
         )
         return noisy(Abstention.BUSY, reason)
+    slowed = baseline_slowdown(timing, threshold)
+    if timing.speedup >= limit and slowed is not None and slowed > BASELINE_SLOWED:
+        reason = (
+            f"above the threshold {limit} with the baseline at {slowed:.3g}x its calibrated time (more than "
+            f"{BASELINE_SLOWED:.3g}x, the threshold's margin): something outside the AMP path slowed the baseline, "
+            f"which raises the speedup as far, so a {DETECT_SLOWDOWN}x slower AMP path could pass here; no verdict. "
+            f"Measure when the host is quieter, or, if this stack's baseline is slower for good, calibrate again: "
+            f"{calibrate_command}"
+        )
+        return noisy(Abstention.BASELINE_SLOWED, reason)
     return SpeedVerdict(
         workload, dtype, hardware_class, timing, threshold, Outcome.of(timing.speedup >= limit), threshold.origin
     )

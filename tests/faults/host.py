@@ -1,0 +1,26 @@
+"""What a shared host does to a timing, for the speed rule's negative controls: contention the
+harness cannot prevent and must not read as a verdict. Each is a factory ``fault(original) ->
+replacement``, installed by an injected conftest like :mod:`faults.stacks`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.domains.speed.bench import DETECT_SLOWDOWN
+from harness.domains.speed.inject import slowed
+
+
+def baseline_slowed_by_a_neighbour(real: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
+    """``Workload.pair`` whose baseline runs DETECT_SLOWDOWN times slower, on the judging clock: a
+    neighbour contending for the baseline's kernels only, which the contention probe (the AMP
+    dtype's matmul) does not time. With the AMP path slowed as much, the speedup reads clean. On the
+    CPU (the slowdown spins on the timing thread's CPU time, the clock a CPU speedup is judged by)."""
+
+    def pair(self: Any, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+        base, amp = real(self, device, dtype)
+        return slowed(base, DETECT_SLOWDOWN, 0.0, device), amp
+
+    return pair
