@@ -15,8 +15,8 @@ from harness.domains.speed.inject import slowed
 
 def baseline_slowed_by_a_neighbour(real: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
     """``Workload.pair`` whose baseline runs DETECT_SLOWDOWN times slower, on the judging clock: a
-    neighbour contending for the baseline's kernels only, which the contention probe (the AMP
-    dtype's matmul) does not time. With the AMP path slowed as much, the speedup reads clean. On the
+    neighbour contending for the baseline's kernels only, or the baseline's own slower mode, which
+    the contention probe (the AMP dtype's matmul) does not time. With the AMP path slowed as much, the speedup reads clean. On the
     CPU (the slowdown spins on the timing thread's CPU time, the clock a CPU speedup is judged by)."""
 
     def pair(self: Any, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:

@@ -93,9 +93,9 @@ QUIETER = DETECT_SLOWDOWN**0.5
 #: the AMP path, and a speedup above the threshold is then no pass: contention that slows the
 #: baseline ``c`` times and the AMP path less raises the speedup by up to ``c``, and a
 #: DETECT_SLOWDOWN slower path passes once ``c`` reaches the threshold's margin, sqrt(DETECT_SLOWDOWN).
-#: The contention probe cannot see it where it times a kernel the contention spares: on AVX2-only
-#: kinds, where fp16 is emulated, a 1.3x slower fp16 matmul 256 passed with its fp32 baseline 1.28x
-#: slower than at calibration and the AMP path 1.12x (docs/hardware-and-speed.md).
+#: The contention probe cannot see it: it times the AMP dtype's kernel, and on the AVX2 kind the
+#: fp32 baseline of fp16 matmul 256 ran in a mode 1.13-1.2x slower in some processes while the
+#: emulated fp16 path kept its speed; a 1.3x slower path then passed (docs/hardware-and-speed.md).
 BASELINE_SLOWED = DETECT_SLOWDOWN**0.5
 
 #: The share of a calibration's rounds (every case of one dtype) whose probe time is the class's
