@@ -291,20 +291,20 @@ def test_ten_clean_runs_raise_no_flag_and_an_injected_regression_raises_exactly_
         numerics_flags,
         _history([*runs, *rp.find_runs(bad)], "mm.error_over_budget"),
     )
-    history = _history([*runs, *rp.find_runs(slow)], f"{case.split('-')[0]}.speedup")
-    if not speed_flags and _all_baseline_slowed(rp.find_runs(slow), case):
+    metric = f"{case.split('-')[0]}.speedup"
+    history = _history([*runs, *rp.find_runs(slow)], metric)
+    if not speed_flags and _all_baseline_slowed(rp.find_runs(slow), metric):
         # measured on the AVX2 kind: the slowed runs' fp32 baseline ran 1.15-1.2x slower than
         # calibrated in every run, which raises the speedup back into the clean band
         pytest.skip(
             "every slowed run measured its baseline slower than calibrated (NOISY, baseline_slowed: not a trend "
             f"point), so the dashboard had no comparable point to flag here (not a pass):\n{history}"
         )
-    assert len(speed_flags) == 1 and f"{case.split('-')[0]}.speedup" in next(iter(speed_flags)), (speed_flags, history)
+    assert len(speed_flags) == 1 and metric in next(iter(speed_flags)), (speed_flags, history)
 
 
-def _all_baseline_slowed(report_dirs, case: str) -> bool:
-    """Every run's speedup row of ``case`` is NOISY because its baseline ran slower than calibrated."""
-    metric = f"{case.split('-')[0]}.speedup"
+def _all_baseline_slowed(report_dirs, metric: str) -> bool:
+    """Every run's ``metric`` row is NOISY because its baseline ran slower than calibrated."""
     rows = [r for d in report_dirs for _, r in rp.load(d).rows.iterrows() if r["metric"] == metric]
     return bool(rows) and all(
         r["outcome"] == Outcome.NOISY.value and json.loads(r["tags"]).get("noisy_cause") == "baseline_slowed"

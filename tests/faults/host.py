@@ -14,10 +14,10 @@ from harness.domains.speed.inject import slowed
 
 
 def baseline_slowed_by_a_neighbour(real: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
-    """``Workload.pair`` whose baseline runs DETECT_SLOWDOWN times slower, on the judging clock: a
-    neighbour contending for the baseline's kernels only, or the baseline's own slower mode, which
-    the contention probe (the AMP dtype's matmul) does not time. With the AMP path slowed as much, the speedup reads clean. On the
-    CPU (the slowdown spins on the timing thread's CPU time, the clock a CPU speedup is judged by)."""
+    """``Workload.pair`` whose baseline runs DETECT_SLOWDOWN times slower on the CPU's judging clock
+    (it spins on the timing thread's CPU time): a neighbour contending for the baseline's kernels
+    only, or the baseline's own slower mode, neither of which the contention probe (the AMP dtype's
+    matmul) times. With the AMP path slowed as much, the speedup reads clean."""
 
     def pair(self: Any, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
         base, amp = real(self, device, dtype)
