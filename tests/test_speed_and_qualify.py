@@ -279,11 +279,18 @@ def test_ten_clean_runs_raise_no_flag_and_an_injected_regression_raises_exactly_
     for _ in range(2):
         _history_run(pytester, args, slow, slowdown=bench.DETECT_SLOWDOWN, numerics_fault=False, case=case)
         _history_run(pytester, args, bad, slowdown=1.0, numerics_fault=True, case=case)
+    metric = f"{case.split('-')[0]}.speedup"
     speed_flags = _flagged([*runs, *rp.find_runs(slow)])
-    # a statistic is flagged when 2 runs in a row leave its band, and a slowed run sometimes measures
-    # inside it (seen here: 1 of 3 slowed runs in a full CI run): a sustained slowdown keeps running,
-    # as on a real dashboard, up to SLOWED_RUNS runs
-    while not speed_flags and len(rp.find_runs(slow)) < SLOWED_RUNS:
+    # a statistic is flagged when 2 of its comparable points in a row leave its band. A slowed run
+    # sometimes measures inside it (seen: 1 of 3 slowed runs in a full CI run), and one whose fp32
+    # baseline ran slower than calibrated is no trend point at all (NOISY, baseline_slowed): a
+    # sustained slowdown keeps running, as on a real dashboard, until SLOWED_RUNS comparable points
+    # (at most twice as many runs)
+    while (
+        not speed_flags
+        and _comparable_points(rp.find_runs(slow), metric) < SLOWED_RUNS
+        and len(rp.find_runs(slow)) < 2 * SLOWED_RUNS
+    ):
         _history_run(pytester, args, slow, slowdown=bench.DETECT_SLOWDOWN, numerics_fault=False, case=case)
         speed_flags = _flagged([*runs, *rp.find_runs(slow)])
     numerics_flags = _flagged([*runs, *rp.find_runs(bad)])
@@ -291,25 +298,27 @@ def test_ten_clean_runs_raise_no_flag_and_an_injected_regression_raises_exactly_
         numerics_flags,
         _history([*runs, *rp.find_runs(bad)], "mm.error_over_budget"),
     )
-    metric = f"{case.split('-')[0]}.speedup"
     history = _history([*runs, *rp.find_runs(slow)], metric)
-    if not speed_flags and _all_baseline_slowed(rp.find_runs(slow), metric):
+    if not speed_flags and _comparable_points(rp.find_runs(slow), metric) < 2:
         # measured on the AVX2 kind: the slowed runs' fp32 baseline ran 1.15-1.2x slower than
-        # calibrated in every run, which raises the speedup back into the clean band
+        # calibrated in most runs, which raises the speedup back into the clean band
         pytest.skip(
-            "every slowed run measured its baseline slower than calibrated (NOISY, baseline_slowed: not a trend "
-            f"point), so the dashboard had no comparable point to flag here (not a pass):\n{history}"
+            f"{len(rp.find_runs(slow))} slowed runs left fewer than 2 comparable points (the rest measured their "
+            "baseline slower than calibrated: NOISY, baseline_slowed, not a trend point), so the dashboard could not "
+            f"flag a sustained change here (not a pass):\n{history}"
         )
     assert len(speed_flags) == 1 and metric in next(iter(speed_flags)), (speed_flags, history)
 
 
-def _all_baseline_slowed(report_dirs, metric: str) -> bool:
-    """Every run's ``metric`` row is NOISY because its baseline ran slower than calibrated."""
-    rows = [r for d in report_dirs for _, r in rp.load(d).rows.iterrows() if r["metric"] == metric]
-    return bool(rows) and all(
-        r["outcome"] == Outcome.NOISY.value and json.loads(r["tags"]).get("noisy_cause") == "baseline_slowed"
-        for r in rows
-    )
+def _comparable_points(report_dirs, metric: str) -> int:
+    """How many of these runs give ``metric`` a trend point (every row of it comparable, as the
+    dashboard's series reads them): a baseline-slowed speedup is NOISY and gives none."""
+    points = 0
+    for d in report_dirs:
+        rows = rp.load(d).rows
+        mine = rows[rows["metric"] == metric]
+        points += bool(len(mine)) and bool(mine["comparable"].astype(bool).all())
+    return points
 
 
 @pytest.mark.amp_thorough  # about a minute: every default speed case and both bf16 compiled cases, 5 runs each
