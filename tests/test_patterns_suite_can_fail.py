@@ -1,8 +1,10 @@
 """Negative controls of the AMP-patterns suite: each broken implementation fails exactly the checks
-named for it, through the one control helper; the clean suite passes."""
+named for it, through the one control helper. The clean suite and the compiled fault's clean twin
+pass in the thorough tier (`pytest suites/` runs the clean suite by default)."""
 
 from __future__ import annotations
 
+import pytest
 from helpers import assert_caught, assert_clean, inject, run_inner
 
 FILES = (
@@ -31,6 +33,7 @@ def _run(pytester, suite_copy, patches: dict[str, str], *args: str):
     return run_inner(pytester, *args)
 
 
+@pytest.mark.amp_thorough  # the suite run `pytest suites/` makes: each control below runs it with one fault
 def test_the_clean_patterns_suite_passes(pytester, suite_copy):
     assert_clean(_run(pytester, suite_copy, {}), at_least=37)
 
@@ -188,16 +191,24 @@ def test_a_recompute_outside_autocast_inside_fsdp2_units_fails_both_dtypes(pytes
 COMPILED = "test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_for_bit"
 
 
-def test_a_compiled_recompute_in_fp32_fails_every_compiled_form_and_its_clean_twin_passes(pytester, suite_copy):
+_BACKENDS = tuple(f"harness.domains.patterns.checkpointing.{b}" for b in ("COMPILE_BACKEND", "PARTITION_BACKEND"))
+#: fp16's cells take the same code path
+_COMPILED_ARGS = ("-k", "(compiled_checkpointed or partitioned) and bf16", "--amp-tier=thorough")
+
+
+def test_a_compiled_recompute_in_fp32_fails_every_compiled_form(pytester, suite_copy):
     """Through the compiler: an AOTAutograd backend whose partitioned backward recomputes the
     checkpointed regions in fp32 (no Inductor: the graphs run as traced, in a second), in place of
     Inductor and of the partitioned cells' backend."""
-    module = "harness.domains.patterns.checkpointing"
-    backends = (f"{module}.COMPILE_BACKEND", f"{module}.PARTITION_BACKEND")
-    # fp16's cells: the same code path
-    args = ("-k", "(compiled_checkpointed or partitioned) and bf16", "--amp-tier=thorough")
-    run = _run(pytester, suite_copy, dict.fromkeys(backends, "faults.compiled.recompute_in_fp32_backend"), *args)
+    faulty = dict.fromkeys(_BACKENDS, "faults.compiled.recompute_in_fp32_backend")
+    run = _run(pytester, suite_copy, faulty, *_COMPILED_ARGS)
     assert_caught(run, f"*::{COMPILED}[[]cpu-bf16-*]", f"*::{PARTITIONED}[[]cpu-bf16-*]")
     assert len(run.failed) == 4, sorted(run.failed)  # non-reentrant and selective, in each cell
-    clean = _run(pytester, suite_copy, dict.fromkeys(backends, "faults.compiled.clean_passes_backend"), *args)
-    assert_clean(clean, at_least=4)
+
+
+@pytest.mark.amp_thorough  # a second inner run; by default the partitioned cells' own backend passes them
+def test_the_fp32_recompute_backends_clean_twin_passes_every_compiled_form(pytester, suite_copy):
+    """The same backend without the fp32 recompute passes the cells it fails: the failures above
+    come from the recompute, not from replacing Inductor."""
+    clean = dict.fromkeys(_BACKENDS, "faults.compiled.clean_passes_backend")
+    assert_clean(_run(pytester, suite_copy, clean, *_COMPILED_ARGS), at_least=4)
