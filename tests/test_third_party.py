@@ -143,6 +143,26 @@ def test_gradient_checkpointing_as_hugging_face_enables_it_passes_with_its_resum
     assert [v.outcome.value for v in result.of(VerdictKind.RESUME)] == ["pass"]
 
 
+def test_activation_checkpointing_of_every_other_layer_passes_and_recomputes_only_those(amp_training):
+    """transformers 5's newer entry point, checkpointing every other layer (of GPT-2's two, the first)."""
+    if not hasattr(gpt2(0), "activation_checkpointing_enable"):
+        pytest.skip("this transformers has no activation_checkpointing_enable (added in 5.x)")
+
+    def model(seed: int) -> torch.nn.Module:
+        m = gpt2(seed)
+        m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False}, every_n_layers=2)
+        return m
+
+    setup = T.Setup("gpt2_every_other_layer", model, lm_batch, loss=None, steps=12, lr=3e-3, checkpoint_every=4)
+    result = amp_training.check(setup, [T.BF16], seeds=2, resume_at=6)
+    assert [v.outcome.value for v in result.of(VerdictKind.RECOMPUTE)] == ["pass"]
+    assert [v.outcome.value for v in result.of(VerdictKind.RESUME)] == ["pass"]
+    from harness.domains.training import recompute
+
+    blocks = {n.split(".")[2] for n in recompute.observe(setup, T.BF16, torch.device("cpu")).recomputed}
+    assert blocks == {"0"}, blocks  # the layers' index in transformer.h.<i>
+
+
 @pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
 def test_a_hugging_face_block_recomputed_in_fp32_fails_naming_it(training_checks, reentrant):
     setup = T.Setup("gpt2_fp32_recompute", _checkpointed_gpt2(reentrant, fp32_recompute=True), lm_batch, loss=None,
