@@ -4,12 +4,13 @@ replacement``, installed by an injected conftest like :mod:`faults.stacks`."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from harness.domains.speed.bench import DETECT_SLOWDOWN
+from harness.domains.speed.bench import DETECT_SLOWDOWN, Clocks
 from harness.domains.speed.inject import slowed
 
 
@@ -24,3 +25,23 @@ def baseline_slowed_by_a_neighbour(real: Callable[..., tuple[Any, Any]]) -> Call
         return slowed(base, DETECT_SLOWDOWN, 0.0, device), amp
 
     return pair
+
+
+def clock_reads_zero(real: Clocks) -> Clocks:
+    """The clocks a CPU block is judged and timed by, reading 0 always: a clock that stopped (the
+    calibration the issue saw sized a block of 5 million calls from a call read as no time)."""
+
+    def zero() -> float:
+        return 0.0
+
+    return Clocks(judged=zero, wall=zero)
+
+
+def clock_goes_backwards(real: Clocks) -> Clocks:
+    """The clocks running backwards: each read a millisecond earlier than the one before."""
+    ticks = itertools.count()
+
+    def backwards() -> float:
+        return 1e6 - 1e-3 * next(ticks)
+
+    return Clocks(judged=backwards, wall=backwards)

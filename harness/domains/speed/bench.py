@@ -50,6 +50,29 @@ DETECT_SLOWDOWN = 1.3
 THREAD_CPU = "thread_cpu"
 CUDA_EVENTS = "cuda_events"
 
+
+@dataclass(frozen=True)
+class Clocks:
+    """The clocks a CPU block is read by: the judged one (the timing thread's CPU time) and wall
+    clock. One object, so that the harness's own tests can hand in a broken clock (one that reads
+    0, one that goes backwards) and show that a measurement still ends, NOT JUDGED."""
+
+    judged: Callable[[], float] = time.thread_time
+    wall: Callable[[], float] = time.perf_counter
+
+
+CLOCKS = Clocks()
+
+#: The clock every cap is read by: monotonic, and never the clocks a measurement is judged by, so
+#: that a judged clock that stops or runs backwards cannot stretch a measurement without end.
+CAP_CLOCK = time.monotonic
+
+
+class Capped(Exception):
+    """A measurement stopped at one of its caps, or read a clock it cannot trust: the speedup is
+    NOT JUDGED, and the message names the cap (or the clock) and what was measured."""
+
+
 #: Fewest interleaved rounds of a measurement: the smallest n whose median interval has the stated
 #: CONFIDENCE (6: [min, max] of 6 rounds holds the median with probability 1 - 2/64 = 96.9%).
 MIN_ROUNDS = smallest_confident_n(CONFIDENCE)
@@ -150,7 +173,7 @@ def probe_side(device: torch.device, dtype: torch.dtype) -> int | None:
         assert probe is not None
         with timing_threads(device):
             probe()
-            if _time_block(probe, device, 1)[0] <= PROBE_CALL_S:
+            if _call_s(probe, device) <= PROBE_CALL_S:
                 return side
     return PROBE_SIDES[-1]
 
@@ -303,8 +326,10 @@ class Timing:
 def _time_block(fn: Fn, device: torch.device, number: int) -> tuple[float, float]:
     """(judged seconds, wall seconds) per iteration of ``number`` iterations: on CUDA both are CUDA
     events after a synchronise; on the CPU the timing thread's CPU time and wall clock of the same
-    block, on CPU_THREADS threads (torch's intra-op work then runs on this thread, so its CPU time
-    is the work's). ``torch.utils.benchmark.Timer`` reads one clock per block; both are read here."""
+    block (:data:`CLOCKS`), on CPU_THREADS threads (torch's intra-op work then runs on this thread,
+    so its CPU time is the work's). ``torch.utils.benchmark.Timer`` reads one clock per block; both
+    are read here. A block of several iterations that runs past BLOCK_CAP_S stops, :class:`Capped`;
+    a clock that read no time or went backwards over a block is :class:`Capped` too."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
@@ -316,18 +341,38 @@ def _time_block(fn: Fn, device: torch.device, number: int) -> tuple[float, float
         torch.cuda.synchronize(device)
         s = float(start.elapsed_time(end)) / 1000.0 / number
         return s, s
+    clocks = CLOCKS
     gc_was_on = gc.isenabled()
     gc.disable()  # as timeit does: a collection inside one block only is noise
+    done = number
     try:
         with timing_threads(device):
-            w0, c0 = time.perf_counter(), time.thread_time()
-            for _ in range(number):
+            cap_at = CAP_CLOCK() + BLOCK_CAP_S
+            w0, c0 = clocks.wall(), clocks.judged()
+            if number == 1:
                 fn()
-            c1, w1 = time.thread_time(), time.perf_counter()
+            else:
+                for i in range(number):
+                    fn()
+                    if CAP_CLOCK() > cap_at:  # ~50 ns a call, beside calls of tens of microseconds
+                        done = i + 1
+                        break
+            c1, w1 = clocks.judged(), clocks.wall()
     finally:
         if gc_was_on:
             gc.enable()
-    return (c1 - c0) / number, (w1 - w0) / number
+    if done < number:
+        raise Capped(
+            f"a timed block of {number} calls ran past its cap of {BLOCK_CAP_S:g} s (50 x the {BLOCK_S:g} s it was "
+            f"sized for) after {done} calls: the calls became far slower than when the block was sized"
+        )
+    judged, wall = c1 - c0, w1 - w0
+    if judged <= 0 or wall <= 0:
+        raise Capped(
+            f"the clocks read {judged:.3g} s ({clocks.judged.__name__}) and {wall:.3g} s (wall) over a block of "
+            f"{number} calls: a clock that reads no time or goes backwards times nothing"
+        )
+    return judged / number, wall / number
 
 
 def clock_of(device: torch.device) -> str:
@@ -343,6 +388,24 @@ CPU_THREADS = 1
 #: short enough that several interleaved rounds fit the suite's budget.
 BLOCK_S = 0.02
 
+#: A block's iteration count comes from a sizing block of at least this long (doubling and
+#: quintupling the count, as ``timeit.Timer.autorange`` does), never from one call: a quarter of a
+#: block, several milliseconds, long against the clocks' resolution and a call's own scatter.
+SIZING_S = BLOCK_S / 4
+
+#: A block of several iterations stops, and its measurement is NOT JUDGED, past this many times its
+#: target BLOCK_S: it was sized from a sizing block SIZING_S or longer, so only calls that became
+#: fifty times slower than they were a moment before reach it (the worst contended mode measured
+#: on these kinds slowed a block about 3x: docs/hardware-and-speed.md). A block of one call cannot
+#: be cut: the case's cap bounds it.
+BLOCK_CAP_S = 50 * BLOCK_S
+
+#: A case's warm-up (beyond each path's first call, where a compiled path compiles: the test's time
+#: limit bounds that) and rounds together stop past this, NOT JUDGED: ten times the 6 s a judged
+#: case may take in the default tier (calibration.CASE_BUDGET_S), which the slowest case on the
+#: slowest kind (bf16 matmul 1024 where bf16 is emulated, about 9 s for its rounds) stays far under.
+CASE_CAP_S = 60.0
+
 
 @contextlib.contextmanager
 def timing_threads(device: torch.device) -> Iterator[None]:
@@ -357,6 +420,16 @@ def timing_threads(device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def _call_s(fn: Fn, device: torch.device) -> float:
+    """Seconds of one warm call by the cap clock: an estimate that sizes blocks and rounds, never a
+    judged figure (a coarse judged clock may read a call of a millisecond as no time at all)."""
+    start = CAP_CLOCK()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return CAP_CLOCK() - start
 
 
 def _first_call(fn: Fn, device: torch.device) -> float:
@@ -381,8 +454,8 @@ def _warm_up(
     with timing_threads(device):
         first = (_first_call(fp32, device), _first_call(amp, device))
         for _ in range(warmup - 1):
-            later[0].append(_time_block(fp32, device, 1)[0])
-            later[1].append(_time_block(amp, device, 1)[0])
+            later[0].append(_call_s(fp32, device))
+            later[1].append(_call_s(amp, device))
     # with one warm-up call (an eager path measured for no verdict) the first call is the estimate
     warm = (min(later[0], default=first[0]), min(later[1], default=first[1]))
     if number is not None:
@@ -398,11 +471,28 @@ def _warm_up(
 def _iterations(fn: Fn, device: torch.device, block_s: float, warm_s: float | None = None) -> int:
     """Iterations of ``fn`` (warmed up) that fill about ``block_s`` seconds of a timed block.
     ``warm_s``: a warm call's seconds already timed; a call that alone fills the block is not
-    timed again (on the AVX2 kind one bf16 matmul 1024 takes seconds)."""
+    timed again (on the AVX2 kind one bf16 matmul 1024 takes seconds).
+
+    Sized as ``timeit.Timer.autorange`` does, by the cap clock (monotonic, which no judged clock's
+    fault can stop): 1, 2, 5, 10, 20, 50 ... calls until a sizing block lasts SIZING_S, then scaled
+    to ``block_s``. Never from one call: a call that a coarse or faulty clock reads as no time
+    would otherwise make a block of millions of calls."""
     if warm_s is not None and warm_s >= block_s:
         return 1
-    one = min(_time_block(fn, device, 1)[0] for _ in range(2))
-    return max(1, round(block_s / max(one, 1e-9)))
+    number = 1
+    with timing_threads(device):
+        while True:
+            for step in (1, 2, 5):
+                n = number * step
+                start = CAP_CLOCK()
+                for _ in range(n):
+                    fn()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                took = CAP_CLOCK() - start
+                if took >= min(SIZING_S, block_s):
+                    return max(1, round(n * block_s / took))
+            number *= 10
 
 
 @dataclass(frozen=True)
@@ -479,7 +569,11 @@ def interleaved(
     timed here alone. The judged figure is the same either way: both clocks of every block are
     read here."""
     policy = rounds if isinstance(rounds, Rounds) else Rounds() if rounds is None else Rounds.fixed(rounds)
+    began = CAP_CLOCK()
     (n_base, n_amp), first, warm = _warm_up(fp32, amp, device, warmup, number)
+    # the case's cap counts from its start, less each path's first call (a compile: the test's
+    # time limit bounds that)
+    cap_at = began + sum(first) + CASE_CAP_S
     policy = policy.fitted(n_base * warm[0] + n_amp * warm[1])
     n_probe = _probe_iterations(probe, device) if probe is not None else 0
     base_j: list[float] = []
@@ -519,16 +613,21 @@ def interleaved(
         amp_j.append(j)
         amp_w.append(w)
 
-    start = time.perf_counter()
+    start = CAP_CLOCK()
     if pedantic is not None:
         benchmarked = pedantic(time_amp, time_base, policy.least)
         if len(benchmarked) != len(base_j) or len(amp_j) != len(base_j) or not base_j:
             raise RuntimeError(f"pytest-benchmark timed {len(benchmarked)} rounds for {len(base_j)} fp32 blocks")
     while True:
         if base_j:
-            stopped = policy.stop(timing(), time.perf_counter() - start)
+            stopped = policy.stop(timing(), CAP_CLOCK() - start)
             if stopped is not None:
                 return timing(stopped)
+        if CAP_CLOCK() > cap_at:
+            raise Capped(
+                f"the case ran past its cap of {CASE_CAP_S:g} s (warm-up and {len(base_j)} rounds, first calls aside) "
+                "before its rounds were done"
+            )
         time_base()
         time_amp()
 
@@ -571,7 +670,8 @@ PROBE_CALL_S = 4 * PROBE_BLOCK_S
 
 
 def _probe_iterations(probe: Fn, device: torch.device) -> int:
-    """Iterations of the probe's block (warmed up first, on the timing's threads)."""
+    """Iterations of the probe's block (warmed up first, on the timing's threads), sized like every
+    block: from a sizing block of several calls (:func:`_iterations`)."""
     with timing_threads(device):
         probe()
     return _iterations(probe, device, PROBE_BLOCK_S)

@@ -41,6 +41,12 @@ DEFAULT_TIER_CASES = 10
 #: matmul 1024 takes seconds).
 CASE_BUDGET_S = SPEED_SHARE_S / DEFAULT_TIER_CASES
 
+#: A calibration stops measuring past this (wall clock): the cases it has not measured enough are
+#: recorded, NOT JUDGED, naming the cap. Three times the 5 minutes a whole ``calibrate --compiled``
+#: may take on a 2-core machine (the qualification requirement, docs/hardware-and-speed.md), so a
+#: contended host's slower calibration still ends, and one whose measurements never do is stopped.
+CALIBRATION_CAP_S = 3 * 300.0
+
 
 @dataclass(frozen=True)
 class CaseResult:
@@ -59,6 +65,16 @@ def over_budget(case: Case, seconds: float) -> Threshold:
         f"not judged on this class: {bench.MIN_ROUNDS} rounds of {'/'.join(case)} took {seconds:.3g} s, more than "
         f"the {CASE_BUDGET_S:.3g} s a case may take in the default tier ({SPEED_SHARE_S:g} s of speed checks over "
         f"{DEFAULT_TIER_CASES} cases); recorded with the fewest rounds",
+    )
+
+
+def stopped(case: Case, why: str) -> Threshold:
+    """The unjudged threshold of a case whose measurement was stopped at a cap (``why``)."""
+    return Threshold(
+        "record",
+        None,
+        f"not judged on this class: the measurement of {'/'.join(case)} was stopped: {why}; recorded, and "
+        "calibrated again when `amp-harness calibrate` measures it to its end",
     )
 
 
@@ -109,8 +125,13 @@ def calibrate(
                 f"  contention probe {d}: {side}x{side} (a {bench.PROBE_N} probe call is over {bench.PROBE_CALL_S:g} s here)"
             )
 
+    began = bench.CAP_CLOCK()
+    capped: dict[Case, str] = {}
+
     def measure(case: Case, rounds: int | None, probe_ref_s: float | None = None) -> bench.Timing:
         workload, dtype = case
+        if bench.CAP_CLOCK() - began > CALIBRATION_CAP_S:
+            raise bench.Capped(f"the calibration ran past its cap of {CALIBRATION_CAP_S:g} s before measuring it")
         return bench.measure(
             workloads[workload],
             device,
@@ -128,7 +149,13 @@ def calibrate(
             results[case] = CaseResult(case, th, f"{workload}/{dtype}: {th.origin}")
             continue
         start = time.perf_counter()
-        t = measure(case, bench.MIN_ROUNDS)
+        try:
+            t = measure(case, bench.MIN_ROUNDS)
+        except bench.Capped as exc:
+            th = stopped(case, str(exc))
+            results[case] = CaseResult(case, th, f"{workload}/{dtype}: {th.origin}")
+            log(f"  warm-up {workload}/{dtype}: {th.origin}")
+            continue
         # what the rounds cost, less each path's first call (a compiled path compiles in it)
         took = time.perf_counter() - start - sum(t.first_call_s or (0.0, 0.0))
         log(f"  warm-up {workload}/{dtype} (not counted, {took:.3g} s): {t.describe()}")
@@ -139,11 +166,26 @@ def calibrate(
         measured.append(case)
         first[case] = t
     timings: dict[Case, list[bench.Timing]] = {case: [] for case in measured}
+
+    def counted(case: Case, rounds: int | None, probe_ref_s: float | None, what: str) -> bench.Timing | None:
+        """One counted measurement of ``case``; None once the case (or the calibration) was stopped
+        at a cap: a stopped case is not measured again."""
+        if case in capped:
+            return None
+        try:
+            t = measure(case, rounds, probe_ref_s)
+        except bench.Capped as exc:
+            capped[case] = str(exc)
+            log(f"  {what} {'/'.join(case)}: NOT JUDGED, stopped: {exc}")
+            return None
+        log(f"  {what} {'/'.join(case)}: {t.describe()}")
+        return t
+
     for run in range(runs):
-        for workload, dtype in measured:
-            t = measure((workload, dtype), rounds)
-            timings[(workload, dtype)].append(t)
-            log(f"  run {run + 1}/{runs} {workload}/{dtype}: {t.describe()}")
+        for case in measured:
+            taken = counted(case, rounds, None, f"run {run + 1}/{runs}")
+            if taken is not None:
+                timings[case].append(taken)
     # The uncontended probe time of a dtype comes from every round of every case in it (one probe
     # kernel per dtype: the more rounds, the likelier some ran uncontended). A case is measured
     # again while it has fewer than ``runs`` runs with an interval of uncontended rounds, or while
@@ -182,13 +224,16 @@ def calibrate(
         return not thresholds.threshold_from_calibration([t.speedup for t in chosen]).judged
 
     for retake in range(RETAKE_PASSES * runs):
-        for workload, dtype in [case for case in judgeable if wanting(case)]:
-            t = measure((workload, dtype), rounds, refs[dtype])
-            log(f"  retake {retake + 1} {workload}/{dtype} (runs contended): {t.describe()}")
-            if t.rounds >= bench.MIN_ROUNDS:
-                kept[(workload, dtype)].append(t)
+        for case in [case for case in judgeable if wanting(case) and case not in capped]:
+            retaken = counted(case, rounds, refs[case[1]], f"retake {retake + 1} (runs contended)")
+            if retaken is not None and retaken.rounds >= bench.MIN_ROUNDS:
+                kept[case].append(retaken)
     for case in measured:
         workload, dtype = case
+        if case in capped:
+            th = stopped(case, capped[case])
+            results[case] = CaseResult(case, th, f"{workload}/{dtype}: {th.origin}")
+            continue
         chosen = quietest(case)
         placed = dataclasses.replace(
             thresholds.calibrated([t.speedup for t in chosen], runs, refs[dtype], len(kept[case])),
