@@ -4,14 +4,16 @@
 # pack baselines, run report, JUnit XML and log into one archive. Budget: 8 minutes on one H200.
 #
 #   scripts/gpu-qualify.sh [OUT_DIR]                 # on a GPU host (CUDA torch, pytest, hypothesis,
-#                                                    # pytest-benchmark, pandas, pyarrow installed)
+#                                                    # pytest-benchmark, pytest-xdist, pandas, pyarrow
+#                                                    # installed)
 #   AMP_DEVICE=cpu scripts/gpu-qualify.sh /tmp/dry   # dry run on a CPU machine: same flow, device cpu
 #
 # Environment: AMP_DEVICE (default cuda:0), CALIBRATION_RUNS (default 5), CALIBRATION_CASES (default:
 # every default-tier case, e.g. "matmul_1024/bfloat16"), PYTEST_ARGS (extra pytest arguments, e.g. a
 # narrower selection), SKIP_INSTALL=1 (the project is installed already).
-# Exit status: the qualification verdict's (0 qualified, 1 a capability failed, 2 noisy / not
-# judged / did not run); on the first run on a new GPU, missing CUDA baselines fail by design:
+# A test that crashes its process or hangs is CRASHED / HUNG and the run goes on (--amp-isolate).
+# Exit status: the qualification verdict's (0 qualified, 1 a capability failed, crashed or hung, 2
+# noisy / not judged / did not run); on the first run on a new GPU, missing CUDA baselines fail by design:
 # the archive holds them as candidates (review, then commit them).
 set -uo pipefail
 case "${1:-}" in
@@ -63,8 +65,10 @@ python -c "import torchao" 2>/dev/null \
 DEVICES="$DEVICE"
 [ "$DEVICE" != cpu ] && DEVICES=auto   # auto: the CPU and cuda:0
 step "running every suite (--amp-device=$DEVICES); missing baselines are written as candidates"
+# --amp-isolate: the tests run in a worker that is replaced when one crashes it (a segfault, an
+# illegal memory access, an abort) or hangs in native code: CRASHED / HUNG, and the run goes on
 # shellcheck disable=SC2086
-run amp-harness qualify --report-dir "$OUT/reports" -- suites/ -p no:cacheprovider \
+run amp-harness qualify --report-dir "$OUT/reports" -- suites/ -p no:cacheprovider --amp-isolate \
     --amp-device="$DEVICES" --amp-baseline-dir="$OUT/baselines" --amp-regen ${PYTEST_ARGS:-}
 VERDICT=$?
 

@@ -49,7 +49,10 @@ def _check(path: Path) -> Outcome:
 def test_every_outcome_has_a_place_in_the_order_and_a_name():
     assert sorted(o.severity for o in Outcome) == list(range(len(Outcome)))
     assert len({o.label for o in Outcome}) == len(Outcome)
-    assert {o for o in Outcome if o.fails_test} == {Outcome.FAIL, Outcome.INCONCLUSIVE}
+    assert {o for o in Outcome if o.fails_test} == {Outcome.FAIL, Outcome.INCONCLUSIVE, Outcome.HUNG, Outcome.CRASHED}
+    # a test that crashed or hung is ranked with FAIL, above it: the run lost it
+    assert {o for o in Outcome if o.broke} == {Outcome.HUNG, Outcome.CRASHED}
+    assert all(o.severity > Outcome.FAIL.severity for o in Outcome if o.broke)
     assert all(o.severity > p.severity for o in Outcome if o.fails_test for p in Outcome if not p.fails_test)
 
 
@@ -76,6 +79,9 @@ def test_the_dashboard_and_diff_take_the_worst_of_two_rows_by_one_order(tmp_path
         ("passed", [Outcome.PASS, Outcome.KNOWN], Outcome.KNOWN),
         ("xfailed", [], Outcome.KNOWN),
         ("skipped", [], Outcome.SKIP),
+        ("hung", [Outcome.PASS], Outcome.HUNG),  # stopped at its time limit after a passing row
+        ("crashed", [], Outcome.CRASHED),  # its process died before it recorded anything
+        ("crashed", [Outcome.FAIL], Outcome.CRASHED),
     ],
 )
 def test_a_tests_own_result_decides_with_its_rows_everywhere(tmp_path, result, rows, verdict):
@@ -87,6 +93,7 @@ def test_a_tests_own_result_decides_with_its_rows_everywhere(tmp_path, result, r
     assert _cell(path) == verdict.label
     assert _check(path) is verdict
     junit = {"passed": "passed", "failed": "failure", "error": "error", "skipped": "skipped", "xfailed": "skipped"}
+    junit |= {"hung": "hung", "crashed": "crashed"}  # what qualify reads of them from the run report
     labels = tuple(o.value for o in rows if o.severity > Outcome.PASS.severity)  # the recorder's JUnit labels
     case = qualify.Case("test_x[cpu]", junit[result], "first line", "numerics", labels)
     got = qualify._verdict("numerics", [case])

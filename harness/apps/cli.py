@@ -16,6 +16,7 @@ from harness.apps import release as rel
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import KERNEL_SETS, cpu_class, detect, kernel_set, uncapped_cpu
 from harness.storage import atomic, fleet
+from harness.storage import journal as jr
 from harness.storage import report as rp
 from harness.storage.provenance import git_commit, provenance
 
@@ -54,8 +55,38 @@ def _cmd_baselines(args: argparse.Namespace) -> int:
     return 1 if report.bad else 0
 
 
+def _cmd_recover(paths: Sequence[str]) -> int:
+    """``amp-harness report recover [DIR ...]``: the reports of dead sessions' journals."""
+    found = 0
+    for root in map(Path, paths or ["amp-reports"]):
+        if root.name.startswith(jr.PREFIX):
+            dirs = [root]
+        elif root.is_dir():
+            dirs = [d for d in root.glob(f"{jr.PREFIX}*") if d.is_dir()]
+        else:
+            print(f"amp-harness: no such report directory or journal: {root}", file=sys.stderr)
+            return 2
+        for d in sorted(dirs):
+            found += 1
+            try:
+                report = jr.recover(d, how="recovered from its journal by amp-harness report recover")
+            except (jr.JournalError, OSError, ValueError) as exc:
+                print(f"amp-harness: {exc}", file=sys.stderr)
+                continue
+            print(f"recovered {d.name} -> {report}")
+            for line in jr.describe(report):
+                print(line)
+    if not found:
+        print("no journals of interrupted runs: nothing to recover")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
-    path = Path(args.path)
+    if args.path[:1] == ["recover"]:
+        return _cmd_recover(args.path[1:])
+    if len(args.path) > 1:
+        raise _UsageError(f"report takes one run or report directory, or 'recover [DIR ...]'; got {args.path}")
+    path = Path(args.path[0] if args.path else "amp-reports")
     if not path.exists():
         print(f"amp-harness: no such report or report directory: {path}", file=sys.stderr)
         return 2
@@ -71,6 +102,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     meta = loaded.meta
     print(f"run {meta.get('run_id')} ({meta.get('started')} .. {meta.get('finished')}), profile {meta.get('profile')}")
     print(f"tests: {meta.get('tests')}; rows: {len(loaded.rows)} by outcome {meta.get('row_outcomes')}")
+    interrupted = meta.get("interrupted")
+    if interrupted:
+        print(f"INTERRUPTED: the session died; {interrupted.get('how')} at {interrupted.get('recovered_at')}")
+    for t in meta.get("test_results") or []:
+        if Outcome.parse(str(t.get("verdict", "pass"))).broke:
+            print(f"  {Outcome.parse(str(t['verdict'])).label} {t['nodeid']}: {t.get('message')}")
     failed = loaded.rows[loaded.rows["outcome"] == Outcome.FAIL.value]
     for _, r in failed.iterrows():
         print(
@@ -538,8 +575,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("baselines", help="validate every baseline file (format version, JSON, no NaN)")
     b.add_argument("--baseline-dir", default="baselines", help="baseline root (default: baselines)")
     b.set_defaults(func=_cmd_baselines)
-    r = sub.add_parser("report", help="summarise a run report (a run directory, or the latest under a report dir)")
-    r.add_argument("path", nargs="?", default="amp-reports")
+    r = sub.add_parser(
+        "report",
+        help="summarise a run report (a run directory, or the latest under a report dir); 'report recover [DIR]': "
+        "make the reports of sessions that died from their journals",
+    )
+    r.add_argument("path", nargs="*", help="a run or report directory (default amp-reports), or: recover [DIR ...]")
     r.set_defaults(func=_cmd_report)
     d = sub.add_parser("dashboard", help="one self-contained HTML dashboard over many run reports")
     d.add_argument("reports", nargs="*", help="run directories, report directories or rows.parquet files")

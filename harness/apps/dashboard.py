@@ -333,6 +333,8 @@ class TestView:
     outcome: Outcome
     message: str
     rows: pd.DataFrame
+    #: what more the test left: a HUNG or CRASHED test's stacks ("" when nothing)
+    detail: str = ""
 
 
 def cell_id(suite: str, run_id: str) -> str:
@@ -349,12 +351,17 @@ def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
         if len(tests)
         else {}
     )
+    details = (
+        dict(zip(tests["nodeid"].astype(str), tests["detail"].fillna("").astype(str), strict=True))
+        if len(tests) and "detail" in tests
+        else {}
+    )
     rows_of = {str(k): g for k, g in rows.groupby("nodeid", sort=False)} if len(rows) else {}
     columns = ["metric", "value", "expected", "allowance", "outcome", "note"]
     out: dict[str, list[TestView]] = {}
     for node, (suite, outcome) in rp.frame_test_outcomes(rows, tests).items():
         mine = rows_of[node][columns] if node in rows_of else pd.DataFrame(columns=columns)
-        out.setdefault(suite, []).append(TestView(node, outcome, messages.get(node, ""), mine))
+        out.setdefault(suite, []).append(TestView(node, outcome, messages.get(node, ""), mine, details.get(node, "")))
     for views in out.values():
         views.sort(key=lambda v: (-v.outcome.severity, v.nodeid))
     return out
@@ -534,7 +541,8 @@ def stacks_view(loaded: Loaded) -> pd.DataFrame:
 
     columns: dict[str, dict[str, str]] = {}
     for r in ordered:
-        ref = next(o for o in ordered if o["profile"] == r["profile"])  # the class's oldest torch release
+        # the class's oldest torch release (a run that names no class is compared with its like: str, as NaN != NaN)
+        ref = next(o for o in ordered if str(o["profile"]) == str(r["profile"]))
         name = f"torch {r['torch']} / {r['profile']}"
         if ref["run_id"] == r["run_id"]:
             suites = sorted(set(loaded.rows.loc[loaded.rows["run_id"] == r["run_id"], "suite"].dropna()))
@@ -559,7 +567,7 @@ def _table(df: pd.DataFrame, cls: str = "") -> str:
 CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
 th{background:#f0f0f0}.FAIL,.regression,.o-fail{background:#f8c8c8}.o-inconclusive{background:#f3d0f0}
-.suspicious,.NOISY,.o-noisy{background:#fbe8b0}.o-unjudged{background:#e8e8f8}.o-known{background:#e0f0f8}
+.o-crashed,.o-hung{background:#e07070;font-weight:bold}.suspicious,.NOISY,.o-noisy{background:#fbe8b0}.o-unjudged{background:#e8e8f8}.o-known{background:#e0f0f8}
 .PASS,.ok,.o-pass{background:#d4efd4}.plots figure{display:inline-block;margin:4px}.plots img{border:1px solid #ddd}
 .problems{color:#a00}details{margin:4px 0}details>summary{cursor:pointer}.test{margin:6px 0 6px 1em}
 .message{font-family:monospace;white-space:pre-wrap;color:#700}:target{outline:2px solid #36c}"""
@@ -621,6 +629,11 @@ def _drill_downs(loaded: Loaded) -> str:
                     f"<div class='test'><span class='o-{v.outcome.value}'>{v.outcome.label}</span> "
                     f"<code>{html.escape(v.nodeid)}</code>"
                     + (f"<div class='message'>{html.escape(v.message)}</div>" if v.message else "")
+                    + (
+                        f"<details><summary>stacks</summary><pre>{html.escape(v.detail)}</pre></details>"
+                        if v.detail and v.outcome.broke
+                        else ""
+                    )
                     + (_table(v.rows, "rows") if len(v.rows) else "")
                     + "</div>"
                 )

@@ -267,7 +267,8 @@ def diff(a: Side, b: Side) -> Diff:
             status = Status.NEW
         elif ob is None:
             status = Status.MISSING
-        elif ob.fails_test and not oa.fails_test:
+        elif (ob.fails_test and not oa.fails_test) or (ob.broke and not oa.broke):
+            # a test that crashed or hung in B regressed, even from a failure: B lost it
             status = Status.REGRESSED
         elif oa.fails_test and not ob.fails_test:
             status = Status.IMPROVED

@@ -21,6 +21,7 @@ quoted from pytest).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -33,6 +34,7 @@ from harness.domains.capabilities import CAPABILITIES as CAPABILITIES
 from harness.numerics.verdict import Outcome
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, NOTE_PROPERTY, OUTCOME_PROPERTY
 from harness.storage import atomic
+from harness.storage import journal as jr
 from harness.storage import report as rp
 
 #: A capability's verdict is an :class:`Outcome` (one vocabulary with rows, the dashboard and
@@ -50,14 +52,64 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Case:
-    """One JUnit testcase: its outcome and message, and the harness's properties."""
+    """One JUnit testcase (or one test result of a run report): its outcome and message, and the
+    harness's properties."""
 
     name: str
-    outcome: str  # passed | failure | error | skipped
+    outcome: str  # passed | failure | error | skipped | hung | crashed
     message: str
     capability: str | None
     labels: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: JUnit's classname (the test's module and class, dotted): with ``name``, which test it is
+    classname: str = ""
+
+
+def junit_names(nodeid: str) -> tuple[str, str]:
+    """(classname, name) JUnit XML gives a node id (pytest's ``mangle_test_address``)."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]), names[-1]
+
+
+def report_cases(report: rp.LoadedReport) -> list[Case]:
+    """The report's test results as cases: what a run whose pytest died (no JUnit XML) is judged
+    on, and the CRASHED and HUNG results a JUnit file only knows as failures."""
+    notes: dict[str, dict[str, str]] = {}
+    for r in rp.records(report.rows[["nodeid", "outcome", "note"]]):
+        outcome = Outcome.parse(str(r["outcome"]))
+        if outcome.severity > Outcome.PASS.severity:
+            notes.setdefault(str(r["nodeid"]), {}).setdefault(outcome.value, str(r["note"] or ""))
+    out = []
+    for t in rp.records(report.tests):
+        nodeid = str(t["nodeid"])
+        classname, name = junit_names(nodeid)
+        result = str(t["result"])
+        junit_outcome = {"failed": "failure"}.get(result, result)
+        capability = t.get("capability")
+        labelled = notes.get(nodeid, {})
+        out.append(
+            Case(
+                name,
+                junit_outcome,
+                str(t.get("message") or ""),
+                str(capability) if isinstance(capability, str) and capability else None,
+                tuple(labelled),
+                tuple(labelled.values()),
+                classname,
+            )
+        )
+    return out
+
+
+def with_broken(found: Sequence[Case], report: rp.LoadedReport) -> list[Case]:
+    """JUnit's cases with the report's CRASHED and HUNG results in place of what JUnit says of
+    those tests (a worker crash reaches JUnit as a failure without the test's capability)."""
+    broken = {(c.classname, c.name): c for c in report_cases(report) if Outcome.of_test(c.outcome).broke}
+    out = [broken.pop((c.classname, c.name), c) for c in found]
+    return out + list(broken.values())
 
 
 def cases(junit: Path) -> list[Case]:
@@ -73,7 +125,7 @@ def cases(junit: Path) -> list[Case]:
         capability = next((v for k, v in props if k == CAPABILITY_PROPERTY), None)
         labels = tuple(v for k, v in props if k == OUTCOME_PROPERTY)
         notes = tuple(v for k, v in props if k == NOTE_PROPERTY)
-        out.append(Case(case.get("name", ""), outcome, message, capability, labels, notes))
+        out.append(Case(case.get("name", ""), outcome, message, capability, labels, notes, case.get("classname", "")))
     return out
 
 
@@ -90,6 +142,8 @@ def _verdict(name: str, mine: Sequence[Case]) -> Verdict:
     first = these[0]
     why = first.notes[0] if first.notes else first.message
     reasons = {
+        Outcome.CRASHED: f"{len(these)} crashed; first: {first.name}: {first.message[:200]}",
+        Outcome.HUNG: f"{len(these)} hung; first: {first.name}: {first.message[:200]}",
         Outcome.FAIL: f"{len(these)} failed; first: {first.name}: {first.message[:160]}",
         Outcome.INCONCLUSIVE: f"{len(these)} check(s) tested nothing: {why[:300]}",
         Outcome.NOISY: f"{len(these)} measurement(s) too noisy to judge, after a rerun: {why[:200]}",
@@ -103,15 +157,24 @@ def _verdict(name: str, mine: Sequence[Case]) -> Verdict:
     return Verdict(name, worst, reasons.get(worst, default), len(mine))
 
 
-def verdicts(junit: Path) -> list[Verdict]:
-    found = cases(junit)
+def verdicts(junit: Path | None, report: rp.LoadedReport | None = None) -> list[Verdict]:
+    """One verdict per capability, from the JUnit XML and the run report: a run whose pytest died
+    has no JUnit XML and is judged on its report (recovered from its journal)."""
+    if junit is not None and junit.exists():
+        found = cases(junit)
+        if report is not None:
+            found = with_broken(found, report)
+    elif report is not None:
+        found = report_cases(report)
+    else:
+        found = []
     declared = [c for c in dict.fromkeys(c.capability for c in found) if c and c not in CAPABILITIES]
     return [_verdict(name, [c for c in found if c.capability == name]) for name in (*CAPABILITIES, *declared)]
 
 
 def exit_status(vs: Sequence[Verdict], required: Sequence[str]) -> int:
     req = [v for v in vs if v.capability in required]
-    if any(v.status is Outcome.FAIL for v in req):
+    if any(v.status.fails_test and v.status is not Outcome.INCONCLUSIVE for v in req):
         return 1
     if any(v.status not in (Outcome.PASS, Outcome.KNOWN) for v in req):
         return 2
@@ -176,6 +239,19 @@ def required_capabilities(vs: Sequence[Verdict], own_suites: bool, optional: Seq
     return [c for c in decided if c not in optional]
 
 
+def _recover(report_dir: Path, code: int) -> list[str]:
+    """pytest ended without its report (a signal, ``code`` negative): the journals it left become
+    run reports, the exit status naming the signal where the process left no fault record."""
+    how = f"recovered from its journal by amp-harness qualify, after pytest ended with exit status {code}"
+    out = []
+    for d in jr.stale(report_dir):
+        try:
+            out.append(str(jr.recover(d, how=how, exit_status=code, returncode=code)))
+        except (jr.JournalError, OSError, ValueError) as exc:
+            print(f"amp-harness qualify: {exc}", file=sys.stderr)
+    return out
+
+
 def run(
     pytest_args: Sequence[str],
     report_dir: Path,
@@ -216,10 +292,16 @@ def run(
         what = "refused the arguments" if code == _PYTEST_USAGE_ERROR else "collected no tests"
         print(f"amp-harness qualify: usage error: pytest {what} (exit {code}):\n{_quoted(tail)}", file=sys.stderr)
         return USAGE_ERROR
-    if not junit.exists():
-        print(f"amp-harness qualify: pytest wrote no JUnit XML (exit {code}); nothing to judge", file=sys.stderr)
+    recovered = _recover(report_dir, code) if code < 0 or not junit.exists() else []
+    new_runs = sorted(set(rp.find_runs(report_dir)) - before)
+    report = rp.load(new_runs[-1]) if new_runs else None
+    if not junit.exists() and report is None:
+        print(f"amp-harness qualify: pytest wrote no JUnit XML and no run report (exit {code}); nothing to judge",
+              file=sys.stderr)  # fmt: skip
         return 1
-    vs = verdicts(junit)
+    if recovered:
+        print(f"amp-harness qualify: pytest died (exit {code}); the run's journal, recovered: {', '.join(recovered)}")
+    vs = verdicts(junit, report)
     req = list(required) if required is not None else required_capabilities(vs, own_suites, optional)
     if not req:
         print(
@@ -232,7 +314,6 @@ def run(
     print("\n" + "=" * 24 + " qualification verdict " + "=" * 24)
     print(table(vs, req))
     status = exit_status(vs, req)
-    new_runs = sorted(set(rp.find_runs(report_dir)) - before)
     summary = {
         "verdicts": [{**asdict(v), "status": v.status.label} for v in vs],
         "required": req,

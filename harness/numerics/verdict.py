@@ -36,6 +36,12 @@ class Outcome(str, Enum):
     #: mostly skipped, or whose parameters did not move): neither pass nor a regression; the row
     #: carries the counts. The test fails, so that a vacuous check is never green
     INCONCLUSIVE = "inconclusive"
+    #: the test ran past its time limit (``--amp-timeout``): stopped, with the stacks of its
+    #: process's threads; a stack that never returns fails as surely as a wrong number
+    HUNG = "hung"
+    #: the process running the test died during it (a signal, or an exit without pytest's report):
+    #: the test's result names the signal or exit status and the last row it recorded
+    CRASHED = "crashed"
 
     @classmethod
     def parse(cls, value: Outcome | str) -> Outcome:
@@ -59,7 +65,14 @@ class Outcome(str, Enum):
     @property
     def fails_test(self) -> bool:
         """Whether a check with this outcome fails its test (a vacuous check is never green)."""
-        return self in (Outcome.FAIL, Outcome.INCONCLUSIVE)
+        return self in (Outcome.FAIL, Outcome.INCONCLUSIVE, Outcome.HUNG, Outcome.CRASHED)
+
+    @property
+    def broke(self) -> bool:
+        """Whether the test did not come to an end of its own: it hung or its process died. Ranked
+        with FAIL (it fails its test and its capability), and above it: a run that lost a test to a
+        crash knows less than one that failed it."""
+        return self in (Outcome.HUNG, Outcome.CRASHED)
 
     @property
     def severity(self) -> int:
@@ -88,9 +101,11 @@ class Outcome(str, Enum):
     @classmethod
     def of_test(cls, outcome: str, labels: Iterable[str] = ()) -> Outcome:
         """A test's own result (pytest's ``passed``, ``failed``, ``error``, ``skipped``,
-        ``xfailed``, ``xpassed``; JUnit's ``failure``) as an outcome; ``labels``: the row outcomes
+        ``xfailed``, ``xpassed``; JUnit's ``failure``; the harness's ``hung`` and ``crashed``) as an outcome; ``labels``: the row outcomes
         the test recorded, so that a failed test whose verdict was INCONCLUSIVE reads so."""
         seen = {cls.parse(label) for label in labels}
+        if outcome in (cls.HUNG.value, cls.CRASHED.value):
+            return cls(outcome)
         if outcome in ("failed", "failure", "error"):
             return cls.INCONCLUSIVE if cls.INCONCLUSIVE in seen and cls.FAIL not in seen else cls.FAIL
         bases = {
@@ -142,6 +157,8 @@ _SEVERITY = (
     Outcome.NOISY,
     Outcome.INCONCLUSIVE,
     Outcome.FAIL,
+    Outcome.HUNG,
+    Outcome.CRASHED,
 )
 _LABELS = {Outcome.UNJUDGED: "NOT JUDGED", Outcome.SKIP: "SKIPPED"}
 #: Every outcome value, in the order reports list their counts.

@@ -311,7 +311,8 @@ def amp_speedup(
             calibrate_command=f"{amp_calibrate_command} {calibrate_flags}".strip(),
             benchmark=benchmark,
             require_speedup=amp_require_speedup,
-            under_xdist=hasattr(request.config, "workerinput"),
+            # several xdist workers share the cores; one (--amp-isolate) times alone, as a serial run does
+            under_xdist=int(getattr(request.config, "workerinput", {}).get("workercount", 1)) > 1,
         )
 
     return check

@@ -18,9 +18,12 @@ import pytest
 
 from harness.domains.capabilities import CAPABILITIES, capability_of_fixtures
 from harness.domains.distributed import world as W
+from harness.numerics.verdict import Outcome
 from harness.platform.hardware import detect_cpu, emulated
+from harness.pytest_plugin import journaling
 from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.examples import independent_of_loaded_modules
+from harness.pytest_plugin.limits import TestHung
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
 from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of, suite_of
@@ -43,6 +46,7 @@ MARKERS = (
     "amp_suite(name): the suite name used for baselines and report rows (default: the directory under suites/)",
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
     "amp_harness: an amp-harness test that uses no amp_ fixture or marker otherwise (its hypothesis profile applies)",
+    "amp_timeout(seconds): this test's time limit instead of --amp-timeout / --amp-timeout-heavy (0: none)",
 )
 
 
@@ -229,10 +233,17 @@ def pytest_runtest_makereport(
     rep = yield
     st = state_of(item.config)
     xfail = hasattr(rep, "wasxfail")
-    outcome = ("xfailed" if rep.skipped else "xpassed") if xfail and not rep.failed else rep.outcome
+    outcome: str = ("xfailed" if rep.skipped else "xpassed") if xfail and not rep.failed else rep.outcome
     if rep.when == "call" or (rep.when == "setup" and not rep.passed):
         st.count_test("xfailed" if outcome == "xfailed" else rep.outcome)
-    st.record_test(item.nodeid, suite_of(item), rep.when, outcome, rep.duration, _first_line(rep, call))
+    hung = call.excinfo is not None and call.excinfo.errisinstance(TestHung)
+    message, detail = _first_line(rep, call), ""
+    if hung:  # pytest counts it failed; its result says why
+        assert call.excinfo is not None
+        outcome, message = Outcome.HUNG.value, str(call.excinfo.value)
+        detail = str(getattr(call.excinfo.value, "stacks", ""))
+    capability = next((str(v) for k, v in item.user_properties if k == CAPABILITY_PROPERTY), None)
+    st.record_test(item.nodeid, suite_of(item), rep.when, outcome, rep.duration, message, detail, capability)
     return rep
 
 
@@ -264,17 +275,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         st.written = [str(p) for p in st.store.flush()]
         st.write_errors += [(str(p), why) for p, why in st.store.errors]
     if launched is not None and not _gathered_to_rank_0(st, launched):
+        journaling.close(st)
+        journaling.finished(st, report_written=True)  # rank 0 holds this rank's records now
         return
     if st.is_worker:
+        journaling.close(st)  # its records travel to the controller now: the journal says it ended
         session.config.workeroutput[WORKER_KEY] = st.worker_output()  # type: ignore[attr-defined]
         return
-    if st.report_path is None and st.options.report_dir is not None and (st.activated or st.rows):
+    journaling.take_in_dead_workers(st)
+    journaling.close(st)
+    if st.broken and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if st.report_path is None and st.options.report_dir is not None and (st.activated or st.rows or st.broken):
         try:
             st.report_path = rp.write(
                 st.options.report_dir, st.run_id, st.rows, run_metadata(session, st), st.attachments
             )
         except OSError as exc:
             st.write_errors.append((str(st.options.report_dir / st.run_id), f"run report: {bl.describe_os_error(exc)}"))
+    journaling.finished(st, report_written=st.report_path is not None)
     if st.write_errors and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

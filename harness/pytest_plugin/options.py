@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from harness.platform.hardware import ProfileError, validate_profile
+from harness.pytest_plugin.limits import DEFAULT_HEAVY_LIMIT_S, DEFAULT_LIMIT_S, HEAVY_SUITES
 from harness.storage import baselines as bl
 
 TIERS = ("quick", "default", "thorough")
@@ -47,6 +48,12 @@ class Options:
     require_speedup: bool = False
     #: torch threads of an xdist worker: "auto", "off" or a number (:func:`worker_threads`)
     worker_threads: str = "auto"
+    #: seconds an amp-harness test may run before it is stopped as HUNG (0: no limit)
+    timeout_s: float = DEFAULT_LIMIT_S
+    #: the same for the distributed and compiled suites (:data:`harness.pytest_plugin.limits.HEAVY_SUITES`)
+    heavy_timeout_s: float = DEFAULT_HEAVY_LIMIT_S
+    #: run the tests in a worker process that is replaced when a test crashes it (pytest-xdist)
+    isolate: bool = False
 
     @property
     def hypothesis_profile(self) -> str:
@@ -117,6 +124,27 @@ def add_options(parser: pytest.Parser) -> None:
         "default: every worker uses every core, and the workers' thread pools fight), or a number.",
     )
     g.addoption(
+        "--amp-timeout",
+        default=None,
+        metavar="SECONDS",
+        help=f"time limit of each amp-harness test (default {DEFAULT_LIMIT_S:g}; 0: none): past it the test is "
+        "stopped, HUNG, with the stacks of its process's threads, and the run goes on. A test stuck in native code "
+        "is ended with its process a tenth of the limit later (survived with --amp-isolate or -n).",
+    )
+    g.addoption(
+        "--amp-timeout-heavy",
+        default=None,
+        metavar="SECONDS",
+        help=f"the same for the {' and '.join(HEAVY_SUITES)} suites (default {DEFAULT_HEAVY_LIMIT_S:g}; 0: none).",
+    )
+    g.addoption(
+        "--amp-isolate",
+        action="store_true",
+        help="run the tests in one pytest-xdist worker process that is replaced when a test crashes it (a segfault, "
+        "an abort, the OOM killer) or hangs past the time limit in native code: the test is CRASHED or HUNG and the "
+        "run goes on with the next one. Needs pytest-xdist.",
+    )
+    g.addoption(
         "--amp-require-speedup",
         action="store_true",
         help="qualification policy: every speed case must run faster under AMP than in fp32 (off by default: "
@@ -160,6 +188,7 @@ def parse(config: pytest.Config) -> Options:
     threads = str(config.getoption("--amp-worker-threads")).strip()
     if threads not in ("auto", "off") and not (threads.isdigit() and int(threads) >= 1):
         raise pytest.UsageError(f"--amp-worker-threads={threads!r}: expected auto, off or a positive integer")
+    limits = {name: _seconds(config, name, default) for name, default in _LIMITS}
     rdir = config.getoption("--amp-report-dir")
     report_dir = None if config.getoption("--amp-no-report") else Path(rdir) if rdir else rootdir / "amp-reports"
     return Options(
@@ -173,7 +202,27 @@ def parse(config: pytest.Config) -> Options:
         candidates_dir=candidates_dir,
         require_speedup=bool(config.getoption("--amp-require-speedup")),
         worker_threads=threads,
+        timeout_s=limits["--amp-timeout"],
+        heavy_timeout_s=limits["--amp-timeout-heavy"],
+        isolate=bool(config.getoption("--amp-isolate")),
     )
+
+
+_LIMITS = (("--amp-timeout", DEFAULT_LIMIT_S), ("--amp-timeout-heavy", DEFAULT_HEAVY_LIMIT_S))
+
+
+def _seconds(config: pytest.Config, name: str, default: float) -> float:
+    """A time limit in seconds: a non-negative number (0: none)."""
+    raw = config.getoption(name)
+    if raw is None:
+        return default
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise pytest.UsageError(f"{name}={raw!r}: expected a number of seconds, 0 or more (0: no limit)")
+    return value
 
 
 def worker_threads(setting: str, workers: int, cpus: int, omp_env: str | None) -> tuple[int | None, str]:

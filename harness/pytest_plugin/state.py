@@ -20,6 +20,7 @@ from harness.platform.hardware import Fingerprint, detect
 from harness.pytest_plugin.options import Options, worker_threads
 from harness.storage import baselines as bl
 from harness.storage import report as rp
+from harness.storage.journal import Journal
 from harness.storage.provenance import git_commit
 
 _WORKER_KEY = "amp_harness"
@@ -69,6 +70,25 @@ class State:
     report_path: Path | None = None
     #: files written into the run report beside its rows (a failed check's saved inputs), by name
     attachments: dict[str, bytes] = field(default_factory=dict)
+    #: this process's journal (:mod:`harness.pytest_plugin.journaling`): every row and test result
+    #: appended as recorded, so that a crash loses nothing; None before the first amp-harness test
+    #: and in a run that writes no report
+    journal: Journal | None = None
+    #: why the journal could not be written (a full disk): said at the end; the run went on and its
+    #: report is made from memory as before
+    journal_error: str | None = None
+    #: tests this process saw break (crashed or hung), by node id, as their results
+    broken: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the run's journals a report was made from, beside this process's own (xdist workers' that died)
+    recovered_from: list[str] = field(default_factory=list)
+    #: (controller) the journals of workers whose output arrived: their records are in memory
+    delivered: set[str] = field(default_factory=set)
+    #: (controller) exit status of each worker that went down with an error, by worker id
+    returncodes: dict[str, int | None] = field(default_factory=dict)
+    #: the fault handler pointed at this process's journal (:mod:`harness.pytest_plugin.crashes`)
+    fault_capture: Any = None
+    #: reports this session made from dead sessions' journals at its start, with what broke there
+    recovered_runs: list[tuple[Path, list[str]]] = field(default_factory=list)
 
     #: xdist workers in the run (0: not under xdist)
     worker_count: int = 0
@@ -123,9 +143,21 @@ class State:
         return "cpu" if d == "auto" else d
 
     def add_row(self, row: rp.Row) -> None:
-        """The row sink handed to recorders."""
+        """The row sink handed to recorders: kept, and journaled at once."""
         self.activated = True
-        self.rows.append(row.as_dict())
+        d = row.as_dict()
+        self.rows.append(d)
+        self._journal("row", d)
+
+    def _journal(self, method: str, *args: Any) -> None:
+        """Append to the journal; a journal that cannot be written (a full disk) is said once, and
+        the run goes on with its report made from memory as before."""
+        if self.journal is None or self.journal.closed:
+            return
+        try:
+            getattr(self.journal, method)(*args)
+        except OSError as exc:
+            self.journal_error = self.journal_error or f"{self.journal.directory}: {bl.describe_os_error(exc)}"
 
     def attach(self, name: str, data: bytes) -> str:
         """Queue a file for the run report (written with it, atomically); returns its name there,
@@ -133,22 +165,63 @@ class State:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:80]
         key = f"{rp.ATTACHMENTS}/{self.worker_id or 'gw'}-{len(self.attachments)}-{safe}"
         self.attachments[key] = data
+        self._journal("attachment", key, data)
         return key
 
     def count_test(self, outcome: str) -> None:
         self.test_outcomes[outcome] = self.test_outcomes.get(outcome, 0) + 1
+        self._journal("count", outcome)
 
-    def record_test(self, nodeid: str, suite: str, phase: str, outcome: str, duration: float, message: str) -> None:
+    def test_started(self, nodeid: str, suite: str, capability: str | None) -> None:
+        self._journal("started", nodeid, suite, capability)
+
+    def test_ended(self, nodeid: str) -> None:
+        """A test's phases all ran: its result goes to the journal."""
+        if nodeid in self.test_results:
+            self._journal("test", self.test_results[nodeid])
+
+    def record_broken(self, result: dict[str, Any], *, count: bool) -> None:
+        """A test that crashed or hung, as its result (:func:`harness.storage.journal.broken_result`);
+        ``count``: add it to pytest's counts as a failure (a test pytest itself never reported)."""
+        self.broken[str(result["nodeid"])] = result
+        self.test_results[str(result["nodeid"])] = dict(result)
+        if count:
+            self.count_test("failed")
+        self._journal("test", result)
+
+    def record_test(
+        self,
+        nodeid: str,
+        suite: str,
+        phase: str,
+        outcome: str,
+        duration: float,
+        message: str,
+        detail: str = "",
+        capability: str | None = None,
+    ) -> None:
         """One phase of a test: the result is the first phase that did not pass (setup error or
         skip, the call's outcome, a teardown error), the duration their sum."""
         r = self.test_results.setdefault(
-            nodeid, {"nodeid": nodeid, "suite": suite, "result": "passed", "duration_s": 0.0, "message": ""}
+            nodeid,
+            {
+                "nodeid": nodeid,
+                "suite": suite,
+                "result": "passed",
+                "duration_s": 0.0,
+                "message": "",
+                "detail": "",
+                "capability": capability,
+            },
         )
         r["duration_s"] += duration
+        if r["result"] == Outcome.HUNG.value:
+            return  # the time limit stopped it: what its teardown said after does not change that
         if phase == "call" or (outcome != "passed" and r["result"] in ("passed", "xpassed")):
             if phase != "call" and outcome == "failed":
                 outcome = "error"
             r["result"], r["message"] = outcome, message or r["message"]
+            r["detail"] = detail or r["detail"]
 
     def test_table(self) -> list[dict[str, Any]]:
         """Every test's result with its verdict: :meth:`Outcome.of_test` of the result and the
@@ -173,6 +246,8 @@ class State:
             "outcomes": self.test_outcomes,
             "test_results": self.test_results,
             "attachments": self.attachments,
+            "journal": self.journal.name if self.journal is not None else None,
+            "journal_error": self.journal_error,
             "worker": {
                 "id": self.worker_id,
                 "threads": self.threads_note,
@@ -191,6 +266,9 @@ class State:
             self.test_outcomes[k] = self.test_outcomes.get(k, 0) + v
         self.test_results.update(out.get("test_results", {}))
         self.attachments.update(out.get("attachments", {}))
+        if out.get("journal"):
+            self.delivered.add(str(out["journal"]))
+        self.journal_error = self.journal_error or out.get("journal_error")
         if out.get("worker"):
             self.workers.append(dict(out["worker"]))
 
@@ -208,9 +286,19 @@ def suite_of(item: pytest.Item) -> str:
     marker = item.get_closest_marker("amp_suite")
     if marker is not None and marker.args:
         return str(marker.args[0])
-    parts = Path(str(item.path)).parts
+    return _suite_of_path(str(item.path))
+
+
+def suite_of_nodeid(nodeid: str, path: str) -> str:
+    """The suite of a test known by its node id and path only (a crashed worker's test, seen by the
+    controller, which has no item): the directory under ``suites/``, else the module name."""
+    return _suite_of_path(path or nodeid.split("::")[0])
+
+
+def _suite_of_path(path: str) -> str:
+    parts = Path(path).parts
     if "suites" in parts:
         i = len(parts) - 1 - parts[::-1].index("suites")
         if i + 2 < len(parts):
             return parts[i + 1]
-    return Path(str(item.path)).stem.removeprefix("test_")
+    return Path(path).stem.removeprefix("test_")

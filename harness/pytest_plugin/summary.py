@@ -17,15 +17,36 @@ from harness.storage import report as rp
 def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
     """``run.json``: environment, options, commit, times, test and row outcome counts, and each
     test's own result (``test_results``: :attr:`harness.storage.report.LoadedReport.tests`)."""
-    fp = st.fingerprint
-    cfg = session.config
+    return {
+        **static_metadata(session.config, st),
+        **machine_metadata(st),
+        "finished": rp.now_iso(),
+        "tests": dict(st.test_outcomes),
+        "test_results": st.test_table(),
+        "exitstatus": int(session.exitstatus),
+        "row_outcomes": rp.summarize(st.rows),
+        "write_errors": [{"path": p, "reason": why} for p, why in st.write_errors],
+        # under pytest-xdist: what each worker ran on (its torch threads are part of its class)
+        "xdist_workers": sorted(st.workers, key=lambda w: str(w.get("id"))),
+        **({"recovered_journals": st.recovered_from} if st.recovered_from else {}),
+    }
+
+
+def machine_metadata(st: State) -> dict[str, Any]:
+    """What the machine is (detected once, when first needed: it imports torch)."""
+    return {
+        "fingerprint": st.fingerprint.as_dict(),
+        "profile": st.profile_for(st.primary_device),
+        "primary_device": st.primary_device,
+    }
+
+
+def static_metadata(cfg: pytest.Config, st: State) -> dict[str, Any]:
+    """What is known of the run at its start: the journal's header carries it, so that a run
+    recovered after a crash has it too."""
     return {
         "harness_version": __version__,
         "started": st.started,
-        "finished": rp.now_iso(),
-        "fingerprint": fp.as_dict(),
-        "profile": st.profile_for(st.primary_device),
-        "primary_device": st.primary_device,
         "git_commit": st.commit,
         "options": {
             "devices": st.options.devices,
@@ -39,13 +60,6 @@ def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
             "hypothesis_seed": cfg.getoption("--hypothesis-seed", default=None),
         },
         "invocation": list(cfg.invocation_params.args),
-        "tests": dict(st.test_outcomes),
-        "test_results": st.test_table(),
-        "exitstatus": int(session.exitstatus),
-        "row_outcomes": rp.summarize(st.rows),
-        "write_errors": [{"path": p, "reason": why} for p, why in st.write_errors],
-        # under pytest-xdist: what each worker ran on (its torch threads are part of its class)
-        "xdist_workers": sorted(st.workers, key=lambda w: str(w.get("id"))),
     }
 
 
@@ -71,6 +85,14 @@ def terminal_lines(st: State) -> list[str]:
         why = f" ({st.deselected} deselected tests may use them)" if st.deselected else ""
         lines.append(f"baselines not used by any collected check in their directories{why}:")
         lines += [f"  {display(p)}" for p in unused]
+    for path, broken in st.recovered_runs:
+        lines.append(f"an interrupted run's journal, recovered into its report: {display(path)}")
+        lines += broken
+    if st.broken:
+        lines.append(f"tests that broke ({len(st.broken)}): a result each in the run report")
+        lines += [f"  {str(b['result']).upper()} {b['nodeid']}: {b['message']}" for b in st.broken.values()]
+    if st.journal_error:
+        lines.append(f"journal not written ({st.journal_error}): a crash from here on would have lost the run")
     if st.report_path is not None:
         counts = rp.summarize(st.rows)
         detail = ", ".join(f"{v} {k}" for k, v in counts.items() if v)

@@ -37,12 +37,16 @@ if TYPE_CHECKING:
 #: 4: each test's own result in the run metadata (``test_results``), beside its rows, and the
 #: ``kind`` column (RowKind); earlier reports get their kind from the metric's name on loading,
 #: the rule readers applied before (``policy.*``, ``known_issue.*``, ``*.speedup``).
-SCHEMA_VERSION = 4
-READABLE_SCHEMAS = (1, 2, 3, 4)
-#: A test's result: pytest's outcome (passed, failed, error, skipped, xfailed, xpassed), its
-#: duration, the first line of its failure or skip reason, and its verdict (an Outcome value: the
-#: test's result together with the outcomes of the rows it recorded, Outcome.of_test).
-TEST_COLUMNS = ("nodeid", "suite", "result", "duration_s", "message", "verdict")
+#: 5: test results may be ``hung`` or ``crashed`` (a test stopped at its time limit, or during which
+#: its process died), with ``detail`` (the stacks of its threads) and ``capability``; a run made
+#: from a dead session's journal says so in its metadata (``interrupted``).
+SCHEMA_VERSION = 5
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
+#: A test's result: pytest's outcome (passed, failed, error, skipped, xfailed, xpassed) or the
+#: harness's (hung, crashed), its duration, the first line of its failure or skip reason, and its
+#: verdict (an Outcome value: the test's result together with the outcomes of the rows it
+#: recorded, Outcome.of_test); what more it left (a hung test's stacks), and the capability it decides.
+TEST_COLUMNS = ("nodeid", "suite", "result", "duration_s", "message", "verdict", "detail", "capability")
 ROWS_PARQUET = "rows.parquet"
 ROWS_CSV = "rows.csv"
 RUN_JSON = "run.json"
