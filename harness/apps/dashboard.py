@@ -352,7 +352,8 @@ def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
         else {}
     )
     details = (
-        dict(zip(tests["nodeid"].astype(str), tests["detail"].fillna("").astype(str), strict=True))
+        # astype first: a report whose results have no detail reads as an all-NaN float column
+        dict(zip(tests["nodeid"].astype(str), tests["detail"].astype("string").fillna("").astype(str), strict=True))
         if len(tests) and "detail" in tests
         else {}
     )
