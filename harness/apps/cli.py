@@ -276,6 +276,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.domains.speed import (  # lazy: imports torch
         bench,
         calibration,
+        sizing,
         thresholds,
     )
     from harness.storage import profiles  # lazy: imports torch
@@ -288,11 +289,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     workloads = {**bench.WORKLOADS, **compiled_speed.workloads("inductor"), **fp8_speed.WORKLOADS}
     known_cases = (
         *thresholds.DEFAULT_CASES,
+        *thresholds.GPU_CASES,
         *compiled_speed.DEFAULT_CASES,
         *compiled_speed.THOROUGH_CASES,
         *fp8_speed.CASES,
     )
-    cases = (*thresholds.DEFAULT_CASES, *(compiled_speed.CALIBRATED_CASES if args.compiled else ()))
+    gpu_cases = thresholds.GPU_CASES if device.type == "cuda" else ()
+    cases = (*thresholds.DEFAULT_CASES, *gpu_cases, *(compiled_speed.CALIBRATED_CASES if args.compiled else ()))
     if args.cases:
         wanted = [tuple(c.split("/", 1)) for c in args.cases]
         unknown = [("/".join(c)) for c in wanted if c not in known_cases]
@@ -305,6 +308,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             return 2
         cases = tuple((w, d) for w, d in wanted)
     existing = profiles.load(root, hc.id, profile_id or "")
+    floor = sizing.launch_floor(device)
     prof = profiles.Profile(
         hc.id,
         f"{hc.id}: calibrated by amp-harness calibrate",
@@ -313,8 +317,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         peak_origin=existing.peak_origin,
         thresholds=dict(existing.thresholds),
         derived_from=hc.derived_from,
+        launch_floor_s=floor,
     )
     print(f"calibrating hardware class {hc.id} ({hc.describe()})", flush=True)
+    print(f"  launch floor: {floor * 1e6:.3g} us a trivial kernel, launched and synchronised", flush=True)
     same_torch = existing.provenance.get("torch") == fp.torch_version
     results = calibration.calibrate(
         cases,
@@ -325,6 +331,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         stored=existing.thresholds if same_torch else {},
         log=lambda line: print(line, flush=True),
         hardware_class=hc.id,
+        launch_floor_s=floor,
     )
     for result in results:
         prof.thresholds["/".join(result.case)] = result.threshold

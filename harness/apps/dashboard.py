@@ -368,6 +368,35 @@ def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
     return out
 
 
+def achieved_rates(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """class x speed case x path: achieved TFLOP/s, the device's peak and the fraction of it, from
+    the latest run of each hardware class (``<case>.<path>.flops_per_s`` rows)."""
+    columns = ["profile", "case", "path", "dtype", "size", "tflops", "peak_tflops", "fraction_of_peak"]
+    latest = runs.dropna(subset=["profile"]).groupby("profile").tail(1)
+    if not len(latest) or not len(rows):
+        return pd.DataFrame(columns=columns)
+    chosen = rows[rows["run_id"].isin(set(latest["run_id"])) & rows["metric"].str.endswith(".flops_per_s", na=False)]
+    profile_of = dict(zip(latest["run_id"].astype(str), latest["profile"].astype(str), strict=True))
+    out = []
+    for r in rp.records(chosen):
+        case, _, rest = str(r["metric"]).partition(".")
+        tags = rp.row_tags(r)
+        peak = r.get("expected")
+        out.append(
+            {
+                "profile": profile_of.get(str(r["run_id"])),
+                "case": case,
+                "path": rest.removesuffix(".flops_per_s"),
+                "dtype": r.get("dtype"),
+                "size": tags.get("size"),
+                "tflops": float(r["value"]) / 1e12,
+                "peak_tflops": float(peak) / 1e12 if peak is not None and peak == peak else None,
+                "fraction_of_peak": tags.get("fraction_of_peak"),
+            }
+        )
+    return pd.DataFrame(out, columns=columns).sort_values(["profile", "case", "path"]).reset_index(drop=True)
+
+
 def runs_by_suites(loaded: Loaded) -> pd.DataFrame:
     """runs (oldest first) x suites: each cell the worst outcome of that run's tests of that suite
     (as PyTorch's HUD shows commits x jobs); "-" where the run did not run the suite."""
@@ -692,6 +721,12 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
         f"<h2>Regression flags (comparable metrics: median of the previous {window} runs, any change of a "
         "deterministic value or a move beyond a statistic's drift; 2 violating points in a row = regression)</h2>",
         _table(flagged.sort_values(["flag", "metric_id"]), "flags") if len(flagged) else "<p>none</p>",
+    ]
+    rates = achieved_rates(loaded.rows, loaded.runs)
+    parts += [
+        "<h2>Achieved rate (latest run of each hardware class: each speed case's TFLOP/s per path and its "
+        "fraction of the device's peak for that dtype)</h2>",
+        _table(rates, "rates") if len(rates) else "<p>no speed case with a FLOP count ran</p>",
     ]
     stacks = stacks_view(loaded)
     parts += [

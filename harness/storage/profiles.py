@@ -38,6 +38,9 @@ class Profile:
     thresholds: dict[str, Threshold] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     derived_from: dict[str, Any] = field(default_factory=dict)
+    #: seconds of one trivial kernel launched and synchronised, measured at calibration: what the
+    #: speed checks size their workloads against (None: measured when a run needs it)
+    launch_floor_s: float | None = None
 
     def threshold(self, workload: str, dtype: str) -> Threshold | None:
         """The calibrated threshold of a pair; None on an uncalibrated class or an uncalibrated pair."""
@@ -55,6 +58,7 @@ class Profile:
             "peak_origin": self.peak_origin,
             "thresholds": {k: vars(v) for k, v in sorted(self.thresholds.items())},
             "provenance": self.provenance,
+            "launch_floor_s": self.launch_floor_s,
         }
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
@@ -107,6 +111,7 @@ def load(baseline_dir: Path, hardware_class: str, profile_id: str = "") -> Profi
         thresholds,
         raw.get("provenance", {}),
         raw.get("derived_from", {}),
+        raw.get("launch_floor_s"),
     )
 
 

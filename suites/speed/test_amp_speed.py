@@ -7,6 +7,11 @@ fp32, AMP ...), and judged against the threshold calibrated on this machine's *h
 class's own speed, so a 1.3x slower AMP path fails whether AMP is 4x faster or 2x slower there.
 A failure counts only when a second measurement confirms it. A class with no calibration is
 measured and recorded, NOT JUDGED, with the command that calibrates it. Whether AMP pays off on the class is reported as a finding of its own.
+
+Each case is measured at the smallest rung of its size ladder that is compute-bound on the device
+(a GPU runs matmuls of thousands per side, the CPU kinds today's sizes), and records each path's
+achieved FLOP/s against the device's peak. On a GPU whose tensor cores run the AMP dtype, a
+compute-bound case slower in AMP than in fp32 fails, calibrated or not (the physics floor).
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ from harness.domains.speed import bench, thresholds
 
 pytestmark = pytest.mark.amp_capability("speed")
 
-THOROUGH = [(w, d) for w in bench.WORKLOADS for d in ("bfloat16", "float16") if (w, d) not in thresholds.DEFAULT_CASES]
+THOROUGH = [
+    (w, d)
+    for w in bench.WORKLOADS
+    for d in ("bfloat16", "float16")
+    if (w, d) not in thresholds.DEFAULT_CASES and (w, d) not in thresholds.GPU_CASES
+]
 
 #: Where bf16 is emulated (AVX2-only kernels) one bf16 matmul_1024 takes seconds, and the
 #: default tier keeps matmul_512's bf16 case to judge the same kernel there.
@@ -31,6 +41,7 @@ CASES = [
         else c
         for c in thresholds.DEFAULT_CASES
     ),
+    *(pytest.param(c, marks=pytest.mark.amp_thorough_on("cpu")) for c in thresholds.GPU_CASES),
     *(pytest.param(c, marks=pytest.mark.amp_thorough) for c in THOROUGH),
 ]
 
@@ -39,3 +50,18 @@ CASES = [
 def test_amp_speedup_meets_the_class_threshold(case, amp_speedup):
     name, dtype_name = case
     amp_speedup(bench.WORKLOADS[name], dtype_name)
+
+
+@pytest.mark.amp_cuda
+def test_launch_overhead_is_reported_apart_from_arithmetic(amp_device, amp_dtype, amp_record):
+    """A launch-bound case on purpose: a 64 x 64 matmul eager and replayed from a CUDA graph. The
+    sized cases above measure arithmetic; this one says what a launch costs on this stack (a
+    driver or torch release that slows launches shows here, not as a lost speedup)."""
+    from harness.domains.speed import sizing
+
+    if amp_device.type != "cuda":
+        pytest.skip("the launch-bound case times GPU launches (CUDA graphs): the CPU has none to take apart")
+    t = sizing.launch_overhead(amp_device, amp_dtype)
+    note = f"a {sizing.LAUNCH_BOUND_N}x{sizing.LAUNCH_BOUND_N} matmul: eager (launch and arithmetic) vs a CUDA graph"
+    for metric, value in (("eager_s", t.eager_s), ("graph_s", t.graph_s), ("launch_overhead_s", t.overhead_s)):
+        amp_record(f"launch_bound.{metric}", value, unit="s", dtype=amp_dtype, device=amp_device, note=note)

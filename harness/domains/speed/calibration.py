@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.speed import bench, thresholds
+from harness.domains.speed import bench, sizing, thresholds
 from harness.domains.speed.thresholds import Threshold
 
 Case = tuple[str, str]
@@ -111,10 +111,22 @@ def calibrate(
     stored: Mapping[str, Threshold],
     log: Callable[[str], None],
     hardware_class: str,
+    launch_floor_s: float | None = None,
 ) -> list[CaseResult]:
     """Measure every case ``runs`` times (plus retakes) and place its threshold. ``stored``: the
-    class's thresholds from an earlier calibration with the same torch (their probe times count)."""
+    class's thresholds from an earlier calibration with the same torch (their probe times count).
+    ``launch_floor_s``: the device's launch floor; each laddered case is then measured at the
+    smallest rung that is compute-bound here (:mod:`harness.domains.speed.sizing`), and its
+    threshold keeps the rung (None: every case at its first rung)."""
     results: dict[Case, CaseResult] = {}
+    rungs: dict[str, sizing.Sizing] = {}
+    if launch_floor_s is not None:
+        for workload in sorted({w for w, _ in cases}):
+            known = workloads[workload]
+            if known.sizes and known.missing(device) is None:
+                rungs[workload] = sizing.choose(known, launch_floor_s, lambda w: sizing.fp32_call_s(w, device))
+                log(f"  size: {rungs[workload].describe()}")
+    workloads = {**workloads, **{w: s.workload for w, s in rungs.items()}}
     measured: list[Case] = []
     first: dict[Case, bench.Timing] = {}  # each case's uncounted first measurement
     # one probe per dtype, sized for this kind (bench.probe_side) and stored with the thresholds
@@ -238,6 +250,7 @@ def calibrate(
         placed = dataclasses.replace(
             thresholds.calibrated([t.speedup for t in chosen], runs, refs[dtype], len(kept[case])),
             probe_side=sides[dtype],
+            size=rungs[workload].size if workload in rungs else None,
             # the same runs' baseline time: a pass whose baseline runs slower was raised by it
             baseline_s=statistics.median(t.fp32_median_s for t in chosen) if chosen and device.type == "cpu" else None,
         )

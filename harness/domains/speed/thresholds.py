@@ -32,6 +32,10 @@ DEFAULT_CASES: tuple[tuple[str, str], ...] = (
     ("layer_norm", "bfloat16"),
     ("lm_train_step", "bfloat16"),
 )
+#: Cases the default tier measures on a GPU only: a small transformer's training step at a width
+#: that keeps the GPU busy, the explainer's 2-3x training speedup from tensor cores (on the CPU
+#: kinds its smallest rung takes seconds where bf16 is emulated: thorough there).
+GPU_CASES: tuple[tuple[str, str], ...] = (("transformer_step", "bfloat16"),)
 
 
 #: The farthest (as a ratio, either way) any calibration run of a pair may lie from the runs'
@@ -61,6 +65,10 @@ class Threshold:
     #: the runs the threshold comes from); a pass whose baseline ran over bench.BASELINE_SLOWED times
     #: it is no verdict (None: files before it, and CUDA, where the clock is the GPU's)
     baseline_s: float | None = None
+    #: the rung of the workload's size ladder the class was calibrated at (None: its first rung, or a
+    #: workload with one size): the suite measures there, whatever it would choose, so that the
+    #: threshold and the measurement are one computation
+    size: int | None = None
 
     @property
     def judged(self) -> bool:

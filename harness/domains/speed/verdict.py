@@ -24,6 +24,7 @@ from harness.domains.speed.bench import (
     is_busy,
     is_noisy,
 )
+from harness.domains.speed.sizing import Floor
 from harness.domains.speed.thresholds import Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome, RowKind
@@ -57,24 +58,35 @@ class SpeedVerdict:
     reason: str
     #: NOISY only: which rule abstained
     abstained: Abstention | None = None
+    #: the physics floor the case is held to (a GPU's matrix units: AMP no slower than fp32), if any
+    floor: Floor | None = None
 
     @property
     def limit(self) -> float | None:
-        return self.threshold.min_speedup if self.threshold is not None and self.threshold.judged else None
+        """The speedup the case must reach: the class's threshold and the physics floor, the higher."""
+        th = self.threshold.min_speedup if self.threshold is not None and self.threshold.judged else None
+        limits = [x for x in (th, self.floor.minimum if self.floor is not None else None) if x is not None]
+        return max(limits) if limits else None
 
     def claim(self) -> ClaimComparison:
         """The judged claim (PASS/FAIL only): speedup >= the class's threshold."""
         t, limit = self.timing, self.limit
         assert limit is not None and self.outcome in (Outcome.PASS, Outcome.FAIL)
+        th = self.threshold.min_speedup if self.threshold is not None and self.threshold.judged else None
+        what = (
+            f"the {self.hardware_class} threshold"
+            if self.floor is None or (th is not None and th >= self.floor.minimum)
+            else "the physics floor"
+        )
         return compare_claim(
             f"{self.workload}.speedup",
             t.speedup,
             self.outcome is Outcome.PASS,
-            f"AMP-over-fp32 speedup >= the {self.hardware_class} threshold {limit}x ({self.reason})",
+            f"AMP-over-fp32 speedup >= {what} {limit}x ({self.reason})",
             detail=(
-                f"{self.workload}/{self.dtype}: AMP speedup {t.speedup:.3g}x is below the {self.hardware_class} threshold "
+                f"{self.workload}/{self.dtype}: AMP speedup {t.speedup:.3g}x is below {what} "
                 f"{limit}x ({t.describe()}; baseline {t.fp32_median_s * 1e3:.3g} ms, AMP {t.amp_median_s * 1e3:.3g} ms "
-                f"per iteration); threshold origin: {self.reason}",
+                f"per iteration); its origin: {self.reason}",
             ),
             allowance=limit,
             unit="x",
@@ -96,8 +108,24 @@ def judge(
     timing: Timing,
     threshold: Threshold | None,
     calibrate_command: str,
+    floor: Floor | None = None,
 ) -> SpeedVerdict:
-    """Decide one measurement. ``calibrate_command`` is what the UNJUDGED reason tells the user to run."""
+    """Decide one measurement. ``calibrate_command`` is what the UNJUDGED reason tells the user to
+    run. ``floor``: the physics floor (:func:`harness.domains.speed.sizing.physics_floor`): a speedup
+    whose whole interval lies below it FAILS whatever the threshold, calibrated or not."""
+    if floor is not None:
+        lo, hi = timing.interval
+        below = timing.speedup < floor.minimum and (hi < floor.minimum or timing.rounds < MIN_ROUNDS)
+        if below:
+            reason = (
+                f"below the physics floor {floor.minimum:g}x (its {CONFIDENCE:.0%} interval [{lo:.3g}, {hi:.3g}]): "
+                f"{floor.reason}"
+            )
+            return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.FAIL, reason, None, floor)
+        uncalibrated = threshold is None or not threshold.judged
+        if uncalibrated and timing.speedup >= floor.minimum and lo >= floor.minimum:
+            reason = f"at or above the physics floor {floor.minimum:g}x ({floor.reason}); the class is not calibrated"
+            return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.PASS, reason, None, floor)
     if threshold is None:
         reason = (
             f"NOT JUDGED: hardware class {hardware_class} has no calibrated speed thresholds "
@@ -150,6 +178,19 @@ def judge(
             f"{calibrate_command}"
         )
         return noisy(Abstention.BASELINE_SLOWED, reason)
+    if floor is not None and timing.speedup < floor.minimum:
+        return SpeedVerdict(
+            workload, dtype, hardware_class, timing, threshold, Outcome.NOISY, "below the physics floor within the "
+            f"speedup's interval: {floor.reason}", Abstention.INTERVAL, floor
+        )  # fmt: skip
     return SpeedVerdict(
-        workload, dtype, hardware_class, timing, threshold, Outcome.of(timing.speedup >= limit), threshold.origin
+        workload,
+        dtype,
+        hardware_class,
+        timing,
+        threshold,
+        Outcome.of(timing.speedup >= limit),
+        threshold.origin,
+        None,
+        floor,
     )

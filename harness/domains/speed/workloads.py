@@ -3,6 +3,7 @@ backward, attention, layer norm, a small LM's training step), each a baseline an
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,22 @@ class Workload:
     unavailable: Callable[[torch.device], str | None] | None = None
     #: what a failed check's script times: the text ``make`` was built from (None: no script)
     script: Script | None = None
+    #: the size ladder, smallest first (sizes[0] is the size this workload is built at; empty: one
+    #: size). The speed checks measure the smallest rung that is compute-bound on the device
+    #: (:mod:`harness.domains.speed.sizing`)
+    sizes: tuple[int, ...] = ()
+    #: what a size is (``N``: an N x N matmul)
+    size_name: str = ""
+    #: size -> this workload at that rung (its computation, FLOP count and script)
+    resize: Callable[[int], Workload] | None = None
+
+    def at(self, size: int) -> Workload:
+        """This workload at rung ``size`` of its ladder."""
+        if not self.sizes or size == self.sizes[0]:
+            return self
+        if size not in self.sizes or self.resize is None:
+            raise ValueError(f"{self.name}: {size} is not on its ladder {self.sizes}")
+        return self.resize(size)
 
     def missing(self, device: torch.device) -> str | None:
         """Why this workload cannot run on ``device``, or None."""
@@ -78,8 +95,8 @@ MATMUL_SOURCE = f"""def make(DEVICE, DTYPE):
 """
 LINEAR_SOURCE = f"""def make(DEVICE, DTYPE):
     torch.manual_seed(0)
-    layer = torch.nn.Linear(1024, 1024).to(DEVICE)
-    x = torch.randn(256, 1024, device=DEVICE)
+    layer = torch.nn.Linear(D, D).to(DEVICE)
+    x = torch.randn(D // 4, D, device=DEVICE)
 
     def run():
         with {_AUTOCAST}:
@@ -90,7 +107,7 @@ LINEAR_SOURCE = f"""def make(DEVICE, DTYPE):
 """
 SDPA_SOURCE = f"""def make(DEVICE, DTYPE):
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 8, 256, 64, generator=g).to(DEVICE) for _ in range(3))
+    q, k, v = (torch.randn(2, 8, S, 64, generator=g).to(DEVICE) for _ in range(3))
 
     def run():
         with {_AUTOCAST}:
@@ -123,6 +140,31 @@ LM_STEP_SOURCE = f"""def make(DEVICE, DTYPE):
         with {_AUTOCAST}:
             out = model(x)
             loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+
+    return run
+"""
+
+
+#: A small transformer's AdamW training step at width D (heads of 64, a 4D feed-forward, LAYERS
+#: pre-norm layers, B sequences of S tokens; GradScaler for fp16): the explainer's 2-3x training
+#: speedup from tensor cores, on a step wide enough to keep a GPU busy.
+TRANSFORMER_STEP_SOURCE = f"""def make(DEVICE, DTYPE):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(D, D // 64, 4 * D, dropout=0.0, batch_first=True, norm_first=True)
+    model = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).to(DEVICE)
+    head = torch.nn.Linear(D, D).to(DEVICE)
+    opt = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=1e-4)
+    x = torch.randn(B, S, D, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    scaler = torch.amp.GradScaler(DEVICE.type, enabled=DTYPE is torch.float16)
+
+    def run():
+        opt.zero_grad()
+        with {_AUTOCAST}:
+            loss = head(model(x)).float().square().mean()
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
@@ -177,14 +219,55 @@ def _source(name: str, source: str, flops: float | None, autocast_op: str | None
     return Workload(name, _from_source(source, lambda: constants), flops, autocast_op=autocast_op, script=script)
 
 
+def _laddered(
+    name: str,
+    source: str,
+    size_name: str,
+    sizes: tuple[int, ...],
+    flops: Callable[[int], float],
+    constants: Callable[[int], dict[str, Any]] | None = None,
+) -> Workload:
+    """A workload of ``source`` on a size ladder: ``size_name`` (a name in the source) takes each
+    of ``sizes``, ``constants(size)`` any other names; built at ``sizes[0]``."""
+
+    def at(size: int) -> Workload:
+        names = {size_name: size, **(constants(size) if constants is not None else {})}
+        w = _source(name, source, flops(size), **names)
+        return dataclasses.replace(w, sizes=sizes, size_name=size_name, resize=at)
+
+    return at(sizes[0])
+
+
+def _transformer_flops(d: int, b: int = 8, s: int = 256, layers: int = 2) -> float:
+    """FLOPs of one forward and backward (3x the forward) of TRANSFORMER_STEP_SOURCE: per layer the
+    q, k, v, output and 4D feed-forward matmuls (24 T D^2 for T = B S tokens) and attention's scores
+    and weighted sum (4 B S^2 D), then the head (2 T D^2)."""
+    t = b * s
+    return 3.0 * (layers * (24.0 * t * d * d + 4.0 * b * s * s * d) + 2.0 * t * d * d)
+
+
+#: The rungs of the matmul ladders: powers of two up to 8192 (a 8192 fp32 matmul is 1.1 TFLOP, 16 ms
+#: on an H200, seconds on a 2-core CPU: the CPU never climbs that far, its first rung is compute-bound).
+_MATMUL_RUNGS = (256, 512, 1024, 2048, 4096, 8192)
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
-        _source("matmul_256", MATMUL_SOURCE, _mm_flops(256), N=256),
-        _source("matmul_512", MATMUL_SOURCE, _mm_flops(512), N=512),
-        _source("matmul_1024", MATMUL_SOURCE, _mm_flops(1024), N=1024),
-        _source("linear_fwd_bwd", LINEAR_SOURCE, 3 * 2.0 * 256 * 1024 * 1024),
-        _source("sdpa", SDPA_SOURCE, 2 * 2.0 * 2 * 8 * 256 * 256 * 64),
+        *(
+            _laddered(f"matmul_{n}", MATMUL_SOURCE, "N", tuple(r for r in _MATMUL_RUNGS if r >= n), _mm_flops)
+            for n in (256, 512, 1024)
+        ),
+        _laddered("linear_fwd_bwd", LINEAR_SOURCE, "D", (1024, 2048, 4096, 8192), lambda d: 3 * 2.0 * (d // 4) * d * d),
+        _laddered("sdpa", SDPA_SOURCE, "S", (256, 512, 1024, 2048, 4096, 8192), lambda s: 2 * 2.0 * 2 * 8 * s * s * 64),
+        _laddered(
+            "transformer_step",
+            TRANSFORMER_STEP_SOURCE,
+            "D",
+            (128, 256, 512, 1024, 2048),
+            _transformer_flops,
+            lambda d: {"B": 8, "S": 256, "LAYERS": 2},
+        ),
         _source("layer_norm", LAYER_NORM_SOURCE, None, autocast_op="nn.LayerNorm"),
         Workload(
             "lm_train_step",

@@ -46,6 +46,9 @@ class RowRecorder(Protocol):
         tags: dict[str, Any] | None = ...,
         note: str = ...,
         comparable: bool | None = ...,
+        outcome: Any = ...,
+        kind: Any = ...,
+        drift: float | None = ...,
     ) -> None: ...
 
     def result(self, result: AnyComparison, *, repro: FailureRepro | None = None, **kw: Any) -> bool: ...
