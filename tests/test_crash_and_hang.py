@@ -342,3 +342,56 @@ def test_diff_ranks_a_test_that_crashed_or_hung_in_b_a_regression(tmp_path, befo
         d = df.diff(df.Side("A", a), df.Side("B", rp.load(run(f"b-{broken}", broken))))
         [check] = [c for c in d.changes if c.kind == "check"]
         assert check.status is df.Status.REGRESSED and check.b == broken.upper(), check
+
+
+CUT = (
+    HEADER + "import os, pathlib, signal\n\n"
+    "def test_m_is_cut_by_the_device_window(amp_record):\n"
+    "    amp_record('m.before', 6.0)\n"
+    "    mark = pathlib.Path(__file__).with_name('cut-once')\n"
+    "    if not mark.exists():  # the first part: the device's time ends, every process of the run with it\n"
+    "        mark.write_text('cut')\n"
+    "        os.killpg(os.getpgid(0), signal.SIGKILL)\n"
+)
+
+
+@pytest.mark.amp_thorough  # two qualifications in fresh interpreters, one killed: CI's standalone step
+@pytest.mark.standalone_scripts
+def test_a_qualification_cut_short_resumes_running_only_what_is_missing(pytester):
+    """The device window ends during a test (the whole process group killed); the same command
+    again recovers the first part's journal, runs only the cut test and the ones after it, and
+    judges every part together."""
+    import subprocess
+    import sys
+
+    _project(pytester, test_a=PASSING.format(name="a"), test_m=CUT, test_z=PASSING.format(name="z"))
+    out = pytester.path / "reports"
+    cmd = [sys.executable, "-m", "harness.apps.cli", "qualify", ".", "--resume", "--report-dir", str(out), "--"]
+    cmd += ["-p", "no:cacheprovider", "--amp-isolate"]
+    first = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, start_new_session=True, check=False)
+    assert first.returncode == -signal.SIGKILL, first.stdout[-2000:]
+    assert list(out.glob(f"{jr.PREFIX}*")) and not rp.find_runs(out), "the cut part left its journal, no report"
+    second = subprocess.run(cmd, cwd=pytester.path, capture_output=True, text=True, start_new_session=True, check=False)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert "an earlier part's journal, recovered" in second.stdout
+    assert "resumed: 1 tests finished in earlier parts" in second.stdout, second.stdout[-3000:]
+    assert re.search(r"numerics\s+PASS\s+3 passed", second.stdout), second.stdout[-2000:]
+    earlier, now = rp.find_runs(out)
+    assert set(_results(earlier)) == {"test_a", "test_m_is_cut_by_the_device_window"}
+    assert set(_results(now)) == {"test_m_is_cut_by_the_device_window", "test_z"}, "only what was missing ran"
+
+
+def test_a_test_cut_once_runs_again_and_one_cut_twice_is_finished(tmp_path):
+    """The test a cut session was running may have been ended by the cut: it runs again, once. Cut
+    short in two parts, it is the test that ends its process: running it a third time only ends
+    the next part too."""
+
+    def part(name: str, results: dict[str, str], broken: tuple[str, ...] = ()) -> None:
+        tests = [{"nodeid": n, "suite": "s", "result": r, "verdict": r} for n, r in results.items()]
+        interrupted = {"broken": [{"nodeid": n, "result": "crashed", "message": "killed"} for n in broken]}
+        rp.write(tmp_path, name, [], {"run_id": name, "test_results": tests, "interrupted": interrupted})
+
+    part("p1", {"a": "passed", "m": "crashed"}, broken=("m",))
+    assert jr.finished_tests(tmp_path) == {"a": "p1"}
+    part("p2", {"m": "crashed"}, broken=("m",))
+    assert jr.finished_tests(tmp_path) == {"a": "p1", "m": "p2"}

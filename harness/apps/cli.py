@@ -556,7 +556,7 @@ def _cmd_qualify(args: argparse.Namespace, rest: list[str]) -> int:
     required = _capability_list(args.require, "--require") if args.require else None
     if required is not None:
         required = [c for c in required if c not in optional]
-    return qualify.run([*args.tests, *rest], Path(args.report_dir), required, optional)
+    return qualify.run([*args.tests, *rest], Path(args.report_dir), required, optional, resume=args.resume)
 
 
 class _UsageError(Exception):
@@ -696,6 +696,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         metavar="CAP[,CAP...]",
         help="capabilities whose verdict does not decide the exit status (comma-separated or repeated), e.g. speed",
+    )
+    q.add_argument(
+        "--resume",
+        action="store_true",
+        help="the report directory holds earlier parts of this qualification, cut short: run only the tests "
+        "without a result there, and judge every part together",
     )
     q.add_argument(
         "--require",

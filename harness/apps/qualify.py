@@ -157,9 +157,10 @@ def _verdict(name: str, mine: Sequence[Case]) -> Verdict:
     return Verdict(name, worst, reasons.get(worst, default), len(mine))
 
 
-def verdicts(junit: Path | None, report: rp.LoadedReport | None = None) -> list[Verdict]:
+def verdicts(junit: Path | None, report: rp.LoadedReport | None = None, earlier: Sequence[Case] = ()) -> list[Verdict]:
     """One verdict per capability, from the JUnit XML and the run report: a run whose pytest died
-    has no JUnit XML and is judged on its report (recovered from its journal)."""
+    has no JUnit XML and is judged on its report (recovered from its journal). ``earlier``: the
+    finished tests of earlier parts of a resumed qualification, judged with this part's."""
     if junit is not None and junit.exists():
         found = cases(junit)
         if report is not None:
@@ -168,6 +169,8 @@ def verdicts(junit: Path | None, report: rp.LoadedReport | None = None) -> list[
         found = report_cases(report)
     else:
         found = []
+    now = {(c.classname, c.name) for c in found}
+    found = [c for c in earlier if (c.classname, c.name) not in now] + list(found)
     declared = [c for c in dict.fromkeys(c.capability for c in found) if c and c not in CAPABILITIES]
     return [_verdict(name, [c for c in found if c.capability == name]) for name in (*CAPABILITIES, *declared)]
 
@@ -239,10 +242,15 @@ def required_capabilities(vs: Sequence[Verdict], own_suites: bool, optional: Seq
     return [c for c in decided if c not in optional]
 
 
-def _recover(report_dir: Path, code: int) -> list[str]:
+def _recover(report_dir: Path, code: int | None) -> list[str]:
     """pytest ended without its report (a signal, ``code`` negative): the journals it left become
-    run reports, the exit status naming the signal where the process left no fault record."""
-    how = f"recovered from its journal by amp-harness qualify, after pytest ended with exit status {code}"
+    run reports, the exit status naming the signal where the process left no fault record. None:
+    an earlier part's journal, found before a resumed run (its exit status unknown)."""
+    how = (
+        f"recovered from its journal by amp-harness qualify, after pytest ended with exit status {code}"
+        if code is not None
+        else "recovered from its journal by amp-harness qualify --resume, before the next part"
+    )
     out = []
     for d in jr.stale(report_dir):
         try:
@@ -252,13 +260,34 @@ def _recover(report_dir: Path, code: int) -> list[str]:
     return out
 
 
+def earlier_parts(report_dir: Path, runs: Sequence[Path]) -> list[Case]:
+    """``--resume``: the finished tests of a qualification's earlier parts (``runs``), each from the
+    part that finished it, as cases (:func:`harness.storage.journal.finished_tests`)."""
+    done = jr.finished_tests(report_dir)
+    out: dict[tuple[str, str], Case] = {}
+    for run in runs:
+        try:
+            report = rp.load(run)
+        except rp.ReportError:
+            continue
+        run_id = str(report.meta.get("run_id") or run.name)
+        mine = {junit_names(n) for n, r in done.items() if r == run_id}
+        for c in report_cases(report):
+            if (c.classname, c.name) in mine:
+                out[(c.classname, c.name)] = c
+    return list(out.values())
+
+
 def run(
     pytest_args: Sequence[str],
     report_dir: Path,
     required: Sequence[str] | None = None,
     optional: Sequence[str] = (),
+    resume: bool = False,
 ) -> int:
-    """Run pytest and print the verdict table; ``required`` None: see :func:`required_capabilities`."""
+    """Run pytest and print the verdict table; ``required`` None: see :func:`required_capabilities`.
+    ``resume``: ``report_dir`` holds earlier parts of this qualification, cut short: their finished
+    tests are not run again (``--amp-resume``) and the verdict judges every part together."""
     args = list(pytest_args)
     paths = [a for a in args if _looks_like_a_path(a)]
     own_suites = all(_inside_suites(a) for a in paths)
@@ -273,6 +302,11 @@ def run(
     if not paths:
         args.insert(0, DEFAULT_TESTS)
     report_dir.mkdir(parents=True, exist_ok=True)
+    if resume:
+        recovered_before = _recover(report_dir, None)
+        if recovered_before:
+            print(f"amp-harness qualify: an earlier part's journal, recovered: {', '.join(recovered_before)}")
+        args.append(f"--amp-resume={report_dir}")
     before = set(rp.find_runs(report_dir)) if report_dir.exists() else set()
     junit = report_dir / "junit-qualify.xml"
     junit.unlink(missing_ok=True)
@@ -301,7 +335,8 @@ def run(
         return 1
     if recovered:
         print(f"amp-harness qualify: pytest died (exit {code}); the run's journal, recovered: {', '.join(recovered)}")
-    vs = verdicts(junit, report)
+    earlier = earlier_parts(report_dir, sorted(before)) if resume else []
+    vs = verdicts(junit, report, earlier)
     req = list(required) if required is not None else required_capabilities(vs, own_suites, optional)
     if not req:
         print(

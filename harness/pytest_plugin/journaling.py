@@ -28,13 +28,15 @@ from harness.storage import journal as jr
 AT_NEXT_SESSION = "recovered from its journal by the next pytest session in the same report directory"
 
 
-def recover_stale(st: State) -> list[tuple[Path, list[str]]]:
+def recover_stale(st: State, report_dir: Path | None = None) -> list[tuple[Path, list[str]]]:
     """At a session's start (serial or the xdist controller): make the report of every dead
-    session's journal in this report directory. Returns each report with what it says broke."""
-    if st.is_worker or st.options.report_dir is None:
+    session's journal in this report directory (or ``report_dir``). Returns each report with what
+    it says broke."""
+    where = report_dir or st.options.report_dir
+    if st.is_worker or where is None:
         return []
     out = []
-    for directory in jr.stale(st.options.report_dir):
+    for directory in jr.stale(where):
         try:
             path = jr.recover(directory, how=AT_NEXT_SESSION)
         except (jr.JournalError, OSError, ValueError) as exc:

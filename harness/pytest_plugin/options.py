@@ -54,6 +54,8 @@ class Options:
     heavy_timeout_s: float = DEFAULT_HEAVY_LIMIT_S
     #: run the tests in a worker process that is replaced when a test crashes it (pytest-xdist)
     isolate: bool = False
+    #: a report directory holding earlier parts of this qualification: its finished tests are deselected
+    resume_dir: Path | None = None
 
     @property
     def hypothesis_profile(self) -> str:
@@ -145,6 +147,14 @@ def add_options(parser: pytest.Parser) -> None:
         "run goes on with the next one. Needs pytest-xdist.",
     )
     g.addoption(
+        "--amp-resume",
+        default=None,
+        metavar="DIR",
+        help="resume a qualification cut short: deselect the tests that already have a result in the run reports "
+        "under DIR (its earlier parts; a dead session's journal there is recovered first). A test its cut session "
+        "was running runs again, once. `amp-harness qualify --resume` judges the parts together.",
+    )
+    g.addoption(
         "--amp-require-speedup",
         action="store_true",
         help="qualification policy: every speed case must run faster under AMP than in fp32 (off by default: "
@@ -205,6 +215,7 @@ def parse(config: pytest.Config) -> Options:
         timeout_s=limits["--amp-timeout"],
         heavy_timeout_s=limits["--amp-timeout-heavy"],
         isolate=bool(config.getoption("--amp-isolate")),
+        resume_dir=Path(str(config.getoption("--amp-resume"))) if config.getoption("--amp-resume") else None,
     )
 
 

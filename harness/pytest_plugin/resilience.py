@@ -19,6 +19,7 @@ from harness.pytest_plugin import crashes, journaling, limits
 from harness.pytest_plugin.ownership import is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
 from harness.pytest_plugin.state import STATE, state_of, suite_of
+from harness.storage import journal as jr
 
 #: ``--amp-isolate``: the crashed workers xdist replaces before it gives up on the run. Each
 #: replacement follows a test that crashed its worker (xdist hands the rest to the new one), so a
@@ -47,12 +48,30 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Keep the terminal's stderr for the fault handler; make the reports of dead sessions'
-    journals in this report directory."""
+    journals in this report directory (and in the one ``--amp-resume`` names)."""
     if STATE not in config.stash:
         return
     crashes.remember_terminal()
     st = state_of(config)
     st.recovered_runs = journaling.recover_stale(st)
+    if st.options.resume_dir is not None and st.options.resume_dir != st.options.report_dir and not st.is_worker:
+        st.recovered_runs += journaling.recover_stale(st, st.options.resume_dir)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--amp-resume=DIR``: the tests that have a result in DIR's run reports are deselected."""
+    if STATE not in config.stash:
+        return
+    st = state_of(config)
+    if st.options.resume_dir is None:
+        return
+    done = jr.finished_tests(st.options.resume_dir)
+    finished = [item for item in items if item.nodeid in done]
+    if finished:
+        config.hook.pytest_deselected(items=finished)
+        items[:] = [item for item in items if item.nodeid not in done]
+    st.resumed = {"from": str(st.options.resume_dir), "finished_before": len(finished), "left": len(items)}
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)

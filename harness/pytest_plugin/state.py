@@ -89,6 +89,8 @@ class State:
     fault_capture: Any = None
     #: reports this session made from dead sessions' journals at its start, with what broke there
     recovered_runs: list[tuple[Path, list[str]]] = field(default_factory=list)
+    #: ``--amp-resume``: where the earlier parts are, how many tests they finished, how many are left
+    resumed: dict[str, Any] | None = None
 
     #: xdist workers in the run (0: not under xdist)
     worker_count: int = 0
@@ -247,6 +249,7 @@ class State:
             "test_results": self.test_results,
             "attachments": self.attachments,
             "journal": self.journal.name if self.journal is not None else None,
+            "resumed": self.resumed,
             "journal_error": self.journal_error,
             "worker": {
                 "id": self.worker_id,
@@ -269,6 +272,7 @@ class State:
         if out.get("journal"):
             self.delivered.add(str(out["journal"]))
         self.journal_error = self.journal_error or out.get("journal_error")
+        self.resumed = self.resumed or out.get("resumed")  # every worker collects (and resumes) alike
         if out.get("worker"):
             self.workers.append(dict(out["worker"]))
 

@@ -29,6 +29,7 @@ def run_metadata(session: pytest.Session, st: State) -> dict[str, Any]:
         # under pytest-xdist: what each worker ran on (its torch threads are part of its class)
         "xdist_workers": sorted(st.workers, key=lambda w: str(w.get("id"))),
         **({"recovered_journals": st.recovered_from} if st.recovered_from else {}),
+        **({"resumed": st.resumed} if st.resumed is not None else {}),
     }
 
 
@@ -88,6 +89,11 @@ def terminal_lines(st: State) -> list[str]:
     for path, broken in st.recovered_runs:
         lines.append(f"an interrupted run's journal, recovered into its report: {display(path)}")
         lines += broken
+    if st.resumed is not None:
+        lines.append(
+            f"resumed: {st.resumed['finished_before']} tests finished in earlier parts ({st.resumed['from']}) not run "
+            f"again; {st.resumed['left']} run now"
+        )
     if st.broken:
         lines.append(f"tests that broke ({len(st.broken)}): a result each in the run report")
         lines += [f"  {str(b['result']).upper()} {b['nodeid']}: {b['message']}" for b in st.broken.values()]

@@ -461,3 +461,27 @@ def describe(report: Path) -> Iterator[str]:
     info = meta.get("interrupted") or {}
     for b in info.get("broken") or []:
         yield f"  {str(b['result']).upper()} {b['nodeid']}: {b['message']}"
+
+
+# -- resuming a qualification cut short ---------------------------------------------------------------
+def finished_tests(report_dir: Path) -> dict[str, str]:
+    """node id -> run id of every test with a result in the run reports of ``report_dir`` (one
+    qualification in parts): what a resumed run need not run again. A test that was running when
+    its session was cut (CRASHED in an interrupted run's ``broken`` list: the cut, not the test,
+    may have ended it) is not finished, unless it was cut short in two runs: then it is the test
+    that ends its process, and running it again would only end the next part too."""
+    done: dict[str, str] = {}
+    cut: dict[str, int] = {}
+    for run in rp.find_runs(report_dir) if report_dir.is_dir() else []:
+        try:
+            meta = json.loads((run / rp.RUN_JSON).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        broken = {str(b.get("nodeid")) for b in (meta.get("interrupted") or {}).get("broken") or []}
+        for nodeid in broken:
+            cut[nodeid] = cut.get(nodeid, 0) + 1
+        for t in meta.get("test_results") or []:
+            nodeid = str(t.get("nodeid"))
+            if nodeid not in broken or cut[nodeid] > 1:
+                done[nodeid] = str(meta.get("run_id") or run.name)
+    return done
