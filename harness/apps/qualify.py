@@ -251,13 +251,10 @@ def _recover(report_dir: Path, code: int | None) -> list[str]:
         if code is not None
         else "recovered from its journal by amp-harness qualify --resume, before the next part"
     )
-    out = []
-    for d in jr.stale(report_dir):
-        try:
-            out.append(str(jr.recover(d, how=how, exit_status=code, returncode=code)))
-        except (jr.JournalError, OSError, ValueError) as exc:
-            print(f"amp-harness qualify: {exc}", file=sys.stderr)
-    return out
+    made, problems = jr.recover_stale(report_dir, how=how, exit_status=code, returncode=code)
+    for _, exc in problems:
+        print(f"amp-harness qualify: {exc}", file=sys.stderr)
+    return [str(path) for path in made]
 
 
 def earlier_parts(report_dir: Path, runs: Sequence[Path]) -> list[Case]:

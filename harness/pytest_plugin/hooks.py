@@ -25,7 +25,7 @@ from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.examples import independent_of_loaded_modules
 from harness.pytest_plugin.limits import TestHung
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
-from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
+from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, capability_of
 from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of, suite_of
 from harness.pytest_plugin.summary import run_metadata, terminal_lines
 from harness.storage import baselines as bl
@@ -242,7 +242,7 @@ def pytest_runtest_makereport(
         assert call.excinfo is not None
         outcome, message = Outcome.HUNG.value, str(call.excinfo.value)
         detail = str(getattr(call.excinfo.value, "stacks", ""))
-    capability = next((str(v) for k, v in item.user_properties if k == CAPABILITY_PROPERTY), None)
+    capability = capability_of(item.user_properties)
     st.record_test(item.nodeid, suite_of(item), rep.when, outcome, rep.duration, message, detail, capability)
     return rep
 

@@ -35,15 +35,14 @@ def recover_stale(st: State, report_dir: Path | None = None) -> list[tuple[Path,
     where = report_dir or st.options.report_dir
     if st.is_worker or where is None:
         return []
-    out = []
-    for directory in jr.stale(where):
-        try:
-            path = jr.recover(directory, how=AT_NEXT_SESSION)
-        except (jr.JournalError, OSError, ValueError) as exc:
-            st.write_errors.append((str(directory), f"journal not recovered: {exc}"))
-            continue
-        out.append((path, list(jr.describe(path))))
-    return out
+    made, problems = jr.recover_stale(where, how=AT_NEXT_SESSION)
+    st.write_errors += [(str(d), f"journal not recovered: {exc}") for d, exc in problems]
+    return [(path, list(jr.describe(path))) for path in made]
+
+
+def _directory(st: State) -> Path | None:
+    """This run's journal directory (None in a run that writes no report)."""
+    return None if st.options.report_dir is None else jr.directory_of(st.options.report_dir, st.run_id)
 
 
 def _process_name(st: State) -> str:
@@ -53,9 +52,9 @@ def _process_name(st: State) -> str:
 def open_journal(config: pytest.Config, st: State) -> None:
     """Open this process's journal (once; not in a run that writes no report) and replay into it
     what the session recorded before."""
-    if st.journal is not None or st.options.report_dir is None or st.journal_error is not None:
+    directory = _directory(st)
+    if st.journal is not None or directory is None or st.journal_error is not None:
         return
-    directory = jr.directory_of(st.options.report_dir, st.run_id)
     try:
         j = jr.Journal.open(
             directory, _process_name(st), {"run_id": st.run_id, "run_meta": static_metadata(config, st)}
@@ -110,10 +109,8 @@ def worker_crashed(config: pytest.Config, st: State, nodeid: str, worker_id: str
     """xdist's controller saw a worker die running ``nodeid``: its result is CRASHED or HUNG, named
     from the worker's journal (fault record, last row) and exit status. Nothing is recorded in a run
     that is not an amp-harness run (no worker journaled): the plugin stays inert there."""
-    if st.options.report_dir is None:
-        return
-    directory = jr.directory_of(st.options.report_dir, st.run_id)
-    if not directory.is_dir():
+    directory = _directory(st)
+    if directory is None or not directory.is_dir():
         return
     _controller_journal(config, st, directory)
     records = _journal_of(directory, worker_id, nodeid)
@@ -150,10 +147,8 @@ def take_in_dead_workers(st: State) -> None:
     """The controller's end: rows, results, counts and attachments of workers whose output never
     arrived (they died) come from their journals; a test one had begun and no one reported is
     CRASHED."""
-    if st.options.report_dir is None:
-        return
-    directory = jr.directory_of(st.options.report_dir, st.run_id)
-    if not directory.is_dir():
+    directory = _directory(st)
+    if directory is None or not directory.is_dir():
         return
     own = st.journal.name if st.journal is not None else None
     procs = []
@@ -167,30 +162,24 @@ def take_in_dead_workers(st: State) -> None:
     if not procs:
         return
     st.recovered_from = [p.name for p in procs]
-    for p in procs:
-        st.rows.extend(p.rows)
-        for k, v in p.counts.items():
-            st.test_outcomes[k] = st.test_outcomes.get(k, 0) + v
-        for nodeid, result in p.tests.items():
-            st.test_results.setdefault(nodeid, result)
-        for key in p.attachments:
-            try:
-                st.attachments[key] = (directory / key).read_bytes()
-            except OSError:
-                continue
-        start = p.in_progress if not p.closed else None
-        if start is not None and start["nodeid"] not in st.test_results:
-            end = jr.ending(p.fault, None)
-            st.record_broken(
-                jr.broken_result(start, end, jr.last_row_of(p.rows, start["nodeid"]), process=p.name), count=True
-            )
+    rec = jr.merge(procs, directory, known=frozenset(st.test_results))
+    st.rows.extend(rec.rows)
+    st.attachments.update(rec.attachments)
+    for k, v in rec.counts.items():  # the broken tests' failures included
+        st.test_outcomes[k] = st.test_outcomes.get(k, 0) + v
+    ended = {nodeid for p in procs for nodeid in p.tests}  # results the workers recorded themselves
+    for nodeid, result in rec.tests.items():
+        if nodeid in st.test_results:
+            continue
+        if nodeid in ended:
+            st.test_results[nodeid] = result
+        else:  # the test a worker was running when it died: merge made it CRASHED or HUNG
+            st.record_broken(result, count=False)
     st.activated = True
 
 
 def finished(st: State, report_written: bool) -> None:
     """The run's report is written (or the run writes none): the journal has served."""
-    if st.options.report_dir is None:
-        return
-    directory = jr.directory_of(st.options.report_dir, st.run_id)
-    if directory.is_dir() and (report_written or not (st.activated or st.rows or st.broken)):
+    directory = _directory(st)
+    if directory is not None and directory.is_dir() and (report_written or not (st.activated or st.rows or st.broken)):
         jr.remove(directory)

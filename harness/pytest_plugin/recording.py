@@ -32,6 +32,12 @@ CAPABILITY_PROPERTY = "amp_capability"
 OUTCOME_PROPERTY = "amp_outcome"
 NOTE_PROPERTY = "amp_note"
 
+
+def capability_of(user_properties: Iterable[tuple[str, object]]) -> str | None:
+    """The capability a test decides, from its item's (or report's) user properties; None: none."""
+    return next((str(v) for k, v in user_properties if k == CAPABILITY_PROPERTY), None)
+
+
 #: Row outcomes that label the whole test for the qualification verdict (once per test each):
 #: every outcome more severe than a pass, so that qualify's Outcome.of_test sees what the run
 #: report's readers see.

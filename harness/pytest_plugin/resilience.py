@@ -17,7 +17,7 @@ import pytest
 from harness.numerics.verdict import Outcome
 from harness.pytest_plugin import crashes, journaling, limits
 from harness.pytest_plugin.ownership import is_ours
-from harness.pytest_plugin.recording import CAPABILITY_PROPERTY
+from harness.pytest_plugin.recording import capability_of
 from harness.pytest_plugin.state import STATE, state_of, suite_of
 from harness.storage import journal as jr
 
@@ -84,7 +84,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     st = state_of(item.config)
     ours = is_ours(item)
-    capability = next((str(v) for k, v in item.user_properties if k == CAPABILITY_PROPERTY), None)
+    capability = capability_of(item.user_properties)
     journaling.test_starts(item, st, ours, capability)
     seconds = _limit_of(item, st.options.timeout_s, st.options.heavy_timeout_s) if ours else 0.0
     option = "--amp-timeout-heavy" if suite_of(item) in limits.HEAVY_SUITES else "--amp-timeout"

@@ -127,10 +127,6 @@ class Journal:
         atomic.write_bytes(path, data)
         self._append({"t": "attachment", "key": key})
 
-    def crashed(self, result: Mapping[str, Any]) -> None:
-        """A test another process saw die (the xdist controller: a worker crashed running it)."""
-        self._append({"t": "test", "result": dict(result)})
-
     def close(self) -> None:
         """A clean end: the record that says this process finished, then the lock goes."""
         if self.closed:
@@ -325,11 +321,6 @@ def last_row_of(rows: list[dict[str, Any]], nodeid: str) -> dict[str, Any] | Non
     return next((r for r in reversed(rows) if r.get("nodeid") == nodeid), None)
 
 
-def pytest_count(result: str) -> str:
-    """The count pytest gives a test with this result (a crashed or hung test is a failed one)."""
-    return "failed" if result in (Outcome.HUNG.value, Outcome.CRASHED.value) else result
-
-
 # -- recovery ---------------------------------------------------------------------------------------
 @dataclass
 class Recovered:
@@ -349,18 +340,22 @@ class Recovered:
 
 
 def merge(
-    procs: list[ProcessRecords], directory: Path, *, returncodes: Mapping[str, int | None] | None = None
+    procs: list[ProcessRecords],
+    directory: Path,
+    *,
+    returncodes: Mapping[str, int | None] | None = None,
+    known: frozenset[str] = frozenset(),
 ) -> Recovered:
     """The records of ``procs`` as one run. A process that did not close died: the test it had
     begun gets a CRASHED or HUNG result (:func:`ending` of its fault file and, where known, its
-    exit status: ``returncodes`` by process name); a test with a result already keeps it."""
+    exit status: ``returncodes`` by process name), counted failed; a test with a result already
+    keeps it, in the records or in ``known`` (results the caller has from elsewhere)."""
     rows: list[dict[str, Any]] = []
     tests: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
     attachments: dict[str, bytes] = {}
     header: dict[str, Any] = {}
     meta: dict[str, Any] = {}
-    broken: list[dict[str, Any]] = []
     processes: list[dict[str, Any]] = []
     for p in procs:
         header = header or dict(p.header)
@@ -376,14 +371,12 @@ def merge(
             {"name": p.name, "closed": p.closed, "last_record": p.last_at, "torn_lines": p.torn, "fault": bool(p.fault)}
         )
         start = p.in_progress if not p.closed else None
-        if start is not None and start["nodeid"] not in tests:
+        if start is not None and start["nodeid"] not in tests and start["nodeid"] not in known:
             code = (returncodes or {}).get(p.name)
             result = broken_result(start, ending(p.fault, code), last_row_of(p.rows, start["nodeid"]), process=p.name)
             tests[result["nodeid"]] = result
             counts["failed"] = counts.get("failed", 0) + 1
-            broken.append(result)
-    broken += [t for t in tests.values() if t.get("result") in (Outcome.HUNG.value, Outcome.CRASHED.value)]
-    unique = {str(b["nodeid"]): b for b in broken}
+    broken = [t for t in tests.values() if t.get("result") in (Outcome.HUNG.value, Outcome.CRASHED.value)]
     return Recovered(
         run_id=str(header.get("run_id") or directory.name.removeprefix(PREFIX)),
         rows=rows,
@@ -392,7 +385,7 @@ def merge(
         attachments=attachments,
         header=header,
         meta=meta,
-        broken=list(unique.values()),
+        broken=broken,
         processes=processes,
         last_at=max((p.last_at for p in procs), default=""),
     )
@@ -445,6 +438,21 @@ def recover(directory: Path, *, how: str, exit_status: int | None = None, return
         rp.write(directory.parent, rec.run_id, rec.rows, meta, rec.attachments)
     shutil.rmtree(directory, ignore_errors=True)
     return final
+
+
+def recover_stale(
+    report_dir: Path, *, how: str, exit_status: int | None = None, returncode: int | None = None
+) -> tuple[list[Path], list[tuple[Path, Exception]]]:
+    """:func:`recover` every journal of ``report_dir`` that no live process writes: the reports
+    made, and each journal that could not be recovered with why."""
+    made: list[Path] = []
+    problems: list[tuple[Path, Exception]] = []
+    for directory in stale(report_dir):
+        try:
+            made.append(recover(directory, how=how, exit_status=exit_status, returncode=returncode))
+        except (JournalError, OSError, ValueError) as exc:
+            problems.append((directory, exc))
+    return made, problems
 
 
 def remove(directory: Path) -> None:

@@ -173,7 +173,7 @@ def probe_side(device: torch.device, dtype: torch.dtype) -> int | None:
         assert probe is not None
         with timing_threads(device):
             probe()
-            if _call_s(probe, device) <= PROBE_CALL_S:
+            if call_s(probe, device) <= PROBE_CALL_S:
                 return side
     return PROBE_SIDES[-1]
 
@@ -422,7 +422,7 @@ def timing_threads(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _call_s(fn: Fn, device: torch.device) -> float:
+def call_s(fn: Fn, device: torch.device) -> float:
     """Seconds of one warm call by the cap clock: an estimate that sizes blocks and rounds, never a
     judged figure (a coarse judged clock may read a call of a millisecond as no time at all)."""
     start = CAP_CLOCK()
@@ -454,8 +454,8 @@ def _warm_up(
     with timing_threads(device):
         first = (_first_call(fp32, device), _first_call(amp, device))
         for _ in range(warmup - 1):
-            later[0].append(_call_s(fp32, device))
-            later[1].append(_call_s(amp, device))
+            later[0].append(call_s(fp32, device))
+            later[1].append(call_s(amp, device))
     # with one warm-up call (an eager path measured for no verdict) the first call is the estimate
     warm = (min(later[0], default=first[0]), min(later[1], default=first[1]))
     if number is not None:

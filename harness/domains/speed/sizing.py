@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.domains.speed.bench import CAP_CLOCK, CPU_THREADS, Capped, timing_threads
+from harness.domains.speed.bench import CPU_THREADS, Capped, call_s, timing_threads
 from harness.domains.speed.workloads import Workload
 from harness.platform.hardware import detect_cpu
 from harness.platform.peaks import cpu_frequency_hz, cpu_peaks
@@ -83,16 +83,13 @@ SIMULATED_H200 = DeviceSpeed(
 def launch_floor(device: torch.device) -> float:
     """The median seconds of one trivial kernel (a one-element add) launched and synchronised."""
     x = torch.zeros(1, device=device)
-    with timing_threads(device):
+
+    def launch() -> None:
         x.add_(1)
-        times = []
-        for _ in range(FLOOR_CALLS):
-            start = CAP_CLOCK()
-            x.add_(1)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(CAP_CLOCK() - start)
-    return statistics.median(times)
+
+    with timing_threads(device):
+        launch()
+        return statistics.median(call_s(launch, device) for _ in range(FLOOR_CALLS))
 
 
 _FLOORS: dict[str, float] = {}
@@ -171,14 +168,7 @@ def fp32_call_s(workload: Workload, device: torch.device) -> float:
     fn = workload.make(device, None)
     with timing_threads(device):
         fn()
-        times = []
-        for _ in range(3):
-            start = CAP_CLOCK()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(CAP_CLOCK() - start)
-    return statistics.median(times)
+        return statistics.median(call_s(fn, device) for _ in range(3))
 
 
 def choose(
