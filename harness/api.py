@@ -5,7 +5,10 @@
   lane against a correctly rounded float64 emulation, overflow handling of your optimizer and
   scaler with a non-finite gradient element planted in your run). ``amp_training.check`` returns
   a :class:`TrainingResult` with every verdict (:class:`Checked`, by :class:`VerdictKind`), and a
-  failing one raises :class:`TrainingCheckFailed` carrying the same result. In a pytest test the ``amp_training``
+  failing one raises :class:`TrainingCheckFailed` carrying the same result. Your own training code:
+  ``amp_training.check_step(build, step, recipes, batches=...)`` (the step gets a :class:`Precision`),
+  or ``check_program`` with a trainer's program (:class:`HFTrainerProgram`, :class:`AccelerateProgram`,
+  :class:`LightningProgram`); :func:`module_lane` judges each module of one AMP step on its own. In a pytest test the ``amp_training``
   fixture runs them all and records report rows; the functions are for scripts and checks of
   your own.
 * Your loss scaler: :class:`ScalerAdapter` (what to implement), :func:`conformance_machine` (the
@@ -95,11 +98,19 @@ from harness.domains.training import (
     train,
 )
 from harness.domains.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, judge_lane, lane_steps
+from harness.domains.training.module_lane import RegionError
+from harness.domains.training.module_lane import judge as judge_module_lane
+from harness.domains.training.module_lane import observe as module_lane
 from harness.domains.training.overflow import OverflowStep
 from harness.domains.training.overflow import judge as judge_overflow
 from harness.domains.training.overflow import run as plant_overflows
 from harness.domains.training.result import Checked, TrainingCheckFailed, TrainingResult
 from harness.domains.training.result import Kind as VerdictKind
+from harness.domains.training.trainers import TrainerMissing
+from harness.domains.training.trainers.accelerate import AccelerateProgram
+from harness.domains.training.trainers.hf import HFTrainerProgram
+from harness.domains.training.trainers.lightning import LightningProgram
+from harness.domains.training.user_step import Loop, Precision, Program, StepProgram
 from harness.numerics.blockscaled import SPECS as BLOCK_SPECS
 from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.comparison import (
@@ -137,6 +148,7 @@ __all__ = [
     "FP32",
     "LANE_FACTOR",
     "SCALER_ADAPTERS",
+    "AccelerateProgram",
     "AmpLane",
     "BlockLinear",
     "BlockQuantized",
@@ -154,14 +166,20 @@ __all__ = [
     "FailureRepro",
     "Fp8Scaling",
     "Granularity",
+    "HFTrainerProgram",
     "Inputs",
     "KeyKind",
+    "LightningProgram",
     "LinearProducts",
+    "Loop",
     "NVFP4Recipe",
     "NVFP4RecipeLinear",
     "Outcome",
     "OverflowStep",
+    "Precision",
+    "Program",
     "Recipe",
+    "RegionError",
     "RoundingCheck",
     "RowKind",
     "Run",
@@ -170,12 +188,14 @@ __all__ = [
     "ScalerConfig",
     "ScalingCheck",
     "Setup",
+    "StepProgram",
     "Tolerance",
     "TorchBlockScaling",
     "TorchDelayedScaling",
     "TorchaoBlockLinear",
     "TorchaoBlockScaling",
     "TorchaoScaling",
+    "TrainerMissing",
     "TrainingCheckFailed",
     "TrainingResult",
     "VerdictKind",
@@ -203,9 +223,11 @@ __all__ = [
     "delayed_scaling_machine",
     "find_runs",
     "judge_lane",
+    "judge_module_lane",
     "judge_overflow",
     "lane_steps",
     "load_report",
+    "module_lane",
     "op_against_float64",
     "plant_overflows",
     "scaler_semantics_of",

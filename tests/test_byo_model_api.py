@@ -367,7 +367,12 @@ def test_a_users_optimizer_shows_its_overflow_handling_in_rows(training_checks, 
     step, each passing where parameters and state stay untouched and the scale backs off."""
     result = _cheap_check(training_checks, _with_optimizer(factory), [T.FP16_SCALER, T.CLIP])
     assert isinstance(result, TrainingResult) and result.outcome is Outcome.PASS
-    assert {v.kind for v in result.verdicts} == {VerdictKind.PARITY, VerdictKind.CLIPPING, VerdictKind.OVERFLOW}
+    assert {v.kind for v in result.verdicts} == {
+        VerdictKind.PARITY,
+        VerdictKind.CLIPPING,
+        VerdictKind.OVERFLOW,
+        VerdictKind.MODULE_LANE,
+    }
     assert len(result.of(VerdictKind.OVERFLOW, "fp16+scaler+clip")) == 3
     rows = _overflow_rows(training_checks)
     assert len(rows) == 6 and all(r.outcome is Outcome.PASS for r in rows), rows

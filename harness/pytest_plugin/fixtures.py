@@ -331,6 +331,9 @@ def amp_training(amp_record: Recorder, request: pytest.FixtureRequest) -> Traini
 
         def test_my_model(amp_training):
             amp_training.check(Setup("mine", model, batch, loss, steps=20, lr=1e-3), [BF16, FP16_SCALER])
+
+        def test_my_step(amp_training):  # your own step: build(seed) -> objects, step(objects, batch, precision)
+            amp_training.check_step(build, step, [BF16, FP16_SCALER], batches=batches)
     """
     import torch  # lazy: the plugin loads in every pytest run, and imports torch only when a test uses it
 

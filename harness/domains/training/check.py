@@ -16,6 +16,7 @@ from harness.domains import training as T
 from harness.domains.op_prints import OpPrint
 from harness.domains.repro import FailureRepro
 from harness.domains.training import amp_lane as L
+from harness.domains.training import module_lane as ML
 from harness.domains.training import overflow as O
 from harness.domains.training import recompute as RC
 from harness.domains.training import repro as training_repro
@@ -25,6 +26,8 @@ from harness.domains.training.parity import Band, ParityReport, RecipeResult
 from harness.domains.training.recipes import Recipe, Setup
 from harness.domains.training.repro import op_repro_of
 from harness.domains.training.result import Checked, Kind, TrainingCheckFailed, TrainingResult
+from harness.domains.training.step_checks import judge_all, validate_program
+from harness.domains.training.user_step import Program, StepProgram, validate_recipes
 from harness.numerics.comparison import AnyComparison, compare_claim, explain
 from harness.numerics.verdict import Outcome
 
@@ -305,6 +308,8 @@ class TrainingChecks:
         overflow: bool = True,
         resume_at: int | None = None,
         recompute: bool = True,
+        module_lane: bool = True,
+        fp32_modules: Sequence[str] = (),
     ) -> TrainingResult:
         """Parity, the AMP lane with its positive controls, determinism, the gradient census and,
         for recipes with a loss scaler, overflow handling of ``recipes`` on ``setup``; returns a
@@ -325,6 +330,9 @@ class TrainingChecks:
         scaler, torch's RNG and the data generator, through ``torch.save``), loads it into fresh
         objects and continues: the losses, scales, skipped steps and final weights must equal the
         uninterrupted run's bit for bit (two more runs per recipe).
+        ``module_lane`` (on by default): each module's own error in one AMP step against what it
+        owes, declared-fp32 regions (``custom_fwd(cast_inputs=torch.float32)``, autocast-disabled
+        modules, ``fp32_modules`` by name) against fp32 (:mod:`harness.domains.training.module_lane`).
         ``ladder=True`` also measures the smallest gradient noise the lane catches on this setup
         (a lane per noise level: about the cost of the lane again per level). A call that
         could only be vacuous (no recipes, a non-recipe, fewer than 2 seeds, too few checkpoints)
@@ -363,6 +371,8 @@ class TrainingChecks:
                 if ladder:
                     for recipe in recipes:
                         result.detection_limits[recipe.name] = self.detection_ladder(setup, recipe, report)
+            if module_lane:
+                self.module_lane_verdicts(setup, recipes, fp32_modules)
             if overflow:
                 self.overflow_verdicts(setup, recipes)
             if resume_at is not None:
@@ -378,6 +388,110 @@ class TrainingChecks:
                     )
         finally:
             self._collected = None
+        if result.failures:
+            raise TrainingCheckFailed(result)
+        return result
+
+    def module_lane_verdicts(self, setup: Setup, recipes: Sequence[Recipe], fp32_modules: Sequence[str] = ()) -> None:
+        """The module lane of each autocast recipe: one AMP step at the initial weights on the
+        evaluation batch, every region judged on its own (:mod:`~harness.domains.training.module_lane`)."""
+        for recipe in recipes:
+            if recipe.dtype is None or recipe.control:
+                continue
+            dtype = recipe.dtype
+            errors = ML.of_setup(setup, dtype, self._device, fp32_modules)
+            self._judged(
+                Kind.MODULE_LANE,
+                recipe.name,
+                ML.judge(setup.name, recipe.metric_id, errors),
+                device=self._device,
+                dtype=str(dtype),
+                tags={
+                    "regions": [
+                        (e.name, e.declared, round(e.ratio, 4)) for e in sorted(errors, key=lambda e: -e.ratio)[:20]
+                    ]
+                },
+            )
+
+    def check_step(
+        self,
+        build: Any,
+        step: Any,
+        recipes: Sequence[Recipe],
+        *,
+        batches: Any,
+        name: str = "my_step",
+        steps: int | None = None,
+        **options: Any,
+    ) -> TrainingResult:
+        """Your own training step, judged as :meth:`check` judges a ``Setup``.
+
+        Example::
+
+            def build(seed):               # or build(seed, precision)
+                g, d = Generator(), Discriminator()
+                return {"gen": g, "disc": d, "opt_g": Adam(g.parameters()), "opt_d": Adam(d.parameters())}
+
+            def step(objects, batch, precision):
+                with precision.autocast():
+                    d_loss = ...
+                precision.scaler.scale(d_loss).backward()
+                precision.scaler.step(objects["opt_d"])
+                ...
+                precision.scaler.update()
+                return {"d_loss": d_loss, "g_loss": g_loss}
+
+            amp_training.check_step(build, step, [BF16, FP16_SCALER], batches=batches, resume_at=8)
+
+        ``batches``: a sequence, or ``batches(seed)``; every run of seed s calls
+        ``torch.manual_seed(s)`` and ``build`` first. The options are :meth:`check_program`'s."""
+        __tracebackhide__ = True
+        program = StepProgram(name, build, step, batches, steps)
+        return self.check_program(program, recipes, **options)
+
+    def check_program(
+        self,
+        program: Program,
+        recipes: Sequence[Recipe],
+        *,
+        seeds: int = T.DEFAULT_SEEDS,
+        overflow: bool = True,
+        determinism: bool = True,
+        module_lane: bool = True,
+        resume_at: int | None = None,
+        fp32_modules: Sequence[str] = (),
+        init_scale: float | None = None,
+    ) -> TrainingResult:
+        """A program (:class:`~harness.domains.training.user_step.StepProgram`, or a trainer's:
+        ``HFTrainerProgram``, ``AccelerateProgram``, ``LightningProgram``) in fp32 over ``seeds`` and
+        under each recipe: the precision it applied, parity of every loss it returns, fp32 master
+        weights, the module lane, overflow planted in each optimizer (recipes with a scaler),
+        determinism, and with ``resume_at`` a save and resume through the objects' state dicts
+        (:mod:`harness.domains.training.step_checks`). Returns the verdicts; raises
+        :class:`TrainingCheckFailed` with every miss."""
+        __tracebackhide__ = True
+        recipes = validate_recipes(recipes)
+        validate_program(program, seeds, resume_at)
+        collected: list[Checked] = []
+        self._collected = collected
+        try:
+            for j in judge_all(
+                program,
+                recipes,
+                self._device,
+                seeds,
+                overflow=overflow,
+                determinism=determinism,
+                module_lane=module_lane,
+                resume_at=resume_at,
+                fp32_modules=fp32_modules,
+                init_scale=init_scale,
+            ):
+                dtype = next((str(r.dtype) for r in recipes if r.name == j.recipe), "")
+                self._judged(Kind(j.kind), j.recipe, j.comparison, device=self._device, dtype=dtype, tags=j.tags)
+        finally:
+            self._collected = None
+        result = TrainingResult(program.name, None, collected)
         if result.failures:
             raise TrainingCheckFailed(result)
         return result

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from harness.domains.training import amp_lane as L
+from harness.domains.training import module_lane as ML
 from harness.domains.training.loop import Run, train
 from harness.domains.training.parity import (
     RecipeResult,
@@ -32,7 +34,7 @@ from harness.domains.training.precision import (
     judge_precision,
     precision_lane,
 )
-from harness.domains.training.recipes import BF16, FP32, Recipe, Setup
+from harness.domains.training.recipes import BF16, FP32, Recipe, Setup, to_device
 from harness.numerics.comparison import compare_curves
 
 #: Gradient-noise levels tried, smallest first (relative standard deviation per element): from
@@ -228,3 +230,42 @@ def lane_rates(
     found = tuple(Detection(level, caught[level], clean_seeds) for level in ladder)
     rates = Rates("amp lane", setup.name, clean_seeds, alarms, found)
     return LaneRates(rates, tuple(ratios), controls, lowest, controls_min)
+
+
+@dataclass(frozen=True)
+class ModuleLaneRates:
+    """The module lane on clean runs of one model and dtype: how many regions over how many
+    seeds (each seed a fresh initialisation and batch), how many failed, the largest ratio."""
+
+    setup: str
+    dtype: str
+    seeds: int
+    regions: int
+    failed: int
+    worst: float
+    worst_region: str
+
+
+def module_lane_rates(
+    setup: Setup, dtype: torch.dtype, seeds: int, device: torch.device | str = "cpu"
+) -> ModuleLaneRates:
+    """Clean module-lane ratios of ``setup`` under ``dtype`` over ``seeds`` initialisations and
+    evaluation batches (the false-failure rate of :mod:`harness.domains.training.module_lane`)."""
+    dev = torch.device(device)
+    regions = failed = 0
+    worst, where = 0.0, ""
+    for seed in range(seeds):
+        model = setup.build(dev, seed)
+        inputs, targets = to_device(setup.batch(seed, torch.Generator().manual_seed(seed)), dev)
+
+        def step(model: torch.nn.Module = model, inputs: Any = inputs, targets: Any = targets) -> None:
+            with torch.autocast(dev.type, dtype=dtype):
+                loss = setup.loss_on(model, inputs, targets)
+            loss.float().backward()  # type: ignore[no-untyped-call]
+
+        for e in ML.observe({setup.name: model}, step, dev.type, dtype):
+            regions += 1
+            failed += not e.passed
+            if e.ratio > worst:
+                worst, where = e.ratio, e.name
+    return ModuleLaneRates(setup.name, str(dtype), seeds, regions, failed, worst, where)

@@ -48,6 +48,12 @@ class Kind(str, Enum):
     RESUME = "resume"
     #: every module recomputed in the backward (activation checkpointing) ran in its forward's dtypes
     RECOMPUTE = "recompute"
+    #: each module's own error in one AMP step within what it owes (a declared-fp32 region: fp32's)
+    MODULE_LANE = "module_lane"
+    #: the trained parameters keep their fp32 dtypes under autocast (fp32 master weights)
+    MASTER_WEIGHTS = "master_weights"
+    #: the code ran under autocast in the dtype it was handed (a user's step, a trainer)
+    PRECISION = "precision"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,252 @@
+"""The trainers people use, judged as they apply AMP (opt-in: ``tox -e thirdparty``, CI's
+thirdparty step): tiny GPT-2 through the Hugging Face ``Trainer``, a tiny Llama through Accelerate,
+a small Lightning module (automatic and manual optimization). Each passes in bf16; fp16 is
+INCONCLUSIVE where the trainer does not apply it on a CPU (Accelerate, and so the HF Trainer, train
+fp16 in fp32 there); each adapter's planted AMP bug fails. Each skips, naming its extra, where its
+package is missing."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from harness.api import (
+    BF16,
+    FP16_SCALER,
+    AccelerateProgram,
+    HFTrainerProgram,
+    LightningProgram,
+    TrainingCheckFailed,
+    VerdictKind,
+)
+from harness.domains.training.trainers import available
+from harness.numerics.verdict import Outcome
+
+pytestmark = pytest.mark.amp_thorough
+
+VOCAB, SEQ = 64, 16
+
+
+def _needs(package: str, extra: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(
+        not available(package), reason=f"{package} is not installed: pip install 'amp-harness[{extra}]'"
+    )
+
+
+def _transformers():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its import-time notices are about the environment
+        import transformers
+    return transformers
+
+
+def tokens(seed: int, rows: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (SEQ,), generator=gen) for _ in range(rows)]
+
+
+# -- Hugging Face Trainer: tiny GPT-2 --------------------------------------------------------------
+def gpt2(seed: int) -> nn.Module:
+    tf = _transformers()
+    config = tf.GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=SEQ,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    return tf.GPT2LMHeadModel(config)
+
+
+def gpt2_program() -> HFTrainerProgram:
+    return HFTrainerProgram(
+        "hf_gpt2",
+        gpt2,
+        lambda seed: [{"input_ids": t, "labels": t} for t in tokens(seed, 64)],
+        steps=8,
+        args={"learning_rate": 1e-3, "per_device_train_batch_size": 8},
+    )
+
+
+@_needs("transformers", "hf")
+def test_the_hf_trainer_passes_in_bf16_and_its_cpu_fp16_is_inconclusive_as_ignored(training_checks):
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(gpt2_program(), [BF16, FP16_SCALER], seeds=3)
+    result = failed.value.result
+    assert all(v.passed for v in result.verdicts if v.recipe == "bf16")
+    assert {v.kind for v in result.verdicts if v.recipe == "bf16"} >= {
+        VerdictKind.PRECISION,
+        VerdictKind.PARITY,
+        VerdictKind.MASTER_WEIGHTS,
+        VerdictKind.MODULE_LANE,
+    }
+    assert [(v.kind, v.outcome) for v in result.failures] == [(VerdictKind.PRECISION, Outcome.INCONCLUSIVE)]
+    assert "no module ran under autocast" in str(failed.value)
+
+
+@_needs("transformers", "hf")
+def test_a_trainer_that_casts_the_model_to_bf16_fails_the_master_weights_rule(training_checks, monkeypatch):
+    tf = _transformers()
+    create = tf.Trainer.create_optimizer
+
+    def cast_then_create(self, *args, **kwargs):
+        if self.args.bf16:
+            self.model.to(torch.bfloat16)  # the planted bug: no fp32 master weights
+        return create(self, *args, **kwargs)
+
+    monkeypatch.setattr(tf.Trainer, "create_optimizer", cast_then_create)
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(gpt2_program(), [BF16], seeds=3)
+    assert VerdictKind.MASTER_WEIGHTS in {v.kind for v in failed.value.result.failures}
+
+
+# -- Accelerate: tiny Llama ------------------------------------------------------------------------
+def llama(seed: int) -> nn.Module:
+    tf = _transformers()
+    config = tf.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=SEQ,
+    )
+    return tf.LlamaForCausalLM(config)
+
+
+def llama_program() -> AccelerateProgram:
+    def batches(seed: int) -> list[dict[str, torch.Tensor]]:
+        rows = tokens(seed, 96)
+        return [
+            {"input_ids": torch.stack(rows[i : i + 8]), "labels": torch.stack(rows[i : i + 8])} for i in range(0, 96, 8)
+        ]
+
+    return AccelerateProgram(
+        "accelerate_llama",
+        llama,
+        lambda params: torch.optim.AdamW(params, 1e-3),
+        batches,
+        scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / 4)),
+        clip=1.0,
+    )
+
+
+@_needs("accelerate", "accelerate")
+@_needs("transformers", "hf")
+def test_accelerate_passes_in_bf16_and_its_cpu_fp16_is_inconclusive_as_ignored(training_checks):
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(llama_program(), [BF16, FP16_SCALER], seeds=3)
+    result = failed.value.result
+    assert all(v.passed for v in result.verdicts if v.recipe == "bf16")
+    assert [(v.kind, v.recipe, v.outcome) for v in result.failures] == [
+        (VerdictKind.PRECISION, "fp16+scaler", Outcome.INCONCLUSIVE)
+    ]
+
+
+@_needs("accelerate", "accelerate")
+@_needs("transformers", "hf")
+def test_an_accelerator_whose_autocast_is_lost_is_inconclusive_not_a_pass(training_checks, monkeypatch):
+    import accelerate
+
+    # the planted bug: the prepared model's forward runs without the accelerator's autocast
+    monkeypatch.setattr(accelerate.Accelerator, "autocast", lambda self, *a, **k: torch.autocast("cpu", enabled=False))
+    monkeypatch.setattr(
+        accelerate.accelerator,
+        "get_mixed_precision_context_manager",
+        lambda *a, **k: torch.autocast("cpu", enabled=False),
+    )
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(llama_program(), [BF16], seeds=3)
+    assert [(v.kind, v.outcome) for v in failed.value.result.failures] == [
+        (VerdictKind.PRECISION, Outcome.INCONCLUSIVE)
+    ]
+
+
+# -- Lightning: automatic and manual optimization ---------------------------------------------------
+def _lightning():
+    import lightning
+
+    return lightning
+
+
+def regression_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(16, 1, generator=torch.Generator().manual_seed(99))
+    out = []
+    for _ in range(16):
+        x = torch.randn(32, 16, generator=gen)
+        out.append((x, x @ w))
+    return out
+
+
+def regressor(manual: bool):
+    L = _lightning()
+
+    class Regressor(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 1))
+            self.automatic_optimization = not manual
+
+        def training_step(self, batch, index):
+            x, y = batch
+            loss = nn.functional.mse_loss(self.net(x).float(), y)
+            if manual:
+                opt = self.optimizers()
+                opt.zero_grad()
+                self.manual_backward(loss)
+                opt.step()
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), 0.05)
+
+    return lambda seed: Regressor()
+
+
+@_needs("lightning", "lightning")
+@pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual"])
+def test_lightning_passes_in_bf16_and_fp16_with_its_scaler(training_checks, manual):
+    result = training_checks.check_program(
+        LightningProgram("lightning", regressor(manual), regression_batches), [BF16, FP16_SCALER], seeds=3
+    )
+    assert result.outcome is Outcome.PASS
+    assert [v.name for v in result.of(VerdictKind.OVERFLOW)] == ["lightning.fp16+scaler.overflow.optimizers.0"]
+
+
+@_needs("lightning", "lightning")
+def test_lightning_as_configured_on_a_cpu_swaps_fp16_for_bf16_and_says_so(training_checks):
+    program = LightningProgram("lightning", regressor(False), regression_batches, as_configured=True)
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(program, [FP16_SCALER], seeds=3)
+    assert "modules ran under autocast in torch.bfloat16, not torch.float16" in str(failed.value)
+
+
+@_needs("lightning", "lightning")
+def test_a_lightning_precision_plugin_that_steps_through_an_overflow_fails_naming_the_optimizer(
+    training_checks, monkeypatch
+):
+    L = _lightning()
+    plugin = L.pytorch.plugins.precision.MixedPrecision
+
+    def stepping_anyway(self, optimizer, model, closure, **kwargs):
+        closure()
+        self.scaler.unscale_(optimizer)
+        out = optimizer.step(**kwargs)  # the planted bug: the step is taken whatever unscale_ found
+        self.scaler.update()
+        return out
+
+    monkeypatch.setattr(plugin, "optimizer_step", stepping_anyway)
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(
+            LightningProgram("lightning", regressor(False), regression_batches), [FP16_SCALER], seeds=3
+        )
+    names = [v.name for v in failed.value.result.failures]
+    assert "lightning.fp16+scaler.overflow.optimizers.0" in names
