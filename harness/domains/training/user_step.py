@@ -85,7 +85,16 @@ class Precision:
 
 #: Recipe fields a user's step applies itself (accumulation, clipping, ...): a recipe setting one
 #: cannot be handed to code the harness does not run.
-_STEP_OWNS = ("micro_batches", "clip", "params_dtype", "emulate", "loss_factor", "fp32_modules")
+_STEP_OWNS = (
+    "micro_batches",
+    "clip",
+    "params_dtype",
+    "grad_accum_dtype",
+    "loss_factor",
+    "static_scale",
+    "grad_noise",
+    "emulate",
+)
 
 
 def precision_of(recipe: Recipe | None, device: torch.device, init_scale: float | None = None) -> Precision:
@@ -109,7 +118,7 @@ def validate_recipes(recipes: object) -> list[Recipe]:
             raise TypeError(f"not a recipe: {r!r}; pass harness.api.BF16, FP16_SCALER or FP16_NO_SCALER")
         if r.dtype is None:
             raise ValueError(f"recipe {r.name!r} runs in fp32: fp32 is the reference, not a recipe to check")
-        owned = [f for f in _STEP_OWNS if getattr(r, f, None) not in (None, 1, 1.0, (), False)]
+        owned = [f for f in _STEP_OWNS if getattr(r, f) not in (None, 1, 1.0)]
         if owned or r.control:
             what = ", ".join(owned) if owned else "a negative control"
             raise ValueError(
@@ -488,7 +497,8 @@ class StepProgram:
     build: Callable[..., Any]
     step: Callable[[Any, Any, Precision], Any]
     batches: Sequence[Any] | Callable[[int], Sequence[Any]]
-    #: where each seed's run starts: torch.manual_seed(seed) before build (the user's build may seed too)
+    #: how many of the batches to train on (None: all); every run of seed s calls
+    #: ``torch.manual_seed(s)`` before ``build``
     steps: int | None = None
 
     def data(self, seed: int) -> list[Any]:
@@ -503,19 +513,15 @@ class StepProgram:
         torch.manual_seed(seed)
         return self.build(seed, precision) if _arity(self.build) >= 2 else self.build(seed)
 
-    def run(self, seed: int, precision: Precision, loop: Loop, start: int = 0, objects: Any = None) -> None:
-        data = self.data(seed)
-        objects = self.objects(seed, precision) if objects is None else objects
-        for batch in data[start:]:
+    def run(self, seed: int, precision: Precision, loop: Loop) -> None:
+        objects = self.objects(seed, precision)
+        for batch in self.data(seed):
             loop.begin(objects)
             loop.end(self.step(objects, batch, precision))
-        self.last_objects = objects
 
     @property
     def resumable(self) -> str | None:
         return None
-
-    last_objects: Any = None
 
 
 def trace(program: Program, seed: int, precision: Precision, **loop: Any) -> Trace:
