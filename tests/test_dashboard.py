@@ -177,7 +177,7 @@ def test_an_older_schema_without_some_columns_loads(tmp_path):
     df = pd.read_parquet(run / rp.ROWS_PARQUET).drop(columns=["note", "tags"])
     df.to_parquet(run / rp.ROWS_PARQUET)
     loaded = db.load_reports([run])
-    assert list(loaded.rows.columns) == list(rp.COLUMNS) and len(loaded.rows) == 1
+    assert list(loaded.rows.columns) == list(rp.LOADED_COLUMNS) and len(loaded.rows) == 1
 
 
 # -- stacks, classes, changes ----------------------------------------------------------------------

@@ -34,7 +34,7 @@ def test_rows_are_written_as_parquet_csv_and_run_json_and_load_back(pytester):
     result.stdout.fnmatch_lines(["*run report: 12 rows (6 pass, 6 info) -> out/*"])
     loaded = _only_run(pytester.path / "out")
     df = loaded.rows
-    assert list(df.columns) == list(rp.COLUMNS)
+    assert list(df.columns) == list(rp.LOADED_COLUMNS)
     assert len(df) == 12
     assert df["run_id"].nunique() == 1
     assert df["run_id"].iloc[0] == loaded.meta["run_id"]
@@ -186,7 +186,7 @@ def test_load_names_the_problem(tmp_path):
 
 def test_an_empty_run_still_has_the_schema(tmp_path):
     run = rp.write(tmp_path, "r1", [], {})
-    assert list(rp.load(run).rows.columns) == list(rp.COLUMNS)
+    assert list(rp.load(run).rows.columns) == list(rp.LOADED_COLUMNS)
 
 
 def test_rows_reject_unknown_outcomes():

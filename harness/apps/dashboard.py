@@ -55,7 +55,7 @@ class Loaded:
     runs: pd.DataFrame
     problems: list[str] = field(default_factory=list)
     #: each test's own result (:data:`harness.storage.report.TEST_COLUMNS`, and ``run_id``)
-    tests: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=[*rp.TEST_COLUMNS, "run_id"]))
+    tests: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=[*rp.TEST_COLUMNS, "origin", "run_id"]))
     #: runs in the fleet dataset the view was drawn from (None: loaded from report directories)
     fleet_runs: int | None = None
 
@@ -119,7 +119,9 @@ def _collect(
     for col in rp.COLUMNS:  # older schemas lack some columns: fill them
         if col not in df.columns:
             df[col] = pd.NA
-    rows.append(df[list(rp.COLUMNS)])
+    if "origin" not in df.columns:
+        df = rp.with_origin(df, r.meta)
+    rows.append(df[list(rp.LOADED_COLUMNS)])
     meta = r.meta
     fp = meta.get("fingerprint", {})
     run_id = meta.get("run_id", d.name)
@@ -144,11 +146,12 @@ def _collect(
 
 
 def run_verdict(rows: pd.DataFrame, tests: pd.DataFrame, meta: dict[str, Any]) -> Outcome:
-    """A run's verdict: the worst outcome of its tests (:func:`harness.storage.report.test_outcomes`;
-    reports before schema 4 have only counts of test results: a failed or errored test is a FAIL)."""
+    """A run's verdict: the worst outcome of its qualification tests (:func:`harness.storage.report.test_outcomes`;
+    the project's self-tests are apart, :func:`self_test_health`; reports before schema 4 have only
+    counts of test results: a failed or errored test is a FAIL)."""
     counts = meta.get("tests") or {}
     legacy = [Outcome.FAIL] if tests.empty and (counts.get("failed") or counts.get("error")) else []
-    per_test = rp.frame_test_outcomes(rows, tests)
+    per_test = rp.frame_test_outcomes(rp.qualification(rows), rp.qualification(tests))
     worst = Outcome.worst([*(o for _, o in per_test.values()), *legacy])
     return worst if worst is not None else Outcome.SKIP
 
@@ -156,7 +159,7 @@ def run_verdict(rows: pd.DataFrame, tests: pd.DataFrame, meta: dict[str, Any]) -
 def _loaded(
     rows: list[pd.DataFrame], runs: list[dict[str, Any]], problems: list[str], tests: list[pd.DataFrame]
 ) -> Loaded:
-    rows_df = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(rp.COLUMNS))
+    rows_df = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(rp.LOADED_COLUMNS))
     runs_df = pd.DataFrame(
         runs,
         columns=[
@@ -176,7 +179,9 @@ def _loaded(
     )
     nonempty = [t for t in tests if len(t)]
     tests_df = (
-        pd.concat(nonempty, ignore_index=True) if nonempty else pd.DataFrame(columns=[*rp.TEST_COLUMNS, "run_id"])
+        pd.concat(nonempty, ignore_index=True)
+        if nonempty
+        else pd.DataFrame(columns=[*rp.TEST_COLUMNS, "origin", "run_id"])
     )
     return Loaded(
         rows_df, runs_df.sort_values("started", na_position="first").reset_index(drop=True), problems, tests_df
@@ -292,12 +297,45 @@ def _by_run(df: pd.DataFrame | None, run_ids: Iterable[str]) -> dict[str, pd.Dat
 
 
 def run_outcomes(
-    rows: pd.DataFrame, tests: pd.DataFrame | None, run_ids: Iterable[str]
+    rows: pd.DataFrame, tests: pd.DataFrame | None, run_ids: Iterable[str], origin: str = rp.QUALIFICATION
 ) -> dict[str, dict[str, tuple[str, Outcome]]]:
-    """run id -> node id -> (suite, outcome) of each test (:func:`harness.storage.report.test_outcomes`)."""
+    """run id -> node id -> (suite, outcome) of each test of ``origin`` (the qualification's, or
+    the project's self-tests: :func:`harness.storage.report.test_outcomes`)."""
     ids = [str(r) for r in run_ids]
+    rows, tests = _of_origin(rows, origin), None if tests is None else _of_origin(tests, origin)
     rows_of, tests_of = _by_run(rows, ids), _by_run(tests, ids)
     return {r: rp.frame_test_outcomes(rows_of[r], tests_of[r]) for r in ids}
+
+
+def _of_origin(df: pd.DataFrame, origin: str) -> pd.DataFrame:
+    """The part of a rows or tests frame of one origin (a frame without the column: all qualification)."""
+    if "origin" not in df.columns or df.empty:
+        return df if origin == rp.QUALIFICATION else df.iloc[:0]
+    return df[df["origin"].fillna(rp.QUALIFICATION) == origin]
+
+
+def self_test_health(rows: pd.DataFrame, runs: pd.DataFrame, tests: pd.DataFrame | None = None) -> list[str]:
+    """One line per hardware class (its latest run): the project's self-tests, counted by outcome
+    with the worst named; none where the run has no self-tests."""
+    latest = runs.dropna(subset=["profile"]).groupby("profile").tail(1)
+    per_run = run_outcomes(rows, tests, latest["run_id"], rp.SELF_TEST)
+    lines = []
+    for run_id, profile in zip(latest["run_id"], latest["profile"], strict=True):
+        outcomes = per_run[str(run_id)]
+        if not outcomes:
+            continue
+        counts: dict[Outcome, int] = {}
+        for _, o in outcomes.values():
+            counts[o] = counts.get(o, 0) + 1
+        worst = Outcome.worst(counts)
+        first = next((n for n, (_, o) in outcomes.items() if o is worst), "")
+        tally = ", ".join(f"{n} {o.label}" for o, n in sorted(counts.items(), key=lambda kv: -kv[0].severity))
+        bad = worst is not None and worst.fails_test
+        lines.append(
+            f"{profile}: harness self-tests: {len(outcomes)} tests ({tally})"
+            + (f"; first {worst.label}: {first}" if bad and worst else "")
+        )
+    return lines
 
 
 def _worst_by_suite(outcomes: dict[str, tuple[str, Outcome]]) -> dict[str, Outcome]:
@@ -343,9 +381,10 @@ def cell_id(suite: str, run_id: str) -> str:
 
 
 def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
-    """suite -> every test of one run, worst first (rows included; passing tests last)."""
-    rows = _by_run(loaded.rows, [run_id])[run_id]
-    tests = _by_run(loaded.tests, [run_id])[run_id]
+    """suite -> every qualification test of one run, worst first (rows included; passing tests
+    last); the project's self-tests are counted apart (:func:`self_test_health`)."""
+    rows = _of_origin(_by_run(loaded.rows, [run_id])[run_id], rp.QUALIFICATION)
+    tests = _of_origin(_by_run(loaded.tests, [run_id])[run_id], rp.QUALIFICATION)
     messages = (
         dict(zip(tests["nodeid"].astype(str), tests["message"].fillna("").astype(str), strict=True))
         if len(tests)
@@ -710,6 +749,13 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
         "<h2>Pass/fail matrix (latest run of each profile; a cell opens its tests below)</h2>",
         _linked_grid(matrix, run_of_profile, "suite") if len(matrix) else "<p>no tests</p>",
     ]
+    health = self_test_health(loaded.rows, loaded.runs, loaded.tests)
+    if health:
+        parts += [
+            "<p class='self-tests'>The project's tests of itself (not the stack's qualification): "
+            + "; ".join(html.escape(h) for h in health)
+            + "</p>"
+        ]
     grid = runs_by_suites(loaded)
     parts += [
         "<h2>Runs x suites (oldest first; each cell the worst outcome of that run's tests of the suite)</h2>",

@@ -104,19 +104,31 @@ class Diff:
     skipped_suites: list[tuple[str, str]] = field(default_factory=list)
     #: speedups measured but judged against nothing on at least one side: not compared
     speed_not_compared: int = 0
+    #: suites of the project's tests of itself (``amp_self_tests``): ranked apart, never the exit status
+    self_test_suites: set[str] = field(default_factory=set)
 
-    def count(self, status: Status) -> int:
-        return sum(1 for c in self.changes if c.status is status)
+    def count(self, status: Status, self_tests: bool = False) -> int:
+        """Entries of ``status`` among the qualification's (``self_tests``: among the project's self-tests)."""
+        return sum(1 for c in self.changes if c.status is status and (c.suite in self.self_test_suites) == self_tests)
 
     @property
     def regressed(self) -> bool:
+        """A qualification check regressed (a self-test that did is listed, and is not this)."""
         return self.count(Status.REGRESSED) > 0
 
     def summary(self) -> str:
         out = ", ".join(f"{self.count(s)} {s.value}" for s in Status)
         if self.speed_not_compared:
             out += f"; {self.speed_not_compared} speedups not compared (judged against nothing on their class)"
+        if self.self_test_suites:
+            own = ", ".join(f"{self.count(s, True)} {s.value}" for s in Status if self.count(s, True))
+            out += f"; project self-tests apart: {own or 'none compared'}"
         return out
+
+    def ordered_suites(self) -> list[str]:
+        """The qualification's suites, then the project's self-tests' (each group sorted)."""
+        suites = {c.suite for c in self.changes}
+        return sorted(suites - self.self_test_suites) + sorted(suites & self.self_test_suites)
 
 
 class DiffInputError(Exception):
@@ -365,11 +377,22 @@ def diff(a: Side, b: Side) -> Diff:
             Change(key[0], "known", key[1], status, x.value if x else "-", y.value if y else "-", detail)
         )
     out.changes.sort(key=lambda c: (c.suite, ORDER[c.status], c.kind, c.name))
+    own = {str(r["suite"]) for r in (*ra, *rb, *ta, *tb) if str(r.get("origin") or rp.QUALIFICATION) == rp.SELF_TEST}
+    out.self_test_suites = own
     return out
 
 
 # -- rendering -------------------------------------------------------------------------------------------
-COLUMNS = ("suite", "kind", "name", "status", "a", "b", "detail")
+COLUMNS = ("suite", "kind", "name", "status", "a", "b", "detail", "origin")
+#: what heads the project's self-tests in a rendered diff
+SELF_TEST_HEADING = "project self-tests (the harness's tests of itself, not the stack; never the exit status):"
+
+
+def _sections(d: Diff) -> list[tuple[str, bool]]:
+    """Each suite to render, in order, and whether the self-tests' heading goes before it."""
+    suites = d.ordered_suites()
+    first = next((s for s in suites if s in d.self_test_suites), None)
+    return [(s, s == first) for s in suites]
 
 
 def _listed(d: Diff) -> list[Change]:
@@ -387,8 +410,9 @@ def render_text(d: Diff) -> str:
     for suite, side in d.skipped_suites:
         lines.append(_cut(f"skipped: suite {suite!r} is only in {side}", WIDTH))
     listed = _listed(d)
-    suites = sorted({c.suite for c in d.changes})
-    for suite in suites:
+    for suite, heading in _sections(d):
+        if heading:
+            lines += ["", _cut(SELF_TEST_HEADING, WIDTH)]
         rows = [c for c in listed if c.suite == suite]
         unchanged = sum(1 for c in d.changes if c.suite == suite and c.status is Status.UNCHANGED)
         if not rows:
@@ -409,7 +433,9 @@ def render_text(d: Diff) -> str:
 def render_markdown(d: Diff) -> str:
     out = [f"- {' '.join(side.describe().split())}" for side in (d.a, d.b)] + [f"- summary: {d.summary()}"]
     out += [f"- skipped: suite `{s}` is only in {side}" for s, side in d.skipped_suites]
-    for suite in sorted({c.suite for c in d.changes}):
+    for suite, heading in _sections(d):
+        if heading:
+            out += ["", f"# {SELF_TEST_HEADING}"]
         rows = [c for c in _listed(d) if c.suite == suite]
         unchanged = sum(1 for c in d.changes if c.suite == suite and c.status is Status.UNCHANGED)
         out += ["", f"## {suite}: {len(rows)} listed, {unchanged} unchanged"]
@@ -428,7 +454,8 @@ def render_csv(d: Diff) -> str:
     w = csv.writer(buf)
     w.writerow(COLUMNS)
     for c in d.changes:
-        w.writerow([c.suite, c.kind, c.name, c.status.value, c.a, c.b, c.detail])
+        origin = rp.SELF_TEST if c.suite in d.self_test_suites else rp.QUALIFICATION
+        w.writerow([c.suite, c.kind, c.name, c.status.value, c.a, c.b, c.detail, origin])
     return buf.getvalue()
 
 
@@ -444,7 +471,9 @@ def render_html(d: Diff) -> str:
         f"summary: {esc(d.summary())}</p>",
     ]
     parts += [f"<p>skipped: suite {esc(s)} is only in {side}</p>" for s, side in d.skipped_suites]
-    for suite in sorted({c.suite for c in d.changes}):
+    for suite, heading in _sections(d):
+        if heading:
+            parts.append(f"<h1>{esc(SELF_TEST_HEADING)}</h1>")
         rows = [c for c in _listed(d) if c.suite == suite]
         parts.append(f"<h2>{esc(suite)}: {len(rows)} listed</h2>")
         if rows:

@@ -175,6 +175,18 @@ def verdicts(junit: Path | None, report: rp.LoadedReport | None = None, earlier:
     return [_verdict(name, [c for c in found if c.capability == name]) for name in (*CAPABILITIES, *declared)]
 
 
+def self_test_line(report: rp.LoadedReport) -> str | None:
+    """The project's tests of itself (``amp_self_tests``), in one line: they decide no capability
+    and never change the verdict. None where the run had none."""
+    tests = report.tests
+    own = tests[tests["origin"] == rp.SELF_TEST] if len(tests) else tests
+    if own.empty:
+        return None
+    counts = own["result"].astype(str).value_counts()
+    tally = ", ".join(f"{n} {result}" for result, n in counts.items())
+    return f"project self-tests (not part of the verdict): {len(own)} tests, {tally}"
+
+
 def exit_status(vs: Sequence[Verdict], required: Sequence[str]) -> int:
     req = [v for v in vs if v.capability in required]
     if any(v.status.fails_test and v.status is not Outcome.INCONCLUSIVE for v in req):
@@ -345,6 +357,9 @@ def run(
         return USAGE_ERROR
     print("\n" + "=" * 24 + " qualification verdict " + "=" * 24)
     print(table(vs, req))
+    own = self_test_line(report) if report is not None else None
+    if own is not None:
+        print(own)
     status = exit_status(vs, req)
     summary = {
         "verdicts": [{**asdict(v), "status": v.status.label} for v in vs],

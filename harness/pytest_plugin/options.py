@@ -64,6 +64,13 @@ class Options:
 
 
 def add_options(parser: pytest.Parser) -> None:
+    parser.addini(
+        "amp_self_tests",
+        "paths (relative to the rootdir) whose tests are the project's tests of itself, not qualification: their "
+        "rows and results carry origin self-test, the dashboard and qualify keep them apart, diff ranks them apart",
+        type="linelist",
+        default=[],
+    )
     g = parser.getgroup("amp-harness", "amp-harness: mixed-precision regression checks")
     g.addoption(
         "--amp-device",
@@ -295,3 +302,13 @@ def hypothesis_is_needed(config: pytest.Config) -> bool:
     """Whether the profiles must exist at configure time: ``--hypothesis-profile`` may name one of
     them (hypothesis loads it next), or the run has imported hypothesis already."""
     return explicit_hypothesis_profile(config) is not None or "hypothesis" in sys.modules
+
+
+def self_test_prefixes(config: pytest.Config) -> tuple[str, ...]:
+    """The node-id prefixes of ``amp_self_tests`` (``tests`` -> ``tests/``; a file as it is)."""
+    out = []
+    for line in config.getini("amp_self_tests"):
+        p = str(line).strip().replace("\\", "/").strip("/")
+        if p:
+            out.append(p if p.endswith(".py") else p + "/")
+    return tuple(out)

@@ -9,7 +9,7 @@ import pytest
 
 from harness import __version__
 from harness.pytest_plugin.collaborators import display
-from harness.pytest_plugin.options import explicit_hypothesis_profile
+from harness.pytest_plugin.options import explicit_hypothesis_profile, self_test_prefixes
 from harness.pytest_plugin.state import State
 from harness.storage import report as rp
 
@@ -61,6 +61,8 @@ def static_metadata(cfg: pytest.Config, st: State) -> dict[str, Any]:
             "hypothesis_seed": cfg.getoption("--hypothesis-seed", default=None),
         },
         "invocation": list(cfg.invocation_params.args),
+        # the project's tests of itself (ini amp_self_tests): rp.origin_of tells them from the qualification
+        rp.SELF_TESTS: list(self_test_prefixes(cfg)),
     }
 
 

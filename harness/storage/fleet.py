@@ -254,7 +254,7 @@ def load(run: FleetRun) -> rp.LoadedReport:
         raise rp.ReportError(f"{run.where}: unreadable parquet ({shown(str(exc))})") from None
     raw = (table.schema.metadata or {}).get(META_KEY)
     meta = json.loads(raw) if raw else {"run_id": run.run_id}
-    return rp.LoadedReport(Path(run.path), table.to_pandas(), meta)
+    return rp.LoadedReport(Path(run.path), rp.with_origin(table.to_pandas(), meta), meta)
 
 
 def select(runs: list[FleetRun], selector: str) -> FleetRun:

@@ -47,6 +47,12 @@ READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 #: verdict (an Outcome value: the test's result together with the outcomes of the rows it
 #: recorded, Outcome.of_test); what more it left (a hung test's stacks), and the capability it decides.
 TEST_COLUMNS = ("nodeid", "suite", "result", "duration_s", "message", "verdict", "detail", "capability")
+#: Where a row or test result comes from: the qualification (the stack's suites, a user's checks)
+#: or the tested project's own self-tests (the harness's tests of itself, in this repository). Run
+#: metadata names the self-tests' node-id prefixes (:data:`SELF_TESTS`, from the pytest ini option
+#: ``amp_self_tests``); loading derives the ``origin`` column of rows and test results from them.
+QUALIFICATION, SELF_TEST = "qualification", "self-test"
+SELF_TESTS = "self_tests"
 ROWS_PARQUET = "rows.parquet"
 ROWS_CSV = "rows.csv"
 RUN_JSON = "run.json"
@@ -95,6 +101,8 @@ class Row:
 
 
 COLUMNS: tuple[str, ...] = tuple(Row.__dataclass_fields__)
+#: the columns of a loaded report's rows: the stored ones and ``origin`` (derived, :func:`with_origin`)
+LOADED_COLUMNS: tuple[str, ...] = (*COLUMNS, "origin")
 
 
 class RowFields(TypedDict, total=False):
@@ -238,6 +246,31 @@ def hardware_class(meta: dict[str, Any]) -> str | None:
     return None if profile is None else str(profile)
 
 
+def self_test_prefixes(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """The node-id prefixes of the run's self-tests (none for a run that names none)."""
+    found = meta.get(SELF_TESTS) or ()
+    return tuple(str(p) for p in found) if isinstance(found, list | tuple) else ()
+
+
+def origin_of(nodeid: str, prefixes: Sequence[str]) -> str:
+    """:data:`SELF_TEST` for a node id under one of ``prefixes`` (``tests/``), else :data:`QUALIFICATION`."""
+    return SELF_TEST if any(nodeid.startswith(p) for p in prefixes) else QUALIFICATION
+
+
+def with_origin(df: pd.DataFrame, meta: Mapping[str, Any]) -> pd.DataFrame:
+    """``df`` (rows or test results) with its ``origin`` column, from the run's self-test prefixes."""
+    import pandas as pd
+
+    prefixes = self_test_prefixes(meta)
+    df["origin"] = pd.Series([origin_of(str(n), prefixes) for n in df["nodeid"]], index=df.index, dtype="string")
+    return df
+
+
+def qualification(df: pd.DataFrame) -> pd.DataFrame:
+    """The qualification's part of a frame with an ``origin`` column (all of one without it)."""
+    return df[df["origin"] != SELF_TEST] if "origin" in df.columns and len(df) else df
+
+
 class ReportError(Exception):
     """A report that cannot be loaded; names the file."""
 
@@ -250,10 +283,13 @@ class LoadedReport:
 
     @property
     def tests(self) -> pd.DataFrame:
-        """Each test's own result (:data:`TEST_COLUMNS`); empty for reports before schema 4."""
+        """Each test's own result (:data:`TEST_COLUMNS`, and its ``origin``); empty for reports
+        before schema 4."""
         import pandas as pd
 
-        return pd.DataFrame(list(self.meta.get("test_results") or []), columns=list(TEST_COLUMNS))
+        return with_origin(
+            pd.DataFrame(list(self.meta.get("test_results") or []), columns=list(TEST_COLUMNS)), self.meta
+        )
 
     @property
     def run(self) -> pd.DataFrame:
@@ -297,7 +333,7 @@ def load(path: str | os.PathLike[str]) -> LoadedReport:
         rows["drift"] = float("nan")
     if "kind" not in rows.columns:  # before schema 4: the kind its metric's name implied
         rows["kind"] = rows["metric"].astype(str).map(legacy_kind)
-    return LoadedReport(run_dir, rows, meta)
+    return LoadedReport(run_dir, with_origin(rows, meta), meta)
 
 
 def legacy_kind(metric: str) -> str:
