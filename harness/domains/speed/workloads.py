@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.domains import training as T
+from harness.domains.training.models import SETUPS
 from harness.domains.training.repro import model_source
 
 Fn = Callable[[], Any]
@@ -191,7 +191,7 @@ def _from_source(
 def _lm_constants() -> dict[str, Any]:
     """The tiny LM's factory and loss, and batch 0 of its data, as the harness trains them."""
 
-    setup = T.SETUPS["tiny_lm"]
+    setup = SETUPS["tiny_lm"]
     x, y = setup.batch(0, torch.Generator().manual_seed(0))
     return {"MODEL": setup.model, "LOSS": setup.loss, "X": x, "Y": y}
 
@@ -199,7 +199,7 @@ def _lm_constants() -> dict[str, Any]:
 def _lm_prelude() -> tuple[str, dict[str, torch.Tensor]] | None:
     """The same names in a script: the model's and loss's source, the batch saved beside it."""
 
-    setup = T.SETUPS["tiny_lm"]
+    setup = SETUPS["tiny_lm"]
     source = model_source(setup)
     if source is None:
         return None

@@ -12,7 +12,6 @@ from typing import Any, Protocol
 
 import torch
 
-from harness.domains import training as T
 from harness.domains.op_prints import OpPrint
 from harness.domains.repro import FailureRepro
 from harness.domains.training import amp_lane as L
@@ -20,9 +19,21 @@ from harness.domains.training import module_lane as ML
 from harness.domains.training import overflow as O
 from harness.domains.training import recompute as RC
 from harness.domains.training import repro as training_repro
+from harness.domains.training.census import fp32_gradients, gradient_census
 from harness.domains.training.diagnosis import Diagnosis, diagnose, first_over_budget, localise, localised
-from harness.domains.training.loop import resume_differences
-from harness.domains.training.parity import Band, ParityReport, RecipeResult
+from harness.domains.training.loop import resume_differences, train
+from harness.domains.training.parity import (
+    DEFAULT_SEEDS,
+    Band,
+    ParityReport,
+    RecipeResult,
+    check_parity,
+    is_deterministic,
+    judge_clipping,
+    judge_determinism,
+    validate,
+)
+from harness.domains.training.parity import judge as judge_parity
 from harness.domains.training.recipes import Recipe, Setup
 from harness.domains.training.repro import op_repro_of
 from harness.domains.training.result import Checked, Kind, TrainingCheckFailed, TrainingResult
@@ -101,7 +112,7 @@ class TrainingChecks:
     ) -> str | None:
         """Record one recipe's parity verdict (and, when it fails, its diagnosis); the failure
         message, or None when it passed."""
-        verdict = T.judge(setup.name, result)
+        verdict = judge_parity(setup.name, result)
         recipe = result.recipe.name
         base = {
             "control": result.recipe.control,
@@ -112,7 +123,7 @@ class TrainingChecks:
             **(tags or {}),
         }
         dtype = str(result.recipe.dtype or "float32")
-        clipping = T.judge_clipping(setup.name, result)
+        clipping = judge_clipping(setup.name, result)
         unclipped = None
         if clipping is not None and not self._judged(
             Kind.CLIPPING, recipe, clipping, device=self._device, dtype=dtype, tags={"norms": result.run.clip_norms}
@@ -338,8 +349,8 @@ class TrainingChecks:
         could only be vacuous (no recipes, a non-recipe, fewer than 2 seeds, too few checkpoints)
         is refused before anything trains."""
         __tracebackhide__ = True
-        n = T.DEFAULT_SEEDS if seeds is None else seeds
-        recipes = T.validate(setup, recipes, n)
+        n = DEFAULT_SEEDS if seeds is None else seeds
+        recipes = validate(setup, recipes, n)
         if resume_at is not None and not 0 < resume_at < setup.steps:
             raise ValueError(
                 f"resume_at={resume_at!r}: the run must be saved before one of steps 1 to {setup.steps - 1} of "
@@ -353,7 +364,7 @@ class TrainingChecks:
             counted: dict[str, float] | None = None
             underflow: float | None = None
             if census:
-                c = T.gradient_census(T.fp32_gradients(setup, device=self._device))
+                c = gradient_census(fp32_gradients(setup, device=self._device))
                 underflow = float(c["underflow_share"])
                 counted = {"underflow_share": underflow, "subnormal_share": float(c["subnormal_share"])}
                 self._record(
@@ -362,7 +373,7 @@ class TrainingChecks:
                 self._record(
                     f"{setup.name}.grad.subnormal_share", c["subnormal_share"], unit="share", device=self._device
                 )
-            report = T.check_parity(setup, recipes, seeds=n, device=self._device)
+            report = check_parity(setup, recipes, seeds=n, device=self._device)
             result = TrainingResult(setup.name, report, collected, counted, self._diagnoses, notes=self._notes)
             for r in report.results:
                 self.parity_verdict(setup, r, report.band)
@@ -379,11 +390,11 @@ class TrainingChecks:
                 self.resume_verdicts(setup, recipes, resume_at)
             if determinism:
                 for recipe in recipes:
-                    same, first = T.is_deterministic(setup, recipe, self._device)
+                    same, first = is_deterministic(setup, recipe, self._device)
                     self._judged(
                         Kind.DETERMINISM,
                         recipe.name,
-                        T.judge_determinism(setup.name, recipe, same, first),
+                        judge_determinism(setup.name, recipe, same, first),
                         device=self._device,
                     )
         finally:
@@ -454,7 +465,7 @@ class TrainingChecks:
         program: Program,
         recipes: Sequence[Recipe],
         *,
-        seeds: int = T.DEFAULT_SEEDS,
+        seeds: int = DEFAULT_SEEDS,
         overflow: bool = True,
         determinism: bool = True,
         module_lane: bool = True,
@@ -564,8 +575,8 @@ class TrainingChecks:
         """Each recipe saved before step ``at`` and resumed in fresh objects, against the uninterrupted run."""
         last = frozenset({setup.steps - 1})
         for recipe in recipes:
-            whole = T.train(setup, recipe, device=self._device, keep_weights_at=last)
-            resumed = T.train(setup, recipe, device=self._device, keep_weights_at=last, resume_at=at)
+            whole = train(setup, recipe, device=self._device, keep_weights_at=last)
+            resumed = train(setup, recipe, device=self._device, keep_weights_at=last, resume_at=at)
             diffs = resume_differences(whole, resumed)
             if recipe.scaler:
                 moved = whole.scales[at] != whole.scales[0]

@@ -219,15 +219,16 @@ class Observer:
                 f"fp32_modules names no module: {sorted(unknown)}; names are those of model.named_modules()"
                 + (" prefixed by the model's name" if len(self.models) > 1 else "")
             )
+        # a classmethod in Python (torch 2.13) or a C classmethod_descriptor (2.15): both bind by __get__
         self._apply = torch.autograd.Function.__dict__["apply"]
         observer = self
 
         def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
             declared = declared_dtype(cls)
             if declared is None or not torch.is_autocast_enabled(observer.device_type):
-                return observer._apply.__func__(cls, *args, **kwargs)
+                return observer._apply.__get__(None, cls)(*args, **kwargs)
             arrived = (_cast(args, None), _cast(kwargs, None), torch.get_rng_state())
-            out = observer._apply.__func__(cls, *args, **kwargs)
+            out = observer._apply.__get__(None, cls)(*args, **kwargs)
             first = _first_floating(out)
             if first is not None:
                 where = observer._stack[-1] if observer._stack else "(model)"
