@@ -237,7 +237,7 @@ def test_a_fixed_known_issue_that_comes_back_is_a_regression(pytester, suite_cop
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"harness.domains.scaling.reference.KNOWN_ISSUES": "faults.scalers.fixed_in_this_release"},
+        patches={"harness.domains.scaling.known_issues.KNOWN_ISSUES": "faults.scalers.fixed_in_this_release"},
     )
     run = run_inner(pytester, "-k", "known_issue_status and update-int")
     assert_caught(run, "*::test_known_issue_status_matches_the_registry[[]cpu-update-int-new-scale]")
@@ -252,7 +252,7 @@ def test_an_open_known_issue_in_a_release_newer_than_any_listed_is_known_not_fai
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"harness.domains.scaling.reference.KNOWN_ISSUES": "faults.scalers.verified_long_ago"},
+        patches={"harness.domains.scaling.known_issues.KNOWN_ISSUES": "faults.scalers.verified_long_ago"},
     )
     run = run_inner(pytester, "-k", "known_issue_status and update-int")
     assert_clean(run, at_least=1)

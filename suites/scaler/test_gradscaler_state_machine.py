@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 )
 
 from harness.domains.scaling import clipping
+from harness.domains.scaling import known_issues as issues
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.optimizers import same_bits
 from harness.domains.scaling.repro import scaler_rules
@@ -45,7 +46,7 @@ STEPS = 20
 INIT_EXPONENTS = st.one_of(st.integers(0, 24), st.integers(120, 127))
 #: A scaler/device with this registered known issue is held to the uncapped rule it is known to
 #: follow, so the rest of its behaviour is still checked exactly (the registry test notices a fix).
-UNCAPPED = scaling.KNOWN_ISSUES["sharded-cpu-growth-uncapped"]
+UNCAPPED = issues.KNOWN_ISSUES["sharded-cpu-growth-uncapped"]
 
 
 def _make_optimizer(kind: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -409,5 +410,5 @@ def test_growth_is_capped_at_the_largest_float32(amp_device, scaler_factory, amp
             finding=known,
         ),
         device=amp_device,
-        tags={"scaler": scaling.scaler_kind(scaler_factory)},
+        tags={"scaler": issues.scaler_kind(scaler_factory)},
     )

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.scaling import known_issues as issues
 from harness.domains.scaling import optimizers as opt
-from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.repro import optimizer_repro_of
 from harness.numerics.comparison import compare_claim, compare_within
 from harness.numerics.verdict import Outcome
@@ -41,7 +41,7 @@ def _run(case, device, factory, record) -> opt.Run:
     if why is not None:
         pytest.skip(why)
     overflows = dict(opt.OVERFLOWS)
-    issue = scaling.KNOWN_ISSUES[opt.FUSED_SGD_FIRST_STEP]
+    issue = issues.KNOWN_ISSUES[opt.FUSED_SGD_FIRST_STEP]
     if (name, impl) == ("SGD", "fused") and issue.applies(torch.__version__, torch.amp.GradScaler, device.type):
         overflows.pop(0)
         record(f"{name}.{impl}.first_step_overflow", True, outcome=Outcome.KNOWN, device=device, note=issue.summary)

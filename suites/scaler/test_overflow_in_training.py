@@ -4,7 +4,7 @@ and training recovers; the scaler's hazards are recorded findings, each with a c
 Overflow is injected at step k in the forward pass (fp16 activations beyond 65504), the backward
 pass (an inf/NaN gradient in one layer) and the loss. A golden trace (scale and skip per step for
 a fixed overflow pattern) is a baseline per torch release. Behaviour differences between torch
-releases live in the known-issues registry (:data:`harness.domains.scaling.reference.KNOWN_ISSUES`), so they show
+releases live in the known-issues registry (:data:`harness.domains.scaling.known_issues.KNOWN_ISSUES`), so they show
 as known, and a fixed release is noticed.
 """
 
@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from harness.domains import versions
+from harness.domains.scaling import known_issues as issues
 from harness.domains.scaling import optimizers
 from harness.domains.scaling import reference as scaling
 from harness.domains.scaling.repro import scaler_trace
@@ -304,18 +305,18 @@ def _observe(issue_id: str, device: torch.device, scaler_cls: type[torch.amp.Gra
     raise KeyError(issue_id)
 
 
-@pytest.mark.parametrize("issue_id", sorted(scaling.KNOWN_ISSUES))
+@pytest.mark.parametrize("issue_id", sorted(issues.KNOWN_ISSUES))
 def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_factory, amp_record):
-    issue = scaling.KNOWN_ISSUES[issue_id]
+    issue = issues.KNOWN_ISSUES[issue_id]
     present = _observe(issue_id, amp_device, scaler_factory)
     listed = issue.applies(torch.__version__, scaler_factory, amp_device.type)
-    kind = scaling.scaler_kind(scaler_factory)
+    kind = issues.scaler_kind(scaler_factory)
     verdict = versions.registry_verdict(
         issue,
         present,
         listed,
         torch.__version__,
-        f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaling/reference.py)",
+        f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaling/known_issues.py)",
         context=f" with {kind} on {amp_device.type}",
         device_type=amp_device.type,
     )
@@ -325,7 +326,7 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
         tags={
             "torch": torch.__version__,
             "listed_as_affected": listed,
-            "scaler": scaling.scaler_kind(scaler_factory),
+            "scaler": issues.scaler_kind(scaler_factory),
             "lifecycle": verdict.claim.detail[0],
             "lifecycle_state": verdict.state.value,
         },

@@ -304,7 +304,7 @@ def same_bits(a: Any, b: Any) -> bool:
     return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
 
 
-#: The registered known issue of torch's fused SGD (harness/domains/scaling/reference.py).
+#: The registered known issue of torch's fused SGD (harness/domains/scaling/known_issues.py).
 FUSED_SGD_FIRST_STEP = "fused-sgd-first-step-overflow-keeps-uninitialised-momentum"
 
 
