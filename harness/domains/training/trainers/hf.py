@@ -54,19 +54,20 @@ class HFTrainerProgram:
             trainer: Any = None
 
             def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                self.trainer.micro_losses = []
                 loop.begin(
                     {"model": kw.get("model"), "optimizer": kw.get("optimizer"), "scheduler": kw.get("lr_scheduler")}
                 )
 
             def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-                loop.end(self.trainer.step_loss)
+                # the step's loss: its micro-batches' losses as training_step returns them (each
+                # already divided by the accumulation steps), summed
+                loop.end(sum(float(x) for x in self.trainer.micro_losses))
 
         class Recording(base):  # type: ignore[misc]
-            step_loss: Any = None
-
             def training_step(self, *args: Any, **kwargs: Any) -> Any:
                 loss = super().training_step(*args, **kwargs)
-                self.step_loss = loss
+                self.micro_losses.append(loss.detach())
                 return loss
 
         watch = Watch()
