@@ -130,14 +130,11 @@ class _Call:
     name: str
     kind: str
     declared: str
-    #: what reruns it: (module or function, args, kwargs) -> output
-    rerun: Callable[[Any, Any, torch.dtype | None, bool], Any]
+    rerun: Rerun
     args: Any
     kwargs: Any
     output: torch.Tensor
     rng: torch.Tensor
-    #: the dtype a declared region computes in (None: its inputs' own dtypes)
-    fp32_inputs: bool
 
 
 def _unhooked(module: nn.Module) -> nn.Module:
@@ -151,30 +148,27 @@ def _unhooked(module: nn.Module) -> nn.Module:
     return copied
 
 
-def _module_rerun(module: nn.Module) -> Callable[[Any, Any, torch.dtype | None, bool], Any]:
+#: runs a recorded region again: (args, kwargs, the dtype of its parameters, the low-precision
+#: dtype its autocast functions round to or None) -> its output
+Rerun = Callable[[Any, Any, torch.dtype, torch.dtype | None], Any]
+
+
+def _module_rerun(module: nn.Module) -> Rerun:
     frozen = _unhooked(module)
 
-    def rerun(args: Any, kwargs: Any, dtype: torch.dtype | None, rounding: bool) -> Any:
-        m = copy.deepcopy(frozen)
-        if dtype is not None:
-            m = m.to(dtype)
-        with contextlib.ExitStack() as stack:
-            if rounding:
-                stack.enter_context(RoundingMode(_rounding_dtype[0]))
+    def rerun(args: Any, kwargs: Any, dtype: torch.dtype, round_to: torch.dtype | None) -> Any:
+        m = copy.deepcopy(frozen).to(dtype)
+        with RoundingMode(round_to) if round_to is not None else contextlib.nullcontext():
             return m(*args, **kwargs)
 
     return rerun
 
 
-def _function_rerun(function: Any) -> Callable[[Any, Any, torch.dtype | None, bool], Any]:
-    def rerun(args: Any, kwargs: Any, dtype: torch.dtype | None, rounding: bool) -> Any:
-        return function.apply(*args, **kwargs)
+def _function_rerun(function: Any) -> Rerun:
+    def rerun(args: Any, kwargs: Any, dtype: torch.dtype, round_to: torch.dtype | None) -> Any:
+        return function.apply(*args, **kwargs)  # no parameters of its own: its inputs carry the dtype
 
     return rerun
-
-
-#: the autocast dtype of the observation in progress (RoundingMode needs it at rerun time)
-_rounding_dtype: list[torch.dtype] = [torch.bfloat16]
 
 
 class Observer:
@@ -242,7 +236,6 @@ class Observer:
                         arrived[1],
                         first.detach().clone(),
                         arrived[2],
-                        True,
                     )
                 )
             return out
@@ -282,14 +275,14 @@ class Observer:
             if out is None:
                 return
             if name in self.fp32_modules:
-                declared, fp32_inputs = "named fp32", True
+                declared = "named fp32"
             elif not enabled:
                 # outside autocast it runs as the code says (a frozen bf16 teacher, a loss in fp32):
                 # nothing to hold it to but itself; name it in fp32_modules to hold it to fp32
                 self.outside += 1
                 return
             else:
-                declared, fp32_inputs = "autocast", False
+                declared = "autocast"
             self.calls.append(
                 _Call(
                     name,
@@ -300,33 +293,28 @@ class Observer:
                     k,
                     out.detach().clone(),
                     rng,
-                    fp32_inputs,
                 )
             )
 
         return post
 
     def errors(self, dtype: torch.dtype) -> list[RegionError]:
-        """Each recorded call run again alone (exact, fp32, correctly rounded): its errors."""
-        _rounding_dtype[0] = dtype
-        found: list[RegionError] = []
-        for c in self.calls:
-            found.append(_measure(c, self.device_type))
-        return found
+        """Each recorded call run again alone (exact, fp32, correctly rounded to ``dtype``): its errors."""
+        return [_measure(c, self.device_type, dtype) for c in self.calls]
 
 
-def _measure(c: _Call, device_type: str) -> RegionError:
-    def run(dtype: torch.dtype | None, rounding: bool, inputs_dtype: torch.dtype | None) -> torch.Tensor | None:
-        torch.set_rng_state(c.rng)
+def _measure(c: _Call, device_type: str, low: torch.dtype) -> RegionError:
+    def run(dtype: torch.dtype, round_to: torch.dtype | None = None) -> torch.Tensor | None:
+        torch.set_rng_state(c.rng)  # what the call drew (a dropout inside it), it draws again
         with torch.no_grad(), torch.autocast(device_type, enabled=False):
-            out = c.rerun(_cast(c.args, inputs_dtype), _cast(c.kwargs, inputs_dtype), dtype, rounding)
+            out = c.rerun(_cast(c.args, dtype), _cast(c.kwargs, dtype), dtype, round_to)
         return _first_floating(out)
 
     saved = torch.get_rng_state()
     try:
-        exact = run(torch.float64, False, torch.float64)
-        in_fp32 = run(torch.float32, False, torch.float32 if c.fp32_inputs or c.declared == "autocast" else None)
-        rounded = run(torch.float64, True, torch.float64) if c.declared == "autocast" else None
+        exact = run(torch.float64)
+        in_fp32 = run(torch.float32)
+        rounded = run(torch.float64, low) if c.declared == "autocast" else None
     finally:
         torch.set_rng_state(saved)
     if exact is None or in_fp32 is None:
