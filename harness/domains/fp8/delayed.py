@@ -47,7 +47,10 @@ from fractions import Fraction
 from typing import Any, Literal, Protocol
 
 import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant, rule
 
+from harness.domains.machines import RecordedMachine
 from harness.numerics.formats import FP8_E4M3FN, FP32, FloatFormat
 
 Algorithm = Literal["max", "most_recent"]
@@ -226,67 +229,76 @@ class TorchDelayedScaling:
 Factory = Callable[[DelayedConfig], DelayedScalingAdapter]
 
 
-def conformance_machine(factory: Factory, counts: Counter[str] | None = None) -> type:
-    """A hypothesis state machine: random configurations, steps with amaxes across the format's
-    range (zeros, subnormal-small, huge, inf, NaN) and state_dict round trips into a fresh
-    instance; after every step the adapter's scale and history must be one of the states the
-    specification admits (:func:`admissible`), and after a round trip the state it had, bit for
-    bit. ``counts`` tallies the rules run and the admitted behaviours taken (so a check can require
-    they were exercised, and a report can say which of TransformerEngine's paths a recipe follows)."""
-    from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+#: Amaxes a step may see: any finite float32 magnitude, and the edges (0, 1, e4m3's 448, near the
+#: float32 extremes, infinities, NaN).
+AMAXES = st.one_of(
+    st.floats(min_value=2.0**-100, max_value=2.0**100, allow_nan=False, allow_infinity=False, width=32),
+    st.sampled_from([0.0, 1.0, 448.0, 1e-38, 3.0e38, math.inf, -math.inf, math.nan]),
+)
 
-    tally: Counter[str] = Counter() if counts is None else counts
-    amaxes = st.one_of(
-        st.floats(min_value=2.0**-100, max_value=2.0**100, allow_nan=False, allow_infinity=False, width=32),
-        st.sampled_from([0.0, 1.0, 448.0, 1e-38, 3.0e38, math.inf, -math.inf, math.nan]),
+
+class DelayedScalingMachine(RecordedMachine):
+    """A delayed-scaling recipe (``factory``) against the specification: random configurations,
+    steps with amaxes across the format's range (zeros, subnormal-small, huge, inf, NaN) and
+    state_dict round trips into a fresh instance. Run ``DelayedScalingMachine.bound(factory=...)``;
+    its counts tally the rules run and the admitted behaviours taken."""
+
+    factory: Factory
+
+    @initialize(
+        history_len=st.integers(1, 16),
+        algorithm=st.sampled_from(["max", "most_recent"]),
+        margin=st.integers(0, 3),
     )
+    def setup(self, history_len: int, algorithm: Algorithm, margin: int) -> None:
+        self.cfg = DelayedConfig(history_len, algorithm, margin)
+        self.start({"history_len": history_len, "algorithm": algorithm, "margin": margin})
+        self.impl = self.factory(self.cfg)
+        self.ref = DelayedState()
 
-    class DelayedScalingMachine(RuleBasedStateMachine):
-        @initialize(
-            history_len=st.integers(1, 16),
-            algorithm=st.sampled_from(["max", "most_recent"]),
-            margin=st.integers(0, 3),
+    @rule(amax=AMAXES)
+    def step(self, amax: float) -> None:
+        self.record("step", amax)
+        self.counts["step"] += 1
+        self.counts["non_finite" if not math.isfinite(amax) else "finite"] += 1
+        before = self.ref
+        admitted = admissible(self.cfg, before, amax)
+        self.impl.update(amax)
+        got_history, got_scale = self.impl.history(), self.impl.scale()
+        taken = next((name for name, s in admitted.items() if same_state(got_history, got_scale, s)), None)
+        assert taken is not None, (
+            f"{self.cfg}: after a step with amax {amax!r} from history {list(before.history)} and scale "
+            f"{before.scale!r}: scale {got_scale!r}, history {got_history}; the specification admits "
+            + "; ".join(f"{name}: scale {s.scale!r}, history {list(s.history)}" for name, s in admitted.items())
         )
-        def setup(self, history_len: int, algorithm: Algorithm, margin: int) -> None:
-            self.cfg = DelayedConfig(history_len, algorithm, margin)
-            self.impl = factory(self.cfg)
-            self.ref = DelayedState()
+        self.counts[f"admitted.{taken}"] += 1
+        if taken != "zero_not_recorded" and len(before.history) == self.cfg.history_len - 1:
+            self.counts["rolled"] += 1
+        self.ref = admitted[taken]
 
-        @rule(amax=amaxes)
-        def step(self, amax: float) -> None:
-            tally["step"] += 1
-            tally["non_finite" if not math.isfinite(amax) else "finite"] += 1
-            before = self.ref
-            admitted = admissible(self.cfg, before, amax)
-            self.impl.update(amax)
-            got_history, got_scale = self.impl.history(), self.impl.scale()
-            taken = next((name for name, s in admitted.items() if same_state(got_history, got_scale, s)), None)
-            assert taken is not None, (
-                f"{self.cfg}: after a step with amax {amax!r} from history {list(before.history)} and scale "
-                f"{before.scale!r}: scale {got_scale!r}, history {got_history}; the specification admits "
-                + "; ".join(f"{name}: scale {s.scale!r}, history {list(s.history)}" for name, s in admitted.items())
-            )
-            tally[f"admitted.{taken}"] += 1
-            if taken != "zero_not_recorded" and len(before.history) == self.cfg.history_len - 1:
-                tally["rolled"] += 1
-            self.ref = admitted[taken]
+    @rule()
+    def round_trip(self) -> None:
+        self.record("round_trip", None)
+        self.counts["round_trip"] += 1
+        fresh = self.factory(self.cfg)
+        fresh.load_state_dict(self.impl.state_dict())
+        self.impl = fresh
 
-        @rule()
-        def round_trip(self) -> None:
-            tally["round_trip"] += 1
-            fresh = factory(self.cfg)
-            fresh.load_state_dict(self.impl.state_dict())
-            self.impl = fresh
+    @invariant()
+    def matches_the_specification(self) -> None:
+        if not hasattr(self, "impl"):
+            return
+        got_scale, got_history = self.impl.scale(), self.impl.history()
+        assert same_state(got_history, got_scale, self.ref), (
+            f"{self.cfg}: scale {got_scale!r} (specification {self.ref.scale!r}), history {got_history} "
+            f"(specification {list(self.ref.history)})"
+        )
 
-        @invariant()
-        def matches_the_specification(self) -> None:
-            if not hasattr(self, "impl"):
-                return
-            got_scale, got_history = self.impl.scale(), self.impl.history()
-            assert same_state(got_history, got_scale, self.ref), (
-                f"{self.cfg}: scale {got_scale!r} (specification {self.ref.scale!r}), history {got_history} "
-                f"(specification {list(self.ref.history)})"
-            )
 
-    return DelayedScalingMachine
+def conformance_machine(factory: Factory, counts: Counter[str] | None = None) -> type:
+    """:class:`DelayedScalingMachine` bound to ``factory``: after every step the adapter's scale
+    and history must be one of the states the specification admits (:func:`admissible`), and after
+    a round trip the state it had, bit for bit. ``counts`` tallies the rules run and the admitted
+    behaviours taken (so a check can require they were exercised, and a report can say which of
+    TransformerEngine's paths a recipe follows)."""
+    return DelayedScalingMachine.bound(factory=factory, counts=counts)

@@ -27,6 +27,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from harness.domains.machines import RecordedMachine
 from harness.domains.scaling import reference as scaling
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
@@ -59,123 +60,126 @@ def judge_accepted(package: str, counts: Counter[str]) -> ClaimComparison:
 INIT_EXPONENTS = st.one_of(st.integers(0, 24), st.integers(120, 127))
 
 
+class Conformance(RecordedMachine):
+    """A scaler under test (``make_adapter``) against the versioned specification (``semantics``),
+    one update at a time: run ``Conformance.bound(make_adapter=..., semantics=...)``. Its counts:
+    ``declined``, ``examples``, ``clean``, ``overflow``, ``at_minimum``; its transcript: one
+    ``("setup", config fields)`` then one ``("update", found_inf)`` per update."""
+
+    make_adapter: Callable[[scaling.ScalerConfig], scaling.ScalerAdapter]
+    semantics: scaling.Semantics
+
+    @initialize(
+        growth_interval=st.integers(1, 5),
+        hysteresis=st.integers(1, 3),
+        min_scale=st.sampled_from([0.0, 1.0, 2.0**10]),
+        init_exp=INIT_EXPONENTS,
+        growth=st.sampled_from([2.0, 4.0]),
+        backoff=st.sampled_from([0.5, 0.25]),
+        raise_at_min=st.booleans(),
+    )
+    def setup(
+        self,
+        growth_interval: int,
+        hysteresis: int,
+        min_scale: float,
+        init_exp: int,
+        growth: float,
+        backoff: float,
+        raise_at_min: bool,
+    ) -> None:
+        self.cfg = scaling.ScalerConfig(
+            init_scale=2.0**init_exp,
+            growth_factor=growth,
+            backoff_factor=backoff,
+            growth_interval=growth_interval,
+            hysteresis=hysteresis,
+            min_scale=min_scale,
+            max_scale=2.0**24 if self.semantics == "apex" else scaling.FP32_MAX,
+            raise_at_min_scale=raise_at_min,
+        )
+        self.start(asdict(self.cfg))
+        try:
+            self.adapter = self.make_adapter(self.cfg)
+        except scaling.ConfigurationDeclined:
+            self.counts["declined"] += 1
+            reject()
+        except Exception as exc:
+            raise AssertionError(
+                f"{self.semantics}: the adapter factory raised {type(exc).__name__}({exc}) for {self.cfg}. If the "
+                "scaler refuses this configuration by design, raise harness.domains.scaling.reference."
+                "ConfigurationDeclined from the factory: the machine then draws another configuration"
+            ) from exc
+        self.counts["examples"] += 1
+        self.state = scaling.ScalerState.initial(self.cfg)
+
+    def _event(self, found_inf: bool) -> None:
+        errors: list[str | None] = []
+        calls: tuple[Callable[[], object], ...] = (
+            lambda: self.adapter.update(found_inf),
+            lambda: scaling.update(self.semantics, self.cfg, self.state, found_inf),
+        )
+        self.counts["overflow" if found_inf else "clean"] += 1
+        self.record("update", found_inf)
+        for who, fn in zip(("scaler", "specification"), calls, strict=True):
+            result: object
+            try:
+                result = fn()
+                errors.append(None)
+            except scaling.ScalerAtMinimumError:
+                result = None
+                errors.append("at-minimum")
+            except Exception as exc:
+                if who == "specification":
+                    raise
+                raise AssertionError(
+                    f"{self.semantics}: the scaler raised {type(exc).__name__}({exc}) on "
+                    f"{'an overflow' if found_inf else 'a clean step'} (specification state {self.state}). If this "
+                    "is how it signals an overflow at the minimum scale, translate it into "
+                    "harness.domains.scaling.reference.ScalerAtMinimumError in the adapter's update()"
+                ) from exc
+            if isinstance(result, scaling.ScalerState):
+                self.state = result
+        if errors[1] == "at-minimum":
+            self.counts["at_minimum"] += 1
+        if errors[0] != errors[1]:
+            raise scaling.Divergence(
+                scaling.Diverged.AT_MINIMUM,
+                f"{self.semantics}: scaler raised {errors[0]!r}, specification {errors[1]!r}",
+            )
+
+    @rule()
+    def clean(self) -> None:
+        self._event(False)
+
+    @rule()
+    def overflow(self) -> None:
+        self._event(True)
+
+    @invariant()
+    def matches_the_specification(self) -> None:
+        if not hasattr(self, "adapter"):
+            return
+        if self.adapter.scale() != self.state.scale:
+            raise scaling.Divergence(
+                scaling.Diverged.STATE,
+                f"{self.semantics}: scaler scale {self.adapter.scale()}, specification {self.state.scale} ({self.state})",
+            )
+        tracker = self.adapter.growth_tracker()
+        if tracker is not None and tracker != self.state.growth_tracker:
+            raise scaling.Divergence(
+                scaling.Diverged.STATE,
+                f"{self.semantics}: growth tracker {tracker}, specification {self.state.growth_tracker}",
+            )
+
+
 def conformance_machine(
     make_adapter: Callable[[scaling.ScalerConfig], scaling.ScalerAdapter],
     semantics: scaling.Semantics,
     counts: Counter[str] | None = None,
     transcript: list[tuple[str, Any]] | None = None,
 ) -> type[RuleBasedStateMachine]:
-    """A state machine comparing the adapter's scaler with ``semantics``; ``counts`` (optional)
-    receives ``declined``, ``examples``, ``clean``, ``overflow`` and ``at_minimum`` tallies;
-    ``transcript`` (optional) each example as it runs, ``("setup", config fields)`` then one
-    ``("update", found_inf)`` per iteration: the last one run is the failing example hypothesis
-    replays (a standalone reproduction replays it too)."""
-    tally: Counter[str] = counts if counts is not None else Counter()
-    log: list[tuple[str, Any]] = transcript if transcript is not None else []
-
-    class Conformance(RuleBasedStateMachine):
-        @initialize(
-            growth_interval=st.integers(1, 5),
-            hysteresis=st.integers(1, 3),
-            min_scale=st.sampled_from([0.0, 1.0, 2.0**10]),
-            init_exp=INIT_EXPONENTS,
-            growth=st.sampled_from([2.0, 4.0]),
-            backoff=st.sampled_from([0.5, 0.25]),
-            raise_at_min=st.booleans(),
-        )
-        def setup(
-            self,
-            growth_interval: int,
-            hysteresis: int,
-            min_scale: float,
-            init_exp: int,
-            growth: float,
-            backoff: float,
-            raise_at_min: bool,
-        ) -> None:
-            self.cfg = scaling.ScalerConfig(
-                init_scale=2.0**init_exp,
-                growth_factor=growth,
-                backoff_factor=backoff,
-                growth_interval=growth_interval,
-                hysteresis=hysteresis,
-                min_scale=min_scale,
-                max_scale=2.0**24 if semantics == "apex" else scaling.FP32_MAX,
-                raise_at_min_scale=raise_at_min,
-            )
-            log.clear()
-            log.append(("setup", asdict(self.cfg)))
-            try:
-                self.adapter = make_adapter(self.cfg)
-            except scaling.ConfigurationDeclined:
-                tally["declined"] += 1
-                reject()
-            except Exception as exc:
-                raise AssertionError(
-                    f"{semantics}: the adapter factory raised {type(exc).__name__}({exc}) for {self.cfg}. If the "
-                    "scaler refuses this configuration by design, raise harness.domains.scaling.reference."
-                    "ConfigurationDeclined from the factory: the machine then draws another configuration"
-                ) from exc
-            tally["examples"] += 1
-            self.state = scaling.ScalerState.initial(self.cfg)
-
-        def _event(self, found_inf: bool) -> None:
-            errors: list[str | None] = []
-            calls: tuple[Callable[[], object], ...] = (
-                lambda: self.adapter.update(found_inf),
-                lambda: scaling.update(semantics, self.cfg, self.state, found_inf),
-            )
-            tally["overflow" if found_inf else "clean"] += 1
-            log.append(("update", found_inf))
-            for who, fn in zip(("scaler", "specification"), calls, strict=True):
-                result: object
-                try:
-                    result = fn()
-                    errors.append(None)
-                except scaling.ScalerAtMinimumError:
-                    result = None
-                    errors.append("at-minimum")
-                except Exception as exc:
-                    if who == "specification":
-                        raise
-                    raise AssertionError(
-                        f"{semantics}: the scaler raised {type(exc).__name__}({exc}) on "
-                        f"{'an overflow' if found_inf else 'a clean step'} (specification state {self.state}). If this "
-                        "is how it signals an overflow at the minimum scale, translate it into "
-                        "harness.domains.scaling.reference.ScalerAtMinimumError in the adapter's update()"
-                    ) from exc
-                if isinstance(result, scaling.ScalerState):
-                    self.state = result
-            if errors[1] == "at-minimum":
-                tally["at_minimum"] += 1
-            if errors[0] != errors[1]:
-                raise scaling.Divergence(
-                    scaling.Diverged.AT_MINIMUM,
-                    f"{semantics}: scaler raised {errors[0]!r}, specification {errors[1]!r}",
-                )
-
-        @rule()
-        def clean(self) -> None:
-            self._event(False)
-
-        @rule()
-        def overflow(self) -> None:
-            self._event(True)
-
-        @invariant()
-        def matches_the_specification(self) -> None:
-            if not hasattr(self, "adapter"):
-                return
-            if self.adapter.scale() != self.state.scale:
-                raise scaling.Divergence(
-                    scaling.Diverged.STATE,
-                    f"{semantics}: scaler scale {self.adapter.scale()}, specification {self.state.scale} ({self.state})",
-                )
-            tracker = self.adapter.growth_tracker()
-            if tracker is not None and tracker != self.state.growth_tracker:
-                raise scaling.Divergence(
-                    scaling.Diverged.STATE,
-                    f"{semantics}: growth tracker {tracker}, specification {self.state.growth_tracker}",
-                )
-
-    return Conformance
+    """:class:`Conformance` bound to the adapter's scaler and ``semantics``; ``counts`` and
+    ``transcript`` (optional) receive its tallies and each example as it runs (the last one run is
+    the failing example hypothesis replays, a standalone reproduction replays it too)."""
+    return Conformance.bound(make_adapter=make_adapter, semantics=semantics, counts=counts, transcript=transcript)
