@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -628,12 +630,22 @@ STACKS: dict[str, tuple[str, str]] = {
 
 
 def resolve(dotted: str) -> Any:
+    """The object ``dotted`` names. A module is the one ``from package import module`` gives: the
+    package's attribute where it holds that module (after an in-process pytester run, sys.modules
+    may have forgotten a submodule its package still holds, and the code under test uses the
+    package's), else the module imported (one torch hides, torch.optim.sgd, too)."""
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
+        name = ".".join(parts[:i])
+        parent, _, child = name.rpartition(".")
+        held = getattr(sys.modules.get(parent), child, None) if parent else None
+        if isinstance(held, types.ModuleType) and held.__name__ == name:
+            obj: Any = held  # looked up before importing: an import would replace the package's attribute
+        else:
+            try:
+                obj = importlib.import_module(name)
+            except ImportError:
+                continue
         for attr in parts[i:]:
             obj = getattr(obj, attr)
         return obj

@@ -1,0 +1,173 @@
+"""Gradient clipping under AMP as users run it: ``unscale_`` -> ``clip_grad_norm_`` -> ``step``.
+
+Nearly every LLM recipe clips between GradScaler's ``unscale_`` and ``step``. What a stack must
+do there, and what :func:`observe` records for the suite to judge:
+
+* the total norm ``clip_grad_norm_`` returns and the gradients it leaves equal clipping computed
+  here from its definition in float64 (:func:`clip_reference`), never torch's own clip, within
+  float32's reduction budget; the coefficient is recorded;
+* a non-finite gradient element gives a non-finite norm (a finite sentinel such as -1 would make
+  the coefficient negative and flip every gradient's sign), and GradScaler skips the step:
+  parameters and optimizer state bitwise untouched, the scale backed off;
+* ``error_if_nonfinite=True`` raises on a non-finite norm and leaves the gradients as they were.
+
+Both of ``clip_grad_norm_``'s implementations run (``foreach=False`` and ``True``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.domains.scaler.optimizers import differences, same_bits, small_model, state_of
+from harness.numerics.formats import FP32
+from harness.numerics.tolerance import gamma
+
+#: clip_grad_norm_'s implementations: per-tensor norms in a loop, or torch._foreach_norm.
+IMPLEMENTATIONS = {"for-loop": False, "foreach": True}
+#: Maximum norms of the observed steps, in turn: binding (far below the gradients' norm, ~0.3 on
+#: the model below), near the norm, and never binding, so both sides of min(1, ...) are judged.
+MAX_NORMS = (1e-3, 0.25, 1e3)
+STEPS = 6
+#: The non-finite values planted in one scaled gradient element, in turn.
+NON_FINITE = (math.inf, math.nan, -math.inf)
+#: torch.nn.utils.clip_grad_norm_'s epsilon in its coefficient max_norm / (total_norm + 1e-6)
+CLIP_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Clipped:
+    """Gradient clipping computed in float64: the total 2-norm, the coefficient and the clipped
+    gradients, with each element's budget for the same clipping done in float32."""
+
+    total_norm: float
+    coefficient: float
+    grads: list[torch.Tensor]
+    budgets: list[torch.Tensor]
+    origin: str
+
+
+def norm_budget(grads: list[torch.Tensor]) -> float:
+    """The total norm's relative float32 budget: n squares, n - 1 additions and the square root
+    of positive terms err by at most gamma_{n+1} (torch sums per-tensor norms: the same count)."""
+    return gamma(sum(g.numel() for g in grads) + 1, FP32.unit_roundoff)
+
+
+def clip_reference(grads: list[torch.Tensor], max_norm: float) -> Clipped:
+    """``clip_grad_norm_(max_norm)`` of ``grads`` (unscaled), from its definition in float64:
+    norm = sqrt(sum g^2) over every element, coefficient min(1, max_norm / (norm + 1e-6)).
+
+    Budget (float32): the norm's n squares and n - 1 additions and its square root err by at most
+    gamma_{n+1} relatively (positive terms; torch sums per-tensor norms, the same count), the
+    coefficient's addition and division add 2 roundings, the product one: gamma_{n+4} |clipped|."""
+    g64 = [g.detach().to("cpu", torch.float64) for g in grads]
+    n = sum(g.numel() for g in g64)
+    norm = math.sqrt(sum(float((g * g).sum()) for g in g64))
+    coef = min(1.0, max_norm / (norm + CLIP_EPS))
+    rel = gamma(n + 4, FP32.unit_roundoff)
+    clipped = [g * coef for g in g64]
+    eta = FP32.smallest_subnormal  # a product that underflows
+    return Clipped(
+        norm,
+        coef,
+        clipped,
+        [rel * c.abs() + eta for c in clipped],
+        f"clip_grad_norm_({max_norm:g}) from its definition in float64 (norm {norm:.6g}, coefficient "
+        f"{coef:.6g}); float32 budget gamma_{n + 4}(2^-24) |clipped| (n = {n} squares and sums, the "
+        f"square root, the coefficient, the product)",
+    )
+
+
+@dataclass(frozen=True)
+class ClipObservation:
+    """One step: the max norm, the unscaled gradients (computed here from the scaled ones in
+    float64), what clip_grad_norm_ returned and left, and for a planted non-finite element what
+    the step did with the parameters, the optimizer state and the scale."""
+
+    max_norm: float
+    planted: float | None
+    unscaled: list[torch.Tensor]
+    norm: float
+    clipped: list[torch.Tensor]
+    changed: tuple[str, ...]
+    scale_before: float
+    scale_after: float
+    #: error_if_nonfinite=True: the error raised (None: none) and whether the gradients were kept
+    raised: str | None = None
+    kept_gradients: bool = True
+    #: what a script needs to take this step alone: the parameters, the optimizer's state and the
+    #: scaled gradients (the planted element included) before it
+    params_before: tuple[torch.Tensor, ...] = ()
+    state_before: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    grads_scaled: tuple[torch.Tensor, ...] = ()
+
+
+def observe(
+    foreach: bool, device: torch.device, non_finite: bool = False, error_if_nonfinite: bool = False
+) -> list[ClipObservation]:
+    """:data:`STEPS` steps of a small fp16-autocast model under GradScaler with SGD (momentum):
+    each ``unscale_`` -> ``clip_grad_norm_(MAX_NORMS[t % 3], foreach=foreach)`` -> ``step``;
+    ``non_finite``: each step has one of :data:`NON_FINITE` planted in a scaled gradient element;
+    ``error_if_nonfinite``: clip_grad_norm_ is asked to raise on a non-finite norm (a raised step
+    is not taken)."""
+    model = small_model(device)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10)
+    g = torch.Generator().manual_seed(1)
+    out: list[ClipObservation] = []
+    for t in range(STEPS):
+        x, y = torch.randn(32, 8, generator=g).to(device), torch.randn(32, 1, generator=g).to(device)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        planted = NON_FINITE[t % len(NON_FINITE)] if non_finite else None
+        if planted is not None:
+            grad = params[t % len(params)].grad
+            assert grad is not None
+            grad.view(-1)[grad.numel() // 2] = planted
+        scale = float(scaler.get_scale())
+        scaled = tuple(p.grad.detach().clone() for p in params if p.grad is not None)
+        # the float64 references are computed on the CPU, whatever the device under test
+        unscaled = [g.to(torch.float64).cpu() / scale for g in scaled]
+        before = [p.detach().clone() for p in params]
+        state_before = state_of(opt, params)
+        scaler.unscale_(opt)
+        kept = [p.grad.detach().cpu() for p in params if p.grad is not None]
+        max_norm = MAX_NORMS[t % len(MAX_NORMS)]
+        raised: str | None = None
+        norm = math.nan
+        try:
+            norm = float(
+                torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=foreach, error_if_nonfinite=error_if_nonfinite)
+            )
+        except RuntimeError as e:
+            raised = str(e).splitlines()[0]
+        clipped = [p.grad.detach().cpu() for p in params if p.grad is not None]
+        same = all(same_bits(a, b) for a, b in zip(kept, clipped, strict=True))
+        if raised is None:
+            scaler.step(opt)
+        scaler.update()
+        state_after = state_of(opt, params)
+        changed = differences(before, [p.detach() for p in params], state_before, state_after)
+        out.append(
+            ClipObservation(
+                max_norm,
+                planted,
+                unscaled,
+                norm,
+                clipped,
+                tuple(changed),
+                scale,
+                float(scaler.get_scale()),
+                raised,
+                same,
+                tuple(before),
+                state_before,
+                scaled,
+            )
+        )
+    return out

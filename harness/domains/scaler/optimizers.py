@@ -1,0 +1,334 @@
+"""GradScaler driving every optimizer implementation: for-loop, foreach and fused.
+
+The paths users run are not the textbook one: CUDA's default optimizer implementation is foreach,
+and a fused optimizer (``_step_supports_amp_scaling``) receives GradScaler's ``grad_scale`` and
+``found_inf`` and unscales and skips inside its own kernel. Each implementation of SGD (momentum),
+Adam, AdamW and Adagrad is stepped by GradScaler on a small fp16-autocast model, with one
+non-finite gradient element planted at chosen steps, and every step is checked:
+
+* a step without overflow against the optimizer's update computed here in float64 from the same
+  parameters, state and unscaled gradients (the harness's own arithmetic, never torch's optimizer),
+  within a budget of the update's roundings (:func:`reference_step`);
+* a step with overflow: parameters, optimizer state and step counts bitwise as they were, and the
+  scale backed off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.numerics.formats import FP32
+from harness.numerics.tolerance import gamma
+from harness.platform.kernels import first_line
+
+IMPLEMENTATIONS = ("for-loop", "foreach", "fused")
+OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adagrad")
+
+#: Hyperparameters: weight decay on, so its path is exercised; momentum for SGD.
+HYPER: dict[str, dict[str, Any]] = {
+    "SGD": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01},
+    "Adam": {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01},
+    "AdamW": {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01},
+    "Adagrad": {"lr": 0.05, "eps": 1e-10, "weight_decay": 0.01, "lr_decay": 0.0},
+}
+
+#: Roundings on the path from (p, state, g) to the new parameter, counted on torch's for-loop
+#: formulas (foreach and fused evaluate the same formulas, some with fewer roundings):
+#: SGD: g + wd p (2), momentum buffer m b + g (2), lr b (1), p - (1);
+#: Adam/AdamW: decay g + wd p or p (1 - lr wd) (2), exp_avg lerp (3), exp_avg_sq b2 v + (1-b2) g g
+#: (4), sqrt, / sqrt(bc2), + eps (3), lr / bc1 (1), m / denom, x step, p - (3);
+#: Adagrad: g + wd p (2), sum + g g (2), sqrt, + eps (2), lr / (1 + ...) (1), g / std, x clr, p - (3).
+ROUNDINGS = {"SGD": 6, "Adam": 16, "AdamW": 16, "Adagrad": 10}
+#: Roundings of each state tensor's update: momentum buffer (g + wd p, b m + g), exp_avg
+#: (decay, lerp), exp_avg_sq (decay, square, scale, add), Adagrad's sum (decay, square, add).
+STATE_ROUNDINGS = {"momentum_buffer": 4, "exp_avg": 5, "exp_avg_sq": 6, "sum": 4}
+
+#: Steps of a run, the growth interval (so the scale grows within a run) and where a non-finite
+#: gradient element is planted: step -> (parameter index, flat element index, value). The first
+#: step (state not yet created), one mid-run, one just after growth; +inf, NaN and -inf.
+STEPS = 8
+GROWTH_INTERVAL = 2
+OVERFLOWS: dict[int, tuple[int, int, float]] = {0: (0, 3, math.inf), 3: (2, 5, math.nan), 6: (1, 0, -math.inf)}
+
+
+#: torch.optim's keyword choosing each implementation
+FLAGS: dict[str, dict[str, bool]] = {
+    "for-loop": {"foreach": False},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
+
+
+def make(name: str, implementation: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """``name`` (torch.optim) in ``implementation``, with :data:`HYPER`."""
+    optimizer: torch.optim.Optimizer = getattr(torch.optim, name)(params, **HYPER[name], **FLAGS[implementation])
+    return optimizer
+
+
+def missing(name: str, implementation: str, device: torch.device) -> str | None:
+    """Why this stack has no ``implementation`` of ``name`` on ``device``, or None."""
+    p = torch.nn.Parameter(torch.ones(4, device=device))
+    try:
+        opt = make(name, implementation, [p])
+        p.grad = torch.ones_like(p)
+        opt.step()
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
+        return f"torch {torch.__version__} has no {implementation} {name} on {device.type}: {first_line(e)}"
+    return None
+
+
+@dataclass
+class Step:
+    """What one scaler step saw and did: the tensors before and after, the scale, whether a
+    non-finite element was planted, and the optimizer's state keyed by parameter index."""
+
+    index: int
+    overflow: bool
+    scale_before: float
+    scale_after: float
+    params_before: list[torch.Tensor]
+    params_after: list[torch.Tensor]
+    grads_unscaled: list[torch.Tensor]
+    state_before: dict[int, dict[str, torch.Tensor]]
+    state_after: dict[int, dict[str, torch.Tensor]]
+    #: the gradients as GradScaler's step received them: scaled, the planted element included
+    grads_scaled: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    name: str
+    implementation: str
+    steps: list[Step] = field(default_factory=list)
+
+
+def state_of(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[int, dict[str, torch.Tensor]]:
+    """Copies of the optimizer's state tensors, keyed by parameter index."""
+    out: dict[int, dict[str, torch.Tensor]] = {}
+    for i, p in enumerate(params):
+        entries = opt.state.get(p, {})
+        out[i] = {k: v.detach().clone() for k, v in entries.items() if isinstance(v, torch.Tensor)}
+    return out
+
+
+def small_model(device: torch.device) -> torch.nn.Module:
+    """The two-layer regression model (seed 0) the scaler-and-optimizer checks step."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device)
+
+
+Factory = Callable[[str, str, list[torch.nn.Parameter]], torch.optim.Optimizer]
+
+
+def run(
+    name: str,
+    implementation: str,
+    device: torch.device,
+    overflows: Mapping[int, tuple[int, int, float]] = OVERFLOWS,
+    factory: Factory = make,
+    scaler_cls: type[torch.amp.GradScaler] = torch.amp.GradScaler,
+) -> Run:
+    """Train a two-layer regression model under fp16 autocast with GradScaler and the optimizer
+    ``factory`` makes, planting the non-finite gradient elements of ``overflows``."""
+    model = small_model(device)
+    params = list(model.parameters())
+    opt = factory(name, implementation, params)
+    scaler = scaler_cls(device.type, init_scale=2.0**10, growth_interval=GROWTH_INTERVAL)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 8, generator=g).to(device), torch.randn(32, 1, generator=g).to(device)
+    out = Run(name, implementation)
+    for t in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        planted = overflows.get(t)
+        if planted is not None:
+            index, element, value = planted
+            grad = params[index].grad
+            assert grad is not None
+            grad.view(-1)[element] = value
+        scale = float(scaler.get_scale())
+        before = [p.detach().clone() for p in params]
+        scaled = [p.grad.detach().clone() for p in params if p.grad is not None]
+        grads = [g.to(torch.float64) / scale for g in scaled]
+        state_before = state_of(opt, params)
+        scaler.step(opt)
+        scaler.update()
+        out.steps.append(
+            Step(
+                t,
+                planted is not None,
+                scale,
+                float(scaler.get_scale()),
+                before,
+                [p.detach().clone() for p in params],
+                grads,
+                state_before,
+                state_of(opt, params),
+                scaled,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The float64 reference of one parameter's step: new values and their rounding budgets, for
+    the parameter and each state tensor."""
+
+    param: torch.Tensor
+    param_budget: torch.Tensor
+    state: dict[str, torch.Tensor]
+    state_budget: dict[str, torch.Tensor]
+
+
+def _u() -> float:
+    return FP32.unit_roundoff
+
+
+def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[str, torch.Tensor]) -> Expected:
+    """One step of ``name`` (torch's documented update, :data:`HYPER`) in float64 from the
+    parameter ``p``, unscaled gradient ``g`` and state before the step. The budgets are the running
+    error bound: gamma_k (k the roundings of :data:`ROUNDINGS`) times the update evaluated on
+    magnitudes, plus fp32's rounding of the result."""
+    h, u = HYPER[name], _u()
+    # on the CPU, whatever the device under test (optimizers keep their step counts on the CPU)
+    p, g = p.to(torch.float64).cpu(), g.to(torch.float64).cpu()
+    prev = {k: v.to(torch.float64).cpu() for k, v in state.items()}
+    wd = float(h.get("weight_decay", 0.0))
+    if name == "SGD":
+        d = g + wd * p
+        d_abs = g.abs() + wd * p.abs()
+        buf = prev.get("momentum_buffer")
+        if buf is None:
+            b, b_abs = d, d_abs
+        else:
+            b, b_abs = h["momentum"] * buf + d, h["momentum"] * buf.abs() + d_abs
+        new = p - h["lr"] * b
+        mag = p.abs() + h["lr"] * b_abs
+        return Expected(
+            new,
+            gamma(ROUNDINGS[name], u) * mag,
+            {"momentum_buffer": b},
+            {"momentum_buffer": gamma(STATE_ROUNDINGS["momentum_buffer"], u) * b_abs},
+        )
+    if name in ("Adam", "AdamW"):
+        b1, b2 = h["betas"]
+        step = float(prev["step"]) + 1 if "step" in prev else 1.0
+        decayed = p * (1 - h["lr"] * wd) if name == "AdamW" else p
+        gd = g if name == "AdamW" else g + wd * p
+        gd_abs = g.abs() if name == "AdamW" else g.abs() + wd * p.abs()
+        m0 = prev.get("exp_avg", torch.zeros_like(p))
+        v0 = prev.get("exp_avg_sq", torch.zeros_like(p))
+        m = b1 * m0 + (1 - b1) * gd
+        m_abs = 2 * m0.abs() + gd_abs  # torch's lerp: m0 + w (g - m0), three roundings on these
+        v = b2 * v0 + (1 - b2) * gd * gd
+        v_abs = b2 * v0 + (1 - b2) * gd_abs * gd_abs
+        denom = v.sqrt() / math.sqrt(1 - b2**step) + h["eps"]
+        step_size = h["lr"] / (1 - b1**step)
+        new = decayed - step_size * m / denom
+        mag = p.abs() + step_size * m_abs / denom
+        return Expected(
+            new,
+            gamma(ROUNDINGS[name], u) * mag,
+            {"exp_avg": m, "exp_avg_sq": v, "step": torch.tensor(step, dtype=torch.float64)},
+            {
+                "exp_avg": gamma(STATE_ROUNDINGS["exp_avg"], u) * m_abs,
+                "exp_avg_sq": gamma(STATE_ROUNDINGS["exp_avg_sq"], u) * v_abs,
+                "step": torch.tensor(0.0, dtype=torch.float64),
+            },
+        )
+    if name == "Adagrad":
+        step = float(prev["step"]) + 1 if "step" in prev else 1.0
+        gd = g + wd * p
+        gd_abs = g.abs() + wd * p.abs()
+        s = prev["sum"] + gd * gd
+        s_abs = prev["sum"] + gd_abs * gd_abs
+        clr = h["lr"] / (1 + (step - 1) * h["lr_decay"])
+        std = s.sqrt() + h["eps"]
+        new = p - clr * gd / std
+        mag = p.abs() + clr * gd_abs / std
+        return Expected(
+            new,
+            gamma(ROUNDINGS[name], u) * mag,
+            {"sum": s, "step": torch.tensor(step, dtype=torch.float64)},
+            {"sum": gamma(STATE_ROUNDINGS["sum"], u) * s_abs, "step": torch.tensor(0.0, dtype=torch.float64)},
+        )
+    raise ValueError(f"no float64 reference for optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
+
+
+def changed(step: Step) -> list[str]:
+    """What an overflow step changed that it must not have (:func:`differences`)."""
+    return differences(step.params_before, step.params_after, step.state_before, step.state_after)
+
+
+def differences(
+    params_before: Sequence[torch.Tensor],
+    params_after: Sequence[torch.Tensor],
+    state_before: Mapping[Any, Mapping[str, Any]],
+    state_after: Mapping[Any, Mapping[str, Any]],
+    names: Sequence[str] | None = None,
+) -> list[str]:
+    """What a skipped step changed: parameters, optimizer state tensors or step counts (bitwise,
+    NaN equal to NaN), or state created with other than its initial zeros. State is keyed by
+    parameter (index or name); ``names`` label the parameters in what is said."""
+    label = (lambda i: str(names[i])) if names is not None else str
+    out = []
+    for i, (b, a) in enumerate(zip(params_before, params_after, strict=True)):
+        if not same_bits(b, a):
+            out.append(f"parameter {label(i)} ({int((b != a).sum())} of {b.numel()} elements)")
+    for key, after in state_after.items():
+        before = state_before.get(key, {})
+        for entry, value in after.items():
+            if entry in before:
+                if not same_bits(before[entry], value):
+                    out.append(f"state {entry} of parameter {key}")
+            elif isinstance(value, torch.Tensor) and bool((value != 0).any()):
+                out.append(f"state {entry} of parameter {key} created non-zero ({value.flatten()[:3].tolist()})")
+    return out
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Bitwise equality of two state entries, NaN equal to NaN (non-tensors by ==)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return bool(a == b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    nan_a, nan_b = a.isnan(), b.isnan()
+    return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
+
+
+#: The registered known issue of torch's fused SGD (harness/domains/scaler/known_issues.py).
+FUSED_SGD_FIRST_STEP = "fused-sgd-first-step-overflow-keeps-uninitialised-momentum"
+
+
+def first_step_overflow_uses_uninitialised_momentum(
+    device: torch.device, scaler_cls: type[torch.amp.GradScaler] = torch.amp.GradScaler
+) -> bool:
+    """Whether fused SGD (momentum), whose first step GradScaler skips for an overflow, treats the
+    momentum buffer it allocated with ``empty_like`` as initialised at the next step. Deterministic:
+    the buffer left by the skipped step is filled with NaN (what uninitialised memory may hold);
+    the next step's parameters are NaN exactly when the kernel read it instead of starting it."""
+    p = torch.nn.Parameter(torch.ones(4, device=device))
+    sgd = make("SGD", "fused", [p])
+    scaler = scaler_cls(device.type, init_scale=2.0**10)
+    for t in range(2):
+        sgd.zero_grad(set_to_none=True)
+        scaler.scale((p * 2).sum()).backward()  # type: ignore[no-untyped-call]
+        if t == 0:
+            assert p.grad is not None
+            p.grad.view(-1)[0] = math.inf
+        scaler.step(sgd)
+        scaler.update()
+        if t == 0:
+            buf = sgd.state.get(p, {}).get("momentum_buffer")
+            if not isinstance(buf, torch.Tensor):
+                return False  # no buffer kept: the next step starts it
+            buf.fill_(math.nan)
+    return bool(p.detach().isnan().any())
