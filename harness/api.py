@@ -70,10 +70,10 @@ from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_m
 from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.fp8.stochastic import RoundingCheck, check_stochastic_rounding
 from harness.domains.repro import FailureRepro
-from harness.domains.scaling.adapters import ADAPTERS as SCALER_ADAPTERS
-from harness.domains.scaling.adapters import semantics_of as scaler_semantics_of
-from harness.domains.scaling.conformance import conformance_machine
-from harness.domains.scaling.reference import (
+from harness.domains.scaler.adapters import ADAPTERS as SCALER_ADAPTERS
+from harness.domains.scaler.adapters import semantics_of as scaler_semantics_of
+from harness.domains.scaler.conformance import conformance_machine
+from harness.domains.scaler.reference import (
     ConfigurationDeclined,
     Diverged,
     Divergence,

@@ -70,9 +70,9 @@ def test_the_layers_of_the_shipped_tree_are_kept(tmp_path):
             "harness.domains.training is not allowed to import harness.domains.fp8",
         ),
         (  # families on one level are independent
-            "domains/scaling/clipping.py",
+            "domains/scaler/clipping.py",
             "from harness.domains.autocast import probe as _p",
-            "harness.domains.scaling is not allowed to import harness.domains.autocast",
+            "harness.domains.scaler is not allowed to import harness.domains.autocast",
         ),
         (  # the core of the reproductions never reaches for the registry of registries
             "domains/repro.py",

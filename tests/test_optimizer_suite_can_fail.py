@@ -42,13 +42,13 @@ def test_a_torch_whose_fused_sgd_starts_its_momentum_fails_the_registry_as_appea
     """The registered fused-SGD finding is observed on every run: a release where the skipped first
     step leaves no stale momentum reads "appears fixed" and says which registry entry to edit."""
     suite_copy("scaler/test_overflow_in_training.py", conftest=False)
-    fixed = "harness.domains.scaling.optimizers.first_step_overflow_uses_uninitialised_momentum"
+    fixed = "harness.domains.scaler.optimizers.first_step_overflow_uses_uninitialised_momentum"
     inject(
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
         patches={fixed: "faults.scalers.never_present"},
-        imports=("harness.domains.scaling.optimizers",),
+        imports=("harness.domains.scaler.optimizers",),
     )
     run = run_inner(pytester, "-k", "known_issue")
     assert_caught(run, "*::test_known_issue_status_matches_the_registry[[]cpu-fused-sgd-*]")

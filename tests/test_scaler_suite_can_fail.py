@@ -130,22 +130,22 @@ def _run(machine):
 
 
 def test_an_adapter_that_refuses_a_configuration_without_declining_is_told_how():
-    from harness.domains.scaling import reference as R
-    from harness.domains.scaling.conformance import conformance_machine
+    from harness.domains.scaler import reference as R
+    from harness.domains.scaler.conformance import conformance_machine
 
     def refusing(cfg):
         assert cfg.min_scale > 0.0  # as megatron-core's constructor does
         return R.reference_adapter("megatron", cfg)
 
-    with pytest.raises(AssertionError, match=r"raise harness\.domains\.scaling\.reference\.ConfigurationDeclined"):
+    with pytest.raises(AssertionError, match=r"raise harness\.domains\.scaler\.reference\.ConfigurationDeclined"):
         _run(conformance_machine(refusing, "megatron"))
 
 
 def test_a_declining_adapter_passes_and_its_declines_are_counted():
     from collections import Counter
 
-    from harness.domains.scaling import reference as R
-    from harness.domains.scaling.conformance import conformance_machine
+    from harness.domains.scaler import reference as R
+    from harness.domains.scaler.conformance import conformance_machine
 
     def declining(cfg):
         if cfg.min_scale <= 0.0:
@@ -158,8 +158,8 @@ def test_a_declining_adapter_passes_and_its_declines_are_counted():
 
 
 def test_an_unmapped_at_minimum_exception_is_a_failure_that_names_the_mapping():
-    from harness.domains.scaling import reference as R
-    from harness.domains.scaling.conformance import conformance_machine
+    from harness.domains.scaler import reference as R
+    from harness.domains.scaler.conformance import conformance_machine
 
     class PlainException(R.DeepSpeedAdapter):
         def update(self, found_inf):
@@ -172,7 +172,7 @@ def test_an_unmapped_at_minimum_exception_is_a_failure_that_names_the_mapping():
         return PlainException(R.reference_adapter("deepspeed>=0.17.1", cfg).impl)
 
     with pytest.raises(
-        AssertionError, match=r"translate it into harness\.domains\.scaling\.reference\.ScalerAtMinimumError"
+        AssertionError, match=r"translate it into harness\.domains\.scaler\.reference\.ScalerAtMinimumError"
     ):
         _run(conformance_machine(make, "deepspeed>=0.17.1"))
 
@@ -188,13 +188,13 @@ def test_an_unmapped_at_minimum_exception_is_a_failure_that_names_the_mapping():
     ],
 )
 def test_semantics_follow_the_release(framework, version, semantics):
-    from harness.domains.scaling.reference import semantics_for
+    from harness.domains.scaler.reference import semantics_for
 
     assert semantics_for(framework, version) == semantics
 
 
 def test_an_unknown_framework_is_refused_with_the_choices():
-    from harness.domains.scaling.reference import semantics_for
+    from harness.domains.scaler.reference import semantics_for
 
     with pytest.raises(ValueError, match="known: apex, deepspeed, megatron-core, torch"):
         semantics_for("colossalai", "0.4.0")
@@ -205,7 +205,7 @@ def test_an_adapter_that_declines_most_configurations_is_inconclusive_not_a_pass
     the machine's growth 4 by design) counts; an adapter that accepts one in five does not."""
     from collections import Counter
 
-    from harness.domains.scaling.conformance import judge_accepted
+    from harness.domains.scaler.conformance import judge_accepted
     from harness.numerics.comparison import Outcome
 
     half = judge_accepted("deepspeed", Counter(examples=45, declined=51))
@@ -220,7 +220,7 @@ def test_a_divergence_is_told_by_its_type_never_by_its_words():
     the exception group hypothesis raises for distinct failures, and never read back from a message."""
     import builtins
 
-    from harness.domains.scaling import reference as scaling
+    from harness.domains.scaler import reference as scaling
 
     # the builtin from Python 3.11, the backport hypothesis depends on before it
     group = getattr(builtins, "ExceptionGroup", None) or __import__("exceptiongroup").ExceptionGroup
@@ -237,7 +237,7 @@ def test_a_fixed_known_issue_that_comes_back_is_a_regression(pytester, suite_cop
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"harness.domains.scaling.known_issues.KNOWN_ISSUES": "faults.scalers.fixed_in_this_release"},
+        patches={"harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scalers.fixed_in_this_release"},
     )
     run = run_inner(pytester, "-k", "known_issue_status and update-int")
     assert_caught(run, "*::test_known_issue_status_matches_the_registry[[]cpu-update-int-new-scale]")
@@ -252,7 +252,7 @@ def test_an_open_known_issue_in_a_release_newer_than_any_listed_is_known_not_fai
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"harness.domains.scaling.known_issues.KNOWN_ISSUES": "faults.scalers.verified_long_ago"},
+        patches={"harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scalers.verified_long_ago"},
     )
     run = run_inner(pytester, "-k", "known_issue_status and update-int")
     assert_clean(run, at_least=1)

@@ -4,7 +4,7 @@
 # them, and the next step reads the uninitialised memory as momentum: parameters jumped by 2.6e14
 # in one step
 # Where: torch/optim/sgd.py: _fused_sgd() (is_first_step, empty_like) and _fused_sgd_'s found_inf
-# early return. Registered in amp-harness harness/domains/scaling/known_issues.py.
+# early return. Registered in amp-harness harness/domains/scaler/known_issues.py.
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
 # amp-harness 0.1.0, 2026-12-06.
 # Needs only torch. Run: python fused_sgd_first_step_overflow_keeps_uninitialised_momentum.py

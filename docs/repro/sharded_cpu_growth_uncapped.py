@@ -3,7 +3,7 @@
 # factor without the float32 cap GradScaler applies: the scale becomes inf and stays there (inf x
 # backoff = inf), so every later step is skipped
 # Where: torch/distributed/fsdp/sharded_grad_scaler.py: _amp_update_scale_cpu_ (vs
-# torch._amp_update_scale_). Registered in amp-harness harness/domains/scaling/known_issues.py.
+# torch._amp_update_scale_). Registered in amp-harness harness/domains/scaler/known_issues.py.
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
 # amp-harness 0.1.0, 2026-12-06.
 # Needs only torch. Run: python sharded_cpu_growth_uncapped.py

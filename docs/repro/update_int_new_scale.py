@@ -2,7 +2,7 @@
 # GradScaler.update(new_scale) accepts a float or a tensor; a Python int falls into the tensor
 # branch and raises AttributeError ('int' object has no attribute 'device')
 # Where: torch/amp/grad_scaler.py: update(): isinstance(new_scale, float) else tensor checks.
-# Registered in amp-harness harness/domains/scaling/known_issues.py.
+# Registered in amp-harness harness/domains/scaler/known_issues.py.
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
 # amp-harness 0.1.0, 2026-12-06.
 # Needs only torch. Run: python update_int_new_scale.py

@@ -7,12 +7,12 @@ from __future__ import annotations
 from harness.domains.compiled import known_issues as compiled
 from harness.domains.fp8 import known_issues as fp8
 from harness.domains.repro import Reproduction, known_issue_script
-from harness.domains.scaling import known_issues as scaling
+from harness.domains.scaler import known_issues as scaling
 from harness.domains.versions import KnownIssue
 
 #: Every registered known issue, by id, and the registry it is in.
 REGISTRIES: dict[str, tuple[str, KnownIssue]] = {
-    **{k: ("harness/domains/scaling/known_issues.py", v) for k, v in scaling.KNOWN_ISSUES.items()},
+    **{k: ("harness/domains/scaler/known_issues.py", v) for k, v in scaling.KNOWN_ISSUES.items()},
     **{k: ("harness/domains/compiled/known_issues.py", v) for k, v in compiled.KNOWN_ISSUES.items()},
     **{k: ("harness/domains/fp8/known_issues.py", v) for k, v in fp8.KNOWN_ISSUES.items()},
 }

@@ -3,7 +3,7 @@ definition, a non-finite norm skips the step, and error_if_nonfinite is honoured
 
 A small fp16-autocast model is trained under GradScaler with ``unscale_`` -> ``clip_grad_norm_``
 -> ``step``, in both of clip_grad_norm_'s implementations (for-loop and foreach), with maximum
-norms that bind and one that does not (``harness/domains/scaling/clipping.py``). The expected
+norms that bind and one that does not (``harness/domains/scaler/clipping.py``). The expected
 total norm and clipped gradients are computed in float64 from the definition, from gradients the
 harness unscales itself; a regression in ``clip_grad_norm_`` cannot move its own reference.
 """
@@ -15,8 +15,8 @@ import math
 import pytest
 import torch
 
-from harness.domains.scaling import clipping as C
-from harness.domains.scaling.repro import clipping_repro_of
+from harness.domains.scaler import clipping as C
+from harness.domains.scaler.repro import clipping_repro_of
 from harness.numerics.comparison import compare_claim, compare_within
 
 pytestmark = pytest.mark.amp_capability("loss scaling")

@@ -5,11 +5,11 @@ one or two optimizers) through clean steps, inf/-inf/NaN in any parameter's grad
 in one of two optimizers, unscale_ + clip_grad_norm_, gradient accumulation, update(new_scale)
 with a float and a tensor, state_dict round trips into a fresh scaler, growth-interval changes,
 and the documented misuse errors. After every rule the scale and growth tracker must equal the
-float32-faithful reference (:mod:`harness.domains.scaling.reference`, torch semantics); a skipped step must leave
+float32-faithful reference (:mod:`harness.domains.scaler.reference`, torch semantics); a skipped step must leave
 parameters and optimizer state bit-identical; a taken step must equal the optimizer's step on
 gradients unscaled independently; unscale_ + clip_grad_norm_ must equal clipping computed in
 float64 from its definition, within float32's budget. The machine is the domain's
-(:class:`harness.domains.scaling.gradscaler_machine.GradScalerMachine`); this suite binds it to the
+(:class:`harness.domains.scaler.gradscaler_machine.GradScalerMachine`); this suite binds it to the
 scaler and device under test and judges what it ran.
 """
 
@@ -22,10 +22,10 @@ import torch
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.domains.scaling import known_issues as issues
-from harness.domains.scaling import reference as scaling
-from harness.domains.scaling.gradscaler_machine import STEPS, UNCAPPED, GradScalerMachine
-from harness.domains.scaling.repro import scaler_rules
+from harness.domains.scaler import known_issues as issues
+from harness.domains.scaler import reference as scaling
+from harness.domains.scaler.gradscaler_machine import STEPS, UNCAPPED, GradScalerMachine
+from harness.domains.scaler.repro import scaler_rules
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
@@ -39,7 +39,7 @@ def test_gradscaler_follows_the_reference_state_machine(amp_device, scaler_facto
     )
     amp_record.require_run(
         "rules_run",
-        "model-based test of torch.amp.GradScaler against harness.domains.scaling.reference (torch): every rule's "
+        "model-based test of torch.amp.GradScaler against harness.domains.scaler.reference (torch): every rule's "
         "scale, growth tracker, skipped and taken steps, clipping and misuse errors as the reference says",
         lambda: run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS)),
         device=amp_device,

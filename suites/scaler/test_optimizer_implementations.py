@@ -4,7 +4,7 @@ says, and an overflow leaves each one untouched.
 SGD (momentum), Adam, AdamW and Adagrad, each in its for-loop, foreach and fused implementation
 (a fused one receives GradScaler's ``grad_scale`` and ``found_inf`` and skips inside its kernel),
 are stepped by GradScaler under fp16 autocast with a non-finite gradient element (+inf, NaN, -inf)
-planted at three steps, the first before any state exists (``harness/domains/scaling/optimizers.py``).
+planted at three steps, the first before any state exists (``harness/domains/scaler/optimizers.py``).
 Every other step must equal the update computed in float64 from the same parameters, state and
 unscaled gradients within the budget of its roundings; every overflow step must leave parameters,
 state and step counts bitwise as they were and halve the scale.
@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.scaling import known_issues as issues
-from harness.domains.scaling import optimizers as opt
-from harness.domains.scaling.repro import optimizer_repro_of
+from harness.domains.scaler import known_issues as issues
+from harness.domains.scaler import optimizers as opt
+from harness.domains.scaler.repro import optimizer_repro_of
 from harness.numerics.comparison import compare_claim, compare_within
 from harness.numerics.verdict import Outcome
 

@@ -4,7 +4,7 @@ and training recovers; the scaler's hazards are recorded findings, each with a c
 Overflow is injected at step k in the forward pass (fp16 activations beyond 65504), the backward
 pass (an inf/NaN gradient in one layer) and the loss. A golden trace (scale and skip per step for
 a fixed overflow pattern) is a baseline per torch release. Behaviour differences between torch
-releases live in the known-issues registry (:data:`harness.domains.scaling.known_issues.KNOWN_ISSUES`), so they show
+releases live in the known-issues registry (:data:`harness.domains.scaler.known_issues.KNOWN_ISSUES`), so they show
 as known, and a fixed release is noticed.
 """
 
@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from harness.domains import versions
-from harness.domains.scaling import known_issues as issues
-from harness.domains.scaling import optimizers
-from harness.domains.scaling import reference as scaling
-from harness.domains.scaling.repro import scaler_trace
+from harness.domains.scaler import known_issues as issues
+from harness.domains.scaler import optimizers
+from harness.domains.scaler import reference as scaling
+from harness.domains.scaler.repro import scaler_trace
 from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP16
@@ -316,7 +316,7 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
         present,
         listed,
         torch.__version__,
-        f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaling/known_issues.py)",
+        f"KNOWN_ISSUES[{issue_id!r}] (harness/domains/scaler/known_issues.py)",
         context=f" with {kind} on {amp_device.type}",
         device_type=amp_device.type,
     )

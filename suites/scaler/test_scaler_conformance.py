@@ -2,8 +2,8 @@
 machine tells the semantics apart.
 
 Users run the same state machine against their own scaler through an adapter
-(:class:`harness.domains.scaling.reference.ScalerAdapter`):
-``harness.domains.scaling.conformance.conformance_machine(make_adapter, semantics)``. The shipped
+(:class:`harness.domains.scaler.reference.ScalerAdapter`):
+``harness.domains.scaler.conformance.conformance_machine(make_adapter, semantics)``. The shipped
 reference implementations of the Megatron-, DeepSpeed- (both rules) and Apex-style scalers must
 pass their own semantics and fail each other's. The real megatron-core and DeepSpeed scalers, where
 installed (``tox -e thirdparty``), must pass the semantics of their installed release.
@@ -18,10 +18,10 @@ from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.domains.scaling import adapters
-from harness.domains.scaling import reference as scaling
-from harness.domains.scaling.conformance import conformance_machine, judge_accepted
-from harness.domains.scaling.repro import scaler_conformance
+from harness.domains.scaler import adapters
+from harness.domains.scaler import reference as scaling
+from harness.domains.scaler.conformance import conformance_machine, judge_accepted
+from harness.domains.scaler.repro import scaler_conformance
 from harness.numerics.comparison import compare_claim
 from harness.platform.thirdparty import version_of
 

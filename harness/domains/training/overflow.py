@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.domains.scaling.optimizers import differences
+from harness.domains.scaler.optimizers import differences
 from harness.domains.training.loop import State, train
 from harness.domains.training.recipes import INIT_SEED, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
