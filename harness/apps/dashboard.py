@@ -302,16 +302,9 @@ def run_outcomes(
     """run id -> node id -> (suite, outcome) of each test of ``origin`` (the qualification's, or
     the project's self-tests: :func:`harness.storage.report.test_outcomes`)."""
     ids = [str(r) for r in run_ids]
-    rows, tests = _of_origin(rows, origin), None if tests is None else _of_origin(tests, origin)
+    rows, tests = rp.of_origin(rows, origin), None if tests is None else rp.of_origin(tests, origin)
     rows_of, tests_of = _by_run(rows, ids), _by_run(tests, ids)
     return {r: rp.frame_test_outcomes(rows_of[r], tests_of[r]) for r in ids}
-
-
-def _of_origin(df: pd.DataFrame, origin: str) -> pd.DataFrame:
-    """The part of a rows or tests frame of one origin (a frame without the column: all qualification)."""
-    if "origin" not in df.columns or df.empty:
-        return df if origin == rp.QUALIFICATION else df.iloc[:0]
-    return df[df["origin"].fillna(rp.QUALIFICATION) == origin]
 
 
 def self_test_health(rows: pd.DataFrame, runs: pd.DataFrame, tests: pd.DataFrame | None = None) -> list[str]:
@@ -383,8 +376,8 @@ def cell_id(suite: str, run_id: str) -> str:
 def drill_down(loaded: Loaded, run_id: str) -> dict[str, list[TestView]]:
     """suite -> every qualification test of one run, worst first (rows included; passing tests
     last); the project's self-tests are counted apart (:func:`self_test_health`)."""
-    rows = _of_origin(_by_run(loaded.rows, [run_id])[run_id], rp.QUALIFICATION)
-    tests = _of_origin(_by_run(loaded.tests, [run_id])[run_id], rp.QUALIFICATION)
+    rows = rp.of_origin(_by_run(loaded.rows, [run_id])[run_id], rp.QUALIFICATION)
+    tests = rp.of_origin(_by_run(loaded.tests, [run_id])[run_id], rp.QUALIFICATION)
     messages = (
         dict(zip(tests["nodeid"].astype(str), tests["message"].fillna("").astype(str), strict=True))
         if len(tests)

@@ -178,8 +178,7 @@ def verdicts(junit: Path | None, report: rp.LoadedReport | None = None, earlier:
 def self_test_line(report: rp.LoadedReport) -> str | None:
     """The project's tests of itself (``amp_self_tests``), in one line: they decide no capability
     and never change the verdict. None where the run had none."""
-    tests = report.tests
-    own = tests[tests["origin"] == rp.SELF_TEST] if len(tests) else tests
+    own = rp.of_origin(report.tests, rp.SELF_TEST)
     if own.empty:
         return None
     counts = own["result"].astype(str).value_counts()

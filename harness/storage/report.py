@@ -266,9 +266,16 @@ def with_origin(df: pd.DataFrame, meta: Mapping[str, Any]) -> pd.DataFrame:
     return df
 
 
+def of_origin(df: pd.DataFrame, origin: str) -> pd.DataFrame:
+    """The part of a rows or tests frame of one origin (a frame without the column is all qualification)."""
+    if "origin" not in df.columns or df.empty:
+        return df if origin == QUALIFICATION else df.iloc[:0]
+    return df[df["origin"].fillna(QUALIFICATION) == origin]
+
+
 def qualification(df: pd.DataFrame) -> pd.DataFrame:
-    """The qualification's part of a frame with an ``origin`` column (all of one without it)."""
-    return df[df["origin"] != SELF_TEST] if "origin" in df.columns and len(df) else df
+    """The qualification's part of a frame (:func:`of_origin`)."""
+    return of_origin(df, QUALIFICATION)
 
 
 class ReportError(Exception):

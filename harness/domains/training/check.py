@@ -417,11 +417,7 @@ class TrainingChecks:
                 ML.judge(setup.name, recipe.metric_id, errors),
                 device=self._device,
                 dtype=str(dtype),
-                tags={
-                    "regions": [
-                        (e.name, e.declared, round(e.ratio, 4)) for e in sorted(errors, key=lambda e: -e.ratio)[:20]
-                    ]
-                },
+                tags=ML.tags(errors),
             )
 
     def check_step(

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.amp_lane import LANE_FACTOR
+from harness.domains.training.amp_lane import LANE_FACTOR, relative_error
 from harness.domains.training.emulation import RoundingMode
 from harness.domains.training.recipes import Setup, tensors, tree_map
 from harness.numerics.comparison import ClaimComparison, compare_claim
@@ -90,12 +90,7 @@ class RegionError:
 def relative(a: torch.Tensor, exact: torch.Tensor) -> float:
     """||a - exact|| / ||exact|| in float64 (inf for a shape mismatch or a non-finite value)."""
     a64, b64 = a.detach().double(), exact.detach().double()
-    if a64.shape != b64.shape:
-        return math.inf
-    ref, diff = float(b64.norm()), float((a64 - b64).norm())
-    if not math.isfinite(diff):
-        return math.inf
-    return diff / ref if ref > 0 else (0.0 if diff == 0 else math.inf)
+    return math.inf if a64.shape != b64.shape else relative_error(a64, b64)
 
 
 def declared_dtype(function: type) -> torch.dtype | None:
@@ -187,8 +182,6 @@ class Observer:
         self._apply: Any = None
         #: (name, module, args, kwargs, rng state, autocast enabled) of the calls under way
         self._pending: list[tuple[str, nn.Module, Any, Any, torch.Tensor, bool]] = []
-        #: judged-kind module calls that ran with autocast off (left out, unless named fp32)
-        self.outside = 0
         #: the autocast dtypes module calls ran under (empty: no module ran under autocast)
         self.autocast_dtypes: set[torch.dtype] = set()
 
@@ -279,7 +272,6 @@ class Observer:
             elif not enabled:
                 # outside autocast it runs as the code says (a frozen bf16 teacher, a loss in fp32):
                 # nothing to hold it to but itself; name it in fp32_modules to hold it to fp32
-                self.outside += 1
                 return
             else:
                 declared = "autocast"
@@ -361,6 +353,11 @@ def of_setup(
         loss.float().backward()  # type: ignore[no-untyped-call]
 
     return observe({setup.name: model}, step, device.type, dtype, fp32_modules)
+
+
+def tags(errors: Sequence[RegionError], top: int = 20) -> dict[str, Any]:
+    """The row tags of a module-lane verdict: the ``top`` regions by ratio (name, why judged, ratio)."""
+    return {"regions": [(e.name, e.declared, round(e.ratio, 4)) for e in sorted(errors, key=lambda e: -e.ratio)[:top]]}
 
 
 def judge(name: str, recipe: str, errors: Sequence[RegionError]) -> ClaimComparison:

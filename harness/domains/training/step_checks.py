@@ -375,11 +375,7 @@ def judge_all(
                 "module_lane",
                 recipe.name,
                 ML.judge(name, recipe.metric_id, errors),
-                {
-                    "regions": [
-                        (e.name, e.declared, round(e.ratio, 4)) for e in sorted(errors, key=lambda e: -e.ratio)[:20]
-                    ]
-                },
+                ML.tags(errors),
             )
         scaled = bool(amp.scales)
         if overflow and scaled:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from harness.domains.scaler.optimizers import differences
 from harness.domains.training.recipes import Recipe
 
 #: How deep the objects a step trains are searched for models, optimizers and schedulers.
@@ -246,21 +247,10 @@ def _snapshot(found: Found) -> dict[str, Any]:
 
 
 def _changed(before: Any, after: Any) -> bool:
+    """Whether a step changed an optimizer's parameters or state: the skipped-step rule's
+    :func:`~harness.domains.scaler.optimizers.differences` (bitwise, NaN equal to NaN)."""
     (p0, s0), (p1, s1) = before, after
-    if len(s0) != len(s1):
-        return True
-    for a, b in zip(p0, p1, strict=True):
-        if not torch.equal(a, b) and not (a.isnan().all() and b.isnan().all()):
-            return True
-    for x, y in zip(s0, s1, strict=True):
-        for k in set(x) | set(y):
-            a, b = x.get(k), y.get(k)
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-                if a.shape != b.shape or not torch.equal(a, b):
-                    return True
-            elif a != b:
-                return True
-    return False
+    return bool(differences(p0, p1, dict(enumerate(s0)), dict(enumerate(s1))))
 
 
 def _finite(found: Found, name: str) -> bool:
