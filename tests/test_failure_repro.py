@@ -416,7 +416,8 @@ def test_a_failed_check_writes_a_standalone_script(
     tree = ast.parse(text)
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    stdlib = {"sys", "math", "fractions", "struct", "dataclasses", "pathlib", "inspect", "types"}
+    stdlib = {"sys", "math", "fractions", "struct", "dataclasses", "pathlib", "inspect", "types", "statistics"}
+    stdlib |= {"collections", "typing"}  # the script files' annotations
     assert imported <= stdlib | {"torch", "torchao", "megatron", "deepspeed"}, imported  # and the library concerned
     assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command
     scripts_of_failed_checks[fault] = written

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -185,6 +186,72 @@ def _could_not_run(kind, value, traceback):  # an unexpected error is not the de
 _sys.excepthook = _could_not_run
 
 """
+
+
+#: a template's block marker, on a line of its own: ``# -- <block> --``
+_MARKER = re.compile(r"^# -- ([a-z_]+) --$", re.MULTILINE)
+#: a parameter the check fills in: ``NAME = value`` (an annotation and a trailing comment kept)
+_PARAMETER = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<annotation>: [^=]+)? = (?P<value>.+?)(?P<comment>  # .*)?$")
+#: the imports :func:`render` writes itself
+_RENDERED_IMPORTS = frozenset({"import math", "import torch", "import torch.nn.functional as F"})
+
+
+@dataclass(frozen=True)
+class ScriptTemplate:
+    """A family's reproduction script as a real file, ``scripts/<name>.py`` in its package: it runs
+    as it lies (its defaults stand in for a failed check's values) and is linted and type-checked
+    with the harness, where a template inside a Python string is read by no tool.
+
+    After its opening (docstring, imports), marker lines ``# -- <block> --`` cut it into blocks. A
+    check's reproduction (:attr:`FailureRepro.code`) is some of those blocks, in order, each as it
+    lies or replaced (a model's source, the inputs: :func:`render` defines the tensors), with the
+    parameters the check measured written over the defaults (``NAME = value`` lines)."""
+
+    package: str
+    name: str
+
+    @property
+    def text(self) -> str:
+        return resources.files(self.package).joinpath("scripts", f"{self.name}.py").read_text(encoding="utf-8")
+
+    def blocks(self) -> dict[str, str]:
+        """Each block's text by name, in file order (the opening is ``""``)."""
+        parts = _MARKER.split(self.text)
+        return {"": parts[0], **{parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}}
+
+    def fill(
+        self,
+        *names: str,
+        values: Mapping[str, str] | None = None,
+        replace: Mapping[str, str] | None = None,
+        imports: bool = True,
+    ) -> str:
+        """Blocks ``names`` in order, those in ``replace`` by its text, each parameter in ``values``
+        (source text) written over its default: the imports :func:`render` does not write first.
+        A value naming no parameter of those blocks, or an unknown block, is an error (the template
+        and its check drifted apart). ``imports=False``: blocks that follow others already filled."""
+        blocks, values, replace = self.blocks(), dict(values or {}), dict(replace or {})
+        unknown = [n for n in (*names, *replace) if n not in blocks]
+        if unknown:
+            raise ValueError(f"{self.package}.scripts.{self.name}: no block {unknown} (it has {list(blocks)[1:]})")
+        opening = [ln for ln in blocks[""].splitlines() if ln.startswith(("import ", "from "))]
+        own = [ln for ln in opening if ln not in _RENDERED_IMPORTS and ln != "from __future__ import annotations"]
+        out = ["\n".join(own)] if imports else []
+        written: set[str] = set()
+        for name in names:
+            lines = []
+            for line in (replace[name] if name in replace else blocks[name]).strip("\n").splitlines():
+                m = _PARAMETER.match(line)
+                if m and m["name"] in values:
+                    written.add(m["name"])
+                    line = f"{m['name']}{m['annotation'] or ''} = {values[m['name']]}{m['comment'] or ''}"
+                lines.append(line)
+            out.append("\n".join(lines))
+        if set(values) - written:
+            raise ValueError(
+                f"{self.package}.scripts.{self.name}: no parameter {sorted(set(values) - written)} in {names}"
+            )
+        return "\n\n\n".join(part for part in out if part.strip())
 
 
 @dataclass(frozen=True)

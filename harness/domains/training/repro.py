@@ -25,12 +25,13 @@ import inspect
 import re
 import textwrap
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from harness.domains.op_prints import OpPrint
-from harness.domains.repro import FailureRepro, upcast_src
+from harness.domains.repro import FailureRepro, ScriptTemplate, upcast_src
 from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
 from harness.domains.training.census import census_state
 from harness.domains.training.loop import Run
@@ -71,6 +72,33 @@ def _loss_source(loss: Callable[..., Any]) -> str | None:
         return f"LOSS = F.{loss.__name__}"
     src = _sources(loss)
     return None if src is None else f"{src}\n\n\nLOSS = {loss.__name__}"
+
+
+#: the whole run, standalone: ``scripts/whole_run.py``
+WHOLE_RUN = ScriptTemplate(__package__ or "harness.domains.training", "whole_run")
+
+
+def _dtype_src(dtype: torch.dtype | None) -> str:
+    return "None" if dtype is None else f"torch.{str(dtype).removeprefix('torch.')}"
+
+
+@dataclass(frozen=True)
+class _Trainer:
+    """A run's model and inputs (blocks of :data:`WHOLE_RUN` replaced), its values, and the tensors
+    saved beside the script."""
+
+    replace: dict[str, str]
+    values: dict[str, str]
+    tensors: dict[str, torch.Tensor]
+
+    def code(self, judgement: str, **values: str) -> str:
+        """The script's code: the trainer, then ``judgement``'s block with ``values``."""
+        blocks = ("model", "inputs", "parameters", "trainer", judgement)
+        return WHOLE_RUN.fill(*blocks, values={**self.values, **values}, replace=self.replace)
+
+
+#: one step of a model, standalone: ``scripts/one_step.py``
+ONE_STEP = ScriptTemplate(__package__ or "harness.domains.training", "one_step")
 
 
 #: where the built-in models live: a model of yours needs your code (imports, constants) a script
@@ -114,28 +142,8 @@ def repro_of(
     trainer = _trainer(setup, recipe, device, backend, overflow, sorted(allowed))
     if trainer is None:
         return None
-    prelude, tensors = trainer
-    low = str(recipe.dtype).removeprefix("torch.")
-    code = f"""{prelude}
-# half the fp32 seed band per checkpoint: the median distance between the eval losses of {band.seeds}
-# fp32 seeds (other data orders), measured by the check
-ALLOWED = {allowed!r}
-run, run_scaler, _ = train(torch.{low}, compiled=COMPILED)
-fp32, _, _ = train(None, compiled=False, skip=run_scaler[1])  # reference: fp32, skipped steps replayed
-references = [("fp32", fp32)]
-if COMPILED:  # compiled AMP against eager AMP too, whose GradScaler state it must equal exactly
-    eager, eager_scaler, _ = train(torch.{low}, compiled=False)
-    references.append(("eager", eager))
-    if run_scaler != eager_scaler:
-        print(f"GradScaler (scales, skipped steps, final scale): compiled {{run_scaler}}, eager {{eager_scaler}}")
-worst = math.inf if COMPILED and run_scaler != eager_scaler else 0.0
-for t, a in ALLOWED.items():
-    for name, ref in references:
-        d = abs(run[t] - ref[t])
-        worst = max(worst, d / a if d == d else math.inf)
-        print(f"step {{t}}: {{'compiled' if COMPILED else 'AMP'}} {{run[t]:.6g}}, {{name}} {{ref[t]:.6g}}, |diff| {{d:.3g}} (allowed {{a:.3g}})")
-measured = worst  # the worst |diff| over its allowance
-allowed = 1.0"""
+    # half the fp32 seed band per checkpoint
+    code = trainer.code("parity", LOW=_dtype_src(recipe.dtype), ALLOWED=repr(allowed))
     what = (
         f"{setup.name} trained {setup.steps} steps under {recipe.name} with the model compiled ({backend}): "
         "eval losses against eager AMP and fp32, and the GradScaler's state against eager"
@@ -148,19 +156,14 @@ allowed = 1.0"""
         code,
         f"{PARITY_FRACTION} x the fp32 seed band (median pairwise distance of {band.seeds} seeds' eval losses), "
         "measured by the check" + ("; the scaler's state exactly" if backend is not None else ""),
-        tensors,
+        trainer.tensors,
         device=str(device),
     )
 
 
-def _eager(setup: Setup, recipe: Recipe, device: torch.device) -> tuple[str, dict[str, torch.Tensor], str] | None:
-    """The eager run's trainer (:func:`_trainer`, no checkpoints), its tensors, and the recipe's
-    autocast dtype as source (``None``: fp32)."""
-    trainer = _trainer(setup, recipe, device, None, frozenset(), [])
-    if trainer is None:
-        return None
-    dtype = "None" if recipe.dtype is None else f"torch.{str(recipe.dtype).removeprefix('torch.')}"
-    return trainer[0], trainer[1], dtype
+def _eager(setup: Setup, recipe: Recipe, device: torch.device) -> _Trainer | None:
+    """The eager run's trainer (:func:`_trainer`, no checkpoints)."""
+    return _trainer(setup, recipe, device, None, frozenset(), [])
 
 
 def curve_repro_of(
@@ -179,27 +182,21 @@ def curve_repro_of(
     eager = _eager(setup, recipe, device)
     if eager is None:
         return None
-    prelude, tensors, dtype = eager
-    code = f"""{prelude}
-# reference: the golden curve the harness stored from a run ({lane})
-STORED = {stored!r}
-ALLOWANCE = {allowance!r}
-MAX_OUTLIERS, MAX_RUN = {max_outliers!r}, {max_run!r}
-_, _, losses = train({dtype}, compiled=False)
-outside = [t for t, (got, want, a) in enumerate(zip(losses, STORED, ALLOWANCE)) if not abs(got - want) <= a]
-for t in outside[:12]:
-    print(f"step {{t}}: loss {{losses[t]!r}}, stored {{STORED[t]!r}} (allowed |diff| {{ALLOWANCE[t]:.3g}})")
-longest = max((len(r) for r in "".join("x" if t in outside else " " for t in range(STEPS)).split()), default=0)
-print(f"{{len(outside)}} of {{STEPS}} steps outside their allowance (at most {{MAX_OUTLIERS}}), longest run {{longest}}")
-measured = len(outside) if MAX_RUN is None or longest <= MAX_RUN else math.inf  # steps outside
-allowed = MAX_OUTLIERS"""
+    code = eager.code(
+        "curve",
+        DTYPE=_dtype_src(recipe.dtype),
+        STORED=repr(stored),
+        ALLOWANCE=repr(allowance),
+        MAX_OUTLIERS=repr(max_outliers),
+        MAX_RUN=repr(max_run),
+    )
     return FailureRepro(
         "training",
         f"{setup.name} trained {setup.steps} steps under {recipe.name}: per-step training losses against its golden "
         "curve",
         code,
         lane,
-        tensors,
+        eager.tensors,
         device=str(device),
     )
 
@@ -211,26 +208,13 @@ def determinism_repro_of(setup: Setup, recipe: Recipe, device: torch.device) -> 
     eager = _eager(setup, recipe, device)
     if eager is None:
         return None
-    prelude, tensors, dtype = eager
-    code = f"""{prelude}
-
-
-# reference: the same run made again in this process
-torch.use_deterministic_algorithms(DEVICE == "cuda")  # as the check runs it
-_, _, first = train({dtype}, compiled=False)
-_, _, second = train({dtype}, compiled=False)
-differ = [t for t, (a, b) in enumerate(zip(first, second)) if a != b and not (a != a and b != b)]
-for t in differ[:12]:
-    print(f"step {{t}}: loss {{first[t]!r}}, then {{second[t]!r}}")
-print(f"{{len(differ)}} of {{STEPS}} steps' losses differ between the two runs" + (f", from step {{differ[0]}}" if differ else ""))
-measured = len(differ)  # steps whose loss differs
-allowed = 0"""
+    code = eager.code("determinism", DTYPE=_dtype_src(recipe.dtype))
     return FailureRepro(
         "training",
         f"{setup.name} trained {setup.steps} steps under {recipe.name} twice: per-step training losses bitwise equal",
         code,
         "0: a rerun of the same seed gives bitwise-identical losses (determinism, not a tolerance)",
-        tensors,
+        eager.tensors,
         device=str(device),
     )
 
@@ -259,25 +243,10 @@ def model_prelude(
     names = list(weights)
     tensors = {f"w{i}": weights[k].detach().clone() for i, k in enumerate(names)}
     tensors.update(x=batch[0], y=batch[1])
-    code = f"""from torch import nn
-
-{source}
-WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
-MODEL, INIT_SEED, DEVICE = {setup.model.__name__}, {INIT_SEED}, {device.type!r}
-
-
-def model_at():  # the model with WEIGHTS, on DEVICE
-    model = MODEL(INIT_SEED)
-    model.load_state_dict(WEIGHTS)
-    return model.to(DEVICE)
-
-
-def loss_of(model, low):  # the loss of the batch (x, y), under autocast to low (None: fp32)
-    with torch.autocast(DEVICE, dtype=low or torch.bfloat16, enabled=low is not None):
-        out = model(x.to(DEVICE))
-        return LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE))
-"""
-    return code, tensors
+    weights_src = f"WEIGHTS = dict(zip({names!r}, [{', '.join(f'w{i}' for i in range(len(names)))}]))"
+    values = {"MODEL": setup.model.__name__, "INIT_SEED": repr(INIT_SEED), "DEVICE": repr(device.type)}
+    blocks = ("model", "inputs", "parameters", "opening")
+    return ONE_STEP.fill(*blocks, values=values, replace={"model": source, "inputs": weights_src}), tensors
 
 
 def _trainer(
@@ -288,7 +257,7 @@ def _trainer(
     overflow: frozenset[int],
     checkpoints: list[int],
     seeds: int = 1,
-) -> tuple[str, dict[str, torch.Tensor]] | None:
+) -> _Trainer | None:
     """The script's model, data (the batches of data orders ``0..seeds-1``) and
     ``train(dtype, compiled, skip, seed)`` -> (eval losses at ``checkpoints``, the scaler's (scales,
     skipped steps, final scale), per-step training losses); ``dtype`` float64: the problem in
@@ -312,95 +281,29 @@ def _trainer(
         tensors[f"xs{seed}"] = torch.stack([b[0] for b in batches])
         tensors[f"ys{seed}"] = torch.stack([b[1] for b in batches])
     tensors.update(ex=eval_batch[0], ey=eval_batch[1])
-    opt = {
-        "sgd": "torch.optim.SGD(params, lr=LR / LOSS_FACTOR, momentum=0.9, weight_decay=WD)",
-        "adamw": "torch.optim.AdamW(params, lr=LR, weight_decay=WD)",
-        "adam": "torch.optim.Adam(params, lr=LR, weight_decay=WD)",
-    }.get(str(setup.optimizer))
-    accum = None if recipe.grad_accum_dtype is None else f"torch.{str(recipe.grad_accum_dtype).removeprefix('torch.')}"
-    if opt is None:
+    if setup.optimizer not in ("sgd", "adamw", "adam"):
         return None
-    code = f"""from torch import nn
-
-{source}
-WEIGHTS = dict(zip({names!r}, [{", ".join(f"w{i}" for i in range(len(names)))}]))
-DEVICE, BACKEND, STEPS, LR, WD = {device.type!r}, {backend!r}, {setup.steps}, {setup.lr!r}, {setup.weight_decay!r}
-COMPILED = BACKEND is not None  # the model compiled for the run under test
-SCALER = {recipe.scaler!r}  # fp16 with torch's GradScaler
-OVERFLOW = {sorted(overflow)!r}  # steps whose forward pass overflows inside the (compiled) graph
-CHECKPOINTS = {checkpoints!r}  # where the evaluation loss is taken
-MICRO, CLIP = {recipe.micro_batches}, {recipe.clip!r}  # micro-batches per step, clip_grad_norm_'s max norm
-# every run: loss x LOSS_FACTOR (gradients that small; SGD's lr / LOSS_FACTOR: the same training);
-# the run under test: loss x STATIC (a static loss scale), each micro-batch's gradient divided by
-# it into a buffer of dtype ACCUM (float32 where only STATIC is set), the buffers summed
-LOSS_FACTOR, STATIC, ACCUM = {recipe.loss_factor!r}, {recipe.static_scale!r}, {accum}
-BATCHES = [{", ".join(f"(xs{s}, ys{s})" for s in range(seeds))}]  # each data order's batches, by seed
-
-
-def overflow_gate(model):  # the first module with parameters: its output times a gate (inf to overflow)
-    first = next(m for m in model.modules() if next(m.parameters(recurse=False), None) is not None)
-    gate, inner = torch.ones((), device=DEVICE), first.forward
-    first.forward = lambda *a, **k: inner(*a, **k) * gate
-    return gate
-
-
-def as64(t, fp64):  # floating inputs in float64 for the float64 run (token ids untouched)
-    return t.double() if fp64 and t.is_floating_point() else t
-
-
-def train(dtype, compiled, skip=(), seed=0):  # eval losses at the checkpoints, the scaler's state, training losses
-    fp64 = dtype == torch.float64  # the problem in float64, no autocast
-    dtype = None if fp64 else dtype  # the autocast dtype (None: none)
-    xs, ys = BATCHES[seed]
-    torch.manual_seed(seed)
-    model = {setup.model.__name__}({INIT_SEED})
-    model.load_state_dict(WEIGHTS)
-    model = model.to(DEVICE).double() if fp64 else model.to(DEVICE)
-    params = [p for p in model.parameters() if p.requires_grad]
-    gate = overflow_gate(model) if OVERFLOW and dtype is not None else None
-    torch._dynamo.reset()
-    forward = torch.compile(model, backend=BACKEND) if compiled else model
-    opt = {opt}
-    scaler = torch.amp.GradScaler(DEVICE) if SCALER and dtype is not None else None
-    static, buf = (STATIC, ACCUM or torch.float32) if dtype is not None and (STATIC or ACCUM) else (None, None)
-    evals, scales, skipped, losses = {{}}, [], [], []
-    for step in range(STEPS):
-        if gate is not None:
-            gate.fill_(math.inf if step in OVERFLOW else 1.0)
-        opt.zero_grad(set_to_none=True)
-        step_loss, acc = 0.0, None
-        for x, y in zip(as64(xs[step], fp64).chunk(MICRO), as64(ys[step], fp64).chunk(MICRO)):
-            with torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                out = forward(x.to(DEVICE))
-                loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y.to(DEVICE)) / MICRO
-            step_loss += loss.detach().item()
-            loss = loss * LOSS_FACTOR * (static or 1.0)
-            (scaler.scale(loss) if scaler else loss).backward()
-            if buf is not None:  # this micro-batch's gradient, unscaled, into the buffers
-                g = [(p.grad.float() / (static or 1.0)).to(buf) if p.grad is not None else torch.zeros_like(p, dtype=buf) for p in params]
-                acc = g if acc is None else [a + b for a, b in zip(acc, g)]
-                for p in params:
-                    p.grad = None
-        for p, a in zip(params, acc or []):
-            p.grad = a.to(p.dtype)
-        losses.append(step_loss)
-        if CLIP is not None:  # unscaled first, then clipped, as the recipe does
-            if scaler:
-                scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(params, CLIP)
-        if scaler:
-            scales.append(scaler.get_scale())
-            scaler.step(opt)
-            scaler.update()
-            if scaler.get_scale() < scales[-1]:
-                skipped.append(step)
-        elif step not in skip:
-            opt.step()
-        if step in CHECKPOINTS:
-            with torch.no_grad():
-                evals[step] = float(LOSS(model(as64(ex, fp64).to(DEVICE)), as64(ey, fp64).to(DEVICE)))
-    return evals, (scales, skipped, scaler.get_scale() if scaler else None), losses"""
-    return code, tensors
+    values = {
+        "MODEL": setup.model.__name__,
+        "INIT_SEED": repr(INIT_SEED),
+        "DEVICE": repr(device.type),
+        "BACKEND": repr(backend),
+        "STEPS": repr(setup.steps),
+        "LR": repr(setup.lr),
+        "WD": repr(setup.weight_decay),
+        "OPTIMIZER": repr(setup.optimizer),
+        "SCALER": repr(recipe.scaler),
+        "OVERFLOW": repr(sorted(overflow)),
+        "CHECKPOINTS": repr(checkpoints),
+        "MICRO": repr(recipe.micro_batches),
+        "CLIP": repr(recipe.clip),
+        "LOSS_FACTOR": repr(recipe.loss_factor),
+        "STATIC": repr(recipe.static_scale),
+        "ACCUM": _dtype_src(recipe.grad_accum_dtype),
+        "BATCHES": f"[{', '.join(f'(xs{s}, ys{s})' for s in range(seeds))}]",
+    }
+    weights_src = f"WEIGHTS = dict(zip({names!r}, [{', '.join(f'w{i}' for i in range(len(names)))}]))"
+    return _Trainer({"model": source, "inputs": weights_src}, values, tensors)
 
 
 def precision_repro_of(
@@ -413,186 +316,23 @@ def precision_repro_of(
     trainer = _trainer(setup, recipe, device, None, frozenset(), checkpoints, seeds)
     if trainer is None:
         return None
-    prelude, tensors = trainer
     low = str(recipe.dtype).removeprefix("torch.")
-    code = f"""{prelude}
-FRACTION = {fraction!r}  # sqrt(u_fp32 / u_{low}): fp32 losing about half its extra bits fails
-ratios = []
-for seed in range(len(BATCHES)):
-    ref = train(torch.float64, compiled=False, seed=seed)[0]  # reference: the problem in float64
-    d32 = max(abs(train(None, compiled=False, seed=seed)[0][t] - ref[t]) for t in CHECKPOINTS)
-    dlow = max(abs(train(torch.{low}, compiled=False, seed=seed)[0][t] - ref[t]) for t in CHECKPOINTS)
-    ratios.append(d32 / dlow if dlow > 0 else (0.0 if d32 == 0 else math.inf))
-    print(f"data order {{seed}}: fp32 {{d32:.3g}} from float64, {low} {{dlow:.3g}}: ratio {{ratios[-1]:.3g}}")
-measured = __import__("statistics").median(ratios)  # the median ratio over the data orders
-allowed = FRACTION"""
+    code = trainer.code("precision", LOW=_dtype_src(recipe.dtype), FRACTION=repr(fraction))
     return FailureRepro(
         "training",
         f"{setup.name}: fp32's distance from a float64 run of the same training, against {low} autocast's, median "
         f"over {seeds} data orders",
         code,
         origin,
-        tensors,
+        trainer.tensors,
         device=str(device),
     )
 
 
-#: The AMP lane's step, three ways, written out beside :func:`harness.domains.training.loop.step_from`
-#: and :mod:`harness.domains.training.emulation` (tests/test_whole_run_scripts.py holds it to them
-#: bit for bit): the recipe under autocast with attention correctly rounded, the exact step in
-#: float64, and the step correctly rounded to the format in float64 with fp32 master weights.
-_LANE_STEP = """
-
-class Round(torch.autograd.Function):  # to LOW in the forward pass, the incoming gradient too
-    @staticmethod
-    def forward(ctx, x, dtype):
-        ctx.dtype = dtype
-        return x.to(dtype).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.to(ctx.dtype).to(grad.dtype), None
-
-
-def rounded(x, dtype):  # a float64 tensor rounded to nearest even in dtype; anything else as it is
-    return Round.apply(x, dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else x
-
-
-# the functions autocast runs in low precision (PyTorch's autocast test lists), as models call them
-LOW_PRECISION = {F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
-                 F.conv_transpose3d, F.scaled_dot_product_attention, torch.matmul, torch.mm, torch.bmm,
-                 torch.addmm, torch.baddbmm, torch.addbmm, torch.Tensor.matmul, torch.Tensor.__matmul__,
-                 torch.Tensor.mm, torch.Tensor.bmm}
-
-
-def attention(dtype, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    # correctly rounded: both GEMMs take and give values rounded to dtype, the softmax is exact
-    q, k, v = (rounded(t, dtype) for t in (q, k, v))
-    if enable_gqa and k.shape[-3] != q.shape[-3]:
-        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
-        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], -3)
-    factor = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = rounded(torch.matmul(q, k.transpose(-2, -1)) * factor, dtype)
-    if is_causal:
-        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~keep, -math.inf)
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else scores + attn_mask
-    return rounded(torch.matmul(rounded(torch.softmax(scores, dim=-1), dtype), v), dtype)
-
-
-class Emulated(TorchFunctionMode):  # a float64 model's low-precision calls rounded as correct autocast rounds
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func not in LOW_PRECISION:
-            return func(*args, **kwargs)
-        if func is F.scaled_dot_product_attention:
-            return attention(LOW, *args, **kwargs)
-        args, kwargs = [rounded(a, LOW) for a in args], {k: rounded(v, LOW) for k, v in kwargs.items()}
-        return rounded(func(*args, **kwargs), LOW)
-
-
-class CorrectAttention(TorchFunctionMode):  # autocast's attention correctly rounded: its kernel is judged apart
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if func is not F.scaled_dot_product_attention or args[0].dtype not in (torch.bfloat16, torch.float16):
-            return func(*args, **kwargs)
-        wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-        if isinstance(kwargs.get("attn_mask"), torch.Tensor) and kwargs["attn_mask"].is_floating_point():
-            kwargs["attn_mask"] = kwargs["attn_mask"].double()
-        return attention(args[0].dtype, *wide, **kwargs).to(args[0].dtype)
-
-
-def flat(params):
-    return torch.cat([p.detach().double().flatten() for p in params])
-
-
-def step(t, kind, scale=None):  # from state t: "amp" (the recipe), "float64" (exact), "emulated" (correctly rounded)
-    weights, opt_state, (x, y), run_scale = STATES[t]
-    amp, emulated = kind == "amp", kind == "emulated"
-    model = MODEL(INIT_SEED) if amp else MODEL(INIT_SEED).double()
-    model.load_state_dict(weights)
-    model = model.to(DEVICE).eval()  # dropout off: masks drawn in different dtypes differ
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.train()  # batch statistics, as in training
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = OPTIMIZER(params, lr=0.0)
-    opt.load_state_dict({"state": {i: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
-                                   for i, s in opt_state.items()}, "param_groups": GROUPS})
-    scaler = torch.amp.GradScaler(DEVICE, init_scale=run_scale or 2.0**16) if SCALER and amp else None
-    static, accum = (STATIC, ACCUM) if amp else (scale, None)
-    if not amp:  # the problem in float64
-        x, y = (t_.double() if t_.is_floating_point() else t_ for t_ in (x, y))
-    before = flat(params)
-    opt.zero_grad(set_to_none=True)
-    acc = None
-    for xm, ym in zip(x.chunk(MICRO), y.chunk(MICRO)):
-        with torch.autocast(DEVICE, dtype=LOW, enabled=amp), Emulated() if emulated else CorrectAttention():
-            out = model(xm.to(DEVICE))
-            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), ym.to(DEVICE)) / MICRO
-        scaled = loss * LOSS_FACTOR * (static or 1.0)
-        (scaler.scale(scaled) if scaler else scaled).backward()
-        if static is not None or accum is not None:  # this micro-batch's gradient, unscaled, into buffers
-            buf = accum or (torch.float64 if emulated else torch.float32)
-            g = [(p.grad.to(torch.promote_types(p.grad.dtype, torch.float32)) / (static or 1.0)).to(buf)
-                 if p.grad is not None else torch.zeros_like(p, dtype=buf) for p in params]
-            acc = g if acc is None else [a + b for a, b in zip(acc, g)]
-            for p in params:
-                p.grad = None
-    for p, a in zip(params, acc or []):
-        p.grad = a.to(p.dtype)
-    largest = max((float(p.grad.abs().max()) for p in params if p.grad is not None and p.grad.numel()), default=0.0)
-    if CLIP is not None:  # unscaled first, then clipped
-        if scaler:
-            scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(params, CLIP)
-    (scaler.step(opt) if scaler else opt.step())
-    after = flat(params)
-    return before, after.float().double() if emulated else after, largest  # emulated: fp32 master weights
-
-
-def correctly_rounded(t, largest):  # fp16: the largest power-of-two loss scale leaving FP16_HEADROOM
-    scale = None
-    if LOW == torch.float16:
-        top = torch.finfo(LOW).max / FP16_HEADROOM / largest if largest > 0 else 2.0**16
-        scale = 2.0 ** math.floor(math.log2(top))
-    for _ in range(MAX_BACKOFF):  # halved while the step overflows
-        before, after, _ = step(t, "emulated", scale)
-        if bool(torch.isfinite(after).all()):
-            return after - before
-        if scale is None:
-            return None
-        scale /= 2
-    return None
-
-
-def relative_error(d, exact):
-    norm, diff = float(exact.norm()), float((d - exact).norm())
-    if not math.isfinite(diff):
-        return math.inf
-    return diff / norm if norm > 0 else (0.0 if diff == 0 else math.inf)
-
-
-def ratio_of(a, b):  # a / b, with 0 / 0 = 0 and a / 0 = inf
-    return a / b if b > 0 else (0.0 if a == 0 else math.inf)
-
-
-ERRORS = {}  # step -> (the AMP step's error, the correctly rounded step's error), both against float64
-for t in STATES:
-    b64, a64, largest = step(t, "float64")
-    emulated = correctly_rounded(t, largest)
-    before, after, _ = step(t, "amp")
-    if emulated is None or not bool(torch.isfinite(a64).all()) or (SCALER and bool((after == before).all())):
-        print(f"step {t + 1}: left out (no finite correctly rounded step, or the scaler skipped it)")
-        continue
-    ERRORS[t] = (relative_error(after - before, a64 - b64), relative_error(emulated, a64 - b64))
-    e_amp, e_emu = ERRORS[t]
-    print(f"step {t + 1}: AMP step error {e_amp:.3g}, correctly rounded {e_emu:.3g} (x{ratio_of(e_amp, e_emu):.3g})")
-ratios = sorted(ratio_of(a, e) for a, e in ERRORS.values())
-n = len(ratios)
-measured = (ratios[(n - 1) // 2] + ratios[n // 2]) / 2 if n else math.inf  # the median ratio over the steps
-allowed = LANE_FACTOR"""
+#: The AMP lane's judged steps, standalone: ``scripts/lane.py`` (held to
+#: :func:`harness.domains.training.loop.step_from` and the emulation bit for bit by
+#: tests/test_whole_run_scripts.py)
+LANE = ScriptTemplate(__package__ or "harness.domains.training", "lane")
 
 
 def _state_keys(optimizer: dict[str, Any]) -> dict[Any, dict[str, Any]]:
@@ -637,37 +377,27 @@ def lane_repro_of(
             tensors.update({f"o{t}_{i}_{k}": v for k, v in entry.items() if isinstance(v, torch.Tensor)})
         tensors[f"x{t}"], tensors[f"y{t}"] = batch[0], batch[1]
     low = str(dtype).removeprefix("torch.")
-    accum = None if recipe.grad_accum_dtype is None else f"torch.{str(recipe.grad_accum_dtype).removeprefix('torch.')}"
-    code = f"""from torch import nn
-from torch.overrides import TorchFunctionMode
-
-{source}
-MODEL, INIT_SEED, OPTIMIZER = {setup.model.__name__}, {INIT_SEED}, torch.optim.{optimizer.__name__}
-DEVICE, LOW, SCALER = {device.type!r}, torch.{low}, {recipe.scaler!r}  # the recipe: autocast dtype, GradScaler
-MICRO, CLIP = {recipe.micro_batches}, {recipe.clip!r}  # micro-batches per step, clip_grad_norm_'s max norm
-# loss x LOSS_FACTOR in every step; the recipe's own: loss x STATIC (a static loss scale), each
-# micro-batch's gradient divided by it into a buffer of dtype ACCUM (float32 where only STATIC is set)
-LOSS_FACTOR, STATIC, ACCUM = {recipe.loss_factor!r}, {recipe.static_scale!r}, {accum}
-# the run's state after each judged step t, saved as m<t>_<i> (the model's NAMES[i]), o<t>_<p>_<key>
-# (the optimizer's state of parameter p where OPT_KEYS marks None), x<t>, y<t> (the next batch)
-NAMES = {names!r}
-OPT_KEYS = {keys!r}
-SCALES = {{{", ".join(f"{t}: {run.states[t].scale!r}" for t in steps)}}}  # the loss scale at each state
-GROUPS = {groups!r}  # the optimizer's hyperparameters
-
-
-def state(t):  # weights, optimizer state, next batch, loss scale
-    g = globals()
-    weights = {{k: g[f"m{{t}}_{{i}}"] for i, k in enumerate(NAMES)}}
-    opt = {{i: {{k: g[f"o{{t}}_{{i}}_{{k}}"] if v is None else v for k, v in ks.items()}} for i, ks in OPT_KEYS.items()}}
-    return weights, opt, (g[f"x{{t}}"], g[f"y{{t}}"]), SCALES[t]
-
-
-STATES = {{t: state(t) for t in SCALES}}
-# an AMP step may be at most LANE_FACTOR times less accurate than the same step correctly rounded
-# to its format: the error of one significand bit fewer (first-order rounding analysis: error ~ u)
-LANE_FACTOR = {LANE_FACTOR!r}
-FP16_HEADROOM, MAX_BACKOFF = {FP16_HEADROOM!r}, {MAX_BACKOFF!r}  # the correctly rounded fp16 step's loss scale{_LANE_STEP}"""
+    values = {
+        "MODEL": setup.model.__name__,
+        "INIT_SEED": repr(INIT_SEED),
+        "OPTIMIZER": f"torch.optim.{optimizer.__name__}",
+        "DEVICE": repr(device.type),
+        "LOW": _dtype_src(dtype),
+        "SCALER": repr(recipe.scaler),
+        "MICRO": repr(recipe.micro_batches),
+        "CLIP": repr(recipe.clip),
+        "LOSS_FACTOR": repr(recipe.loss_factor),
+        "STATIC": repr(recipe.static_scale),
+        "ACCUM": _dtype_src(recipe.grad_accum_dtype),
+        "NAMES": repr(names),
+        "OPT_KEYS": repr(keys),
+        "SCALES": "{" + ", ".join(f"{t}: {run.states[t].scale!r}" for t in steps) + "}",
+        "GROUPS": repr(groups),
+        "LANE_FACTOR": repr(LANE_FACTOR),
+        "FP16_HEADROOM": repr(FP16_HEADROOM),
+        "MAX_BACKOFF": repr(MAX_BACKOFF),
+    }
+    code = LANE.fill("model", "parameters", "states", "steps", values=values, replace={"model": source})
     return FailureRepro(
         "training",
         f"{setup.name} under {recipe.name}: the next training step from each judged state of the run, its error "
@@ -690,32 +420,8 @@ def census_skip_repro_of(setup: Setup, scale: float, seed: int, device: torch.de
     if prelude is None:
         return None
     opening, tensors = prelude
-    code = f"""{opening}
-# the census's state: WEIGHTS, the model after its fp32 warm-up steps, and (x, y) the next step's batch
-LR = {setup.lr!r}
-SCALE = {scale!r}  # the smallest loss scale 2^k at which the census found fp32 gradients beyond fp16's range
-FP16_MAX = 65504.0  # (2 - 2^-10) x 2^15: fp16's largest finite value, from its bit layout
-
-# reference: the fp32 gradients of this step, times SCALE, leave fp16's range
-model = model_at()
-loss_of(model, None).backward()
-largest = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None)
-predicted = largest * SCALE > FP16_MAX
-print(f"largest fp32 gradient {{largest:.4g}} x {{SCALE:g}} = {{largest * SCALE:.4g}} (fp16 max {{FP16_MAX:g}}): "
-      f"{{'overflow' if predicted else 'no overflow'}} predicted")
-# under test: torch's GradScaler at SCALE must skip this step (no parameter moves) and back off
-model = model_at()
-params = [p for p in model.parameters() if p.requires_grad]
-before = [p.detach().clone() for p in params]
-opt = torch.optim.SGD(params, lr=LR)
-scaler = torch.amp.GradScaler(DEVICE, init_scale=SCALE)
-scaler.scale(loss_of(model, torch.float16)).backward()
-scaler.step(opt)
-scaler.update()
-moved = sum(not torch.equal(p.detach(), b) for p, b in zip(params, before))
-print(f"GradScaler at {{SCALE:g}}: {{moved}} of {{len(params)}} parameters moved, scale after the step {{scaler.get_scale():g}}")
-measured = int(predicted and (moved > 0 or not scaler.get_scale() < SCALE))  # 1: overflow predicted, no skip
-allowed = 0"""
+    census = ONE_STEP.fill("census", imports=False, values={"LR": repr(setup.lr), "SCALE": repr(scale)})
+    code = f"{opening}\n\n\n{census}"
     return FailureRepro(
         "training",
         f"{setup.name}: one fp16-autocast step with torch's GradScaler at {scale:g}, where the fp32 gradients times "
