@@ -37,7 +37,6 @@ STILL_IN_STRINGS = {
     "harness/domains/fp8/linear.py",
     "harness/domains/fp8/repro.py",
     "harness/domains/repro.py",
-    "harness/domains/scaler/repro.py",
     "harness/domains/speed/repro.py",
     "harness/domains/speed/workloads.py",
 }

@@ -189,11 +189,16 @@ _sys.excepthook = _could_not_run
 
 
 #: a template's block marker, on a line of its own: ``# -- <block> --``
-_MARKER = re.compile(r"^# -- ([a-z_]+) --$", re.MULTILINE)
+_MARKER = re.compile(r"^# -- ([a-z_][a-z0-9_]*) --$", re.MULTILINE)
 #: a parameter the check fills in: ``NAME = value`` (an annotation and a trailing comment kept)
 _PARAMETER = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<annotation>: [^=]+)? = (?P<value>.+?)(?P<comment>  # .*)?$")
 #: the imports :func:`render` writes itself
 _RENDERED_IMPORTS = frozenset({"import math", "import torch", "import torch.nn.functional as F"})
+
+
+def _depth(source: str) -> int:
+    """Brackets ``source`` opens minus those it closes (a default's value spread over lines)."""
+    return sum(source.count(c) for c in "([{") - sum(source.count(c) for c in ")]}")
 
 
 @dataclass(frozen=True)
@@ -239,12 +244,18 @@ class ScriptTemplate:
         out = ["\n".join(own)] if imports else []
         written: set[str] = set()
         for name in names:
-            lines = []
+            lines: list[str] = []
+            open_brackets = 0  # > 0: inside a default spread over several lines, being skipped
             for line in (replace[name] if name in replace else blocks[name]).strip("\n").splitlines():
+                if open_brackets > 0:
+                    open_brackets += _depth(line)
+                    continue
                 m = _PARAMETER.match(line)
                 if m and m["name"] in values:
                     written.add(m["name"])
-                    line = f"{m['name']}{m['annotation'] or ''} = {values[m['name']]}{m['comment'] or ''}"
+                    open_brackets = _depth(m["value"])
+                    comment = m["comment"] if open_brackets == 0 else None
+                    line = f"{m['name']}{m['annotation'] or ''} = {values[m['name']]}{comment or ''}"
                 lines.append(line)
             out.append("\n".join(lines))
         if set(values) - written:
