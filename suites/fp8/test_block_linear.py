@@ -70,7 +70,7 @@ def test_block_scaled_linear_output_and_gradients_are_within_budget(spec_id, blo
             repro = product_against_float64(
                 f"torchao block-scaled linear ({spec_id}) {name} against float64",
                 torchao_script(spec, name),
-                {"x": x, "w": w, "g": g},
+                {"x": x, "w": w, "go": g},
                 bud.bound,
                 bud.sqnr_floor_db,
                 bud.origin,

@@ -39,7 +39,7 @@ PAIRS = {
 
 
 def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, tags=None, script=None):
-    """``script``: (what, source setting ``got`` and ``ref``, its tensors, what it needs), for the
+    """``script``: (what, the block of fp8's ``scripts/products.py`` and its values, its tensors, what it needs), for the
     standalone reproduction of a failure."""
     ref = a.values @ b.values
     bud = budget(a, b, out=out_fmt)
@@ -94,10 +94,8 @@ def test_scaled_mm_is_within_its_error_budget_and_sqnr_floor(
     if isinstance(fp8_scaling_under_test, adapters.TorchaoScaling):  # a user's scaling cannot run in a script
         script = (
             f"torch._scaled_mm of fp8 operands ({pair}, {out_dtype} out) against float64",
-            f"got = torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.{out_dtype})\n"
-            "# reference: the product of the operands before their casts, in float64\n"
-            "ref = a.double() @ b.double().t()",
-            {"qa": qa, "qb": qb, "inv_a": inv_a, "inv_b": inv_b, "a": a, "b": b},
+            ("scaled_mm", {"OUT_DTYPE": f"torch.{out_dtype}", "GEMM": "'output'"}),
+            {"qa": qa, "qb": qb, "inv_a": inv_a, "inv_b": inv_b, "x": a, "w": b},  # against x @ w^T in float64
             ("torch",),
         )
     _judge(amp_record, f"scaled_mm.{pair}.{out_dtype}", c, opa, opb, format_of(out_dtype), amp_device, script=script)

@@ -264,48 +264,17 @@ def published_floor(spec: B.BlockSpec, product: str) -> PublishedFloor | None:
 
 
 #: each product's float64 reference, as script source over the script's tensors x, w, g
-REFERENCES = {
-    "output": "x.double() @ w.double().t()",
-    "grad_input": "g.double() @ w.double()",
-    "grad_weight": "g.double().t() @ x.double()",
-}
-
-
-def torchao_script(spec: B.BlockSpec, product: str) -> str:
-    """Source, for a standalone reproduction, that sets ``got`` (``product`` of torchao's linear
-    under ``spec``, from the script's tensors ``x``, ``w``, ``g``) and ``ref`` (float64): the calls
-    :class:`TorchaoBlockLinear` makes, with nothing of the harness."""
+def torchao_script(spec: B.BlockSpec, product: str) -> tuple[str, dict[str, str]]:
+    """The block of ``harness/domains/fp8/scripts/products.py`` that makes ``product`` of
+    torchao's linear under ``spec`` from the script's tensors ``x``, ``w``, ``go``, and its values:
+    the calls :class:`TorchaoBlockLinear` makes, with nothing of the harness."""
     if spec.scale_format == "e8m0":
         assert spec.mode is not None
-        elem = str(torch_elem_dtype(spec))  # "torch.float8_e4m3fn"
-        call = f"""try:  # torchao 0.18 on
-    from torchao.prototype.moe_training.mxfp8_linear import mx_mm
-except ImportError:  # torchao 0.17
-    from torchao.prototype.mx_formats.mx_linear import mx_mm
-from torchao.prototype.mx_formats.config import MXFP8Dim0CastKernelChoice, MXFP8Dim1CastKernelChoice, ScaleCalculationMode
-from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
-
-# torchao's MX linear ({spec.name}): mx_mm, MXFP8Linear's autograd function, emulated matmul, torch casts
-xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-out = mx_mm.apply(
-    xr, wr, {elem}, {elem}, {elem}, {spec.block[1]}, KernelPreference.EMULATED,
-    MXFP8Dim0CastKernelChoice.TORCH, MXFP8Dim1CastKernelChoice.TORCH, ScaleCalculationMode({spec.mode.value!r}), False,
-)
-out.backward(g)
-products = {{"output": out.detach(), "grad_input": xr.grad, "grad_weight": wr.grad}}"""
-    else:
-        scale = "per_tensor_amax_to_scale(a.abs().max())" if spec.per_tensor else "None"
-        call = f"""from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale
-
-
-def q(a):  # NVFP4 ({spec.name}) along the last dimension, dequantised
-    a = a.float().contiguous()
-    return NVFP4Tensor.to_nvfp4(a, per_tensor_scale={scale}).dequantize(torch.float32)
-
-
-# each product's operands quantised along its contraction, multiplied in float32
-products = {{"output": q(x) @ q(w).t(), "grad_input": q(g) @ q(w.t()).t(), "grad_weight": q(g.t()) @ q(x.t()).t()}}"""
-    return f"""{call}
-got = products[{product!r}]
-# reference: the same product of the unquantised operands, in float64
-ref = {REFERENCES[product]}"""
+        values = {
+            "ELEM": str(torch_elem_dtype(spec)),  # "torch.float8_e4m3fn"
+            "BLOCK_SIZE": repr(spec.block[1]),
+            "MODE": repr(spec.mode.value),
+            "GEMM": repr(product),
+        }
+        return "mx_linear", values
+    return "nvfp4_linear", {"PER_TENSOR": repr(spec.per_tensor), "GEMM": repr(product)}

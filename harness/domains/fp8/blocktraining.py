@@ -327,7 +327,7 @@ def block_linear_over_budget(
                 repro = product_against_float64(
                     f"torchao block-scaled linear ({spec_id}) {name} of the model's linear {s.path!r} against float64",
                     torchao_script(spec, name),
-                    {"x": s.x, "w": s.w, "g": s.go},
+                    {"x": s.x, "w": s.w, "go": s.go},
                     bud.bound,
                     bud.sqnr_floor_db,
                     bud.origin,

@@ -182,26 +182,10 @@ def script(
 ) -> FailureRepro:
     """``product`` as a standalone script: the linear converted by torchao again, its three
     products taken, the failing one against the float64 product of the operands before their casts."""
-    n, k = w.shape
-    source = f"""import dataclasses
-
-from torchao import float8
-
-config = float8.Float8LinearConfig.from_recipe_name({name!r})
-config = dataclasses.replace(config, emulate={emulate!r})  # emulated: no fp8 matmul kernel here
-lin = torch.nn.Linear({k}, {n}, bias=False)
-with torch.no_grad():
-    lin.weight.copy_(w)
-f8 = float8.convert_to_float8_training(torch.nn.Sequential(lin), config=config).to(x.device)
-xd = x.clone().requires_grad_(True)
-y = f8(xd)
-y.backward(go)
-got = {{"output": y.detach(), "grad_input": xd.grad, "grad_weight": f8[0].weight.grad}}[{product.gemm!r}]
-# reference: the same product of the high-precision operands, in float64
-ref = {GEMMS[product.gemm][2]}"""
+    values = {"RECIPE": repr(name), "EMULATE": repr(emulate), "GEMM": repr(product.gemm)}
     return product_against_float64(
         f"torchao Float8Linear ({name}) {product.gemm}{where} against float64",
-        source,
+        ("float8_linear", values),
         {"x": x.detach().cpu(), "w": w.detach().cpu(), "go": go.detach().cpu()},
         product.budget.bound,
         product.budget.sqnr_floor_db,
