@@ -196,6 +196,15 @@ _PARAMETER = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<annotation>: [^=]+)? = (
 _RENDERED_IMPORTS = frozenset({"import math", "import torch", "import torch.nn.functional as F"})
 
 
+def _bound_names(line: str) -> list[str]:
+    """The names an import line binds: ``import a.b`` -> a, ``from m import x, y as z`` -> x, z."""
+    if line.startswith("from "):
+        names = line.split(" import ", 1)[1].split(",")
+    else:
+        names = [line.removeprefix("import ").split(".")[0]]
+    return [n.split(" as ")[-1].strip(" ()") for n in names if n.strip(" ()")]
+
+
 def _depth(source: str) -> int:
     """Brackets ``source`` opens minus those it closes (a default's value spread over lines)."""
     return sum(source.count(c) for c in "([{") - sum(source.count(c) for c in ")]}")
@@ -241,7 +250,7 @@ class ScriptTemplate:
             raise ValueError(f"{self.package}.scripts.{self.name}: no block {unknown} (it has {list(blocks)[1:]})")
         opening = [ln for ln in blocks[""].splitlines() if ln.startswith(("import ", "from "))]
         own = [ln for ln in opening if ln not in _RENDERED_IMPORTS and ln != "from __future__ import annotations"]
-        out = ["\n".join(own)] if imports else []
+        out: list[str] = []
         written: set[str] = set()
         for name in names:
             lines: list[str] = []
@@ -258,6 +267,10 @@ class ScriptTemplate:
                     line = f"{m['name']}{m['annotation'] or ''} = {values[m['name']]}{comment or ''}"
                 lines.append(line)
             out.append("\n".join(lines))
+        body = "\n\n\n".join(part for part in out if part.strip())
+        if imports:  # the opening's imports that the blocks use
+            used = [ln for ln in own if any(re.search(rf"\b{n}\b", body) for n in _bound_names(ln))]
+            out.insert(0, "\n".join(used))
         if set(values) - written:
             raise ValueError(
                 f"{self.package}.scripts.{self.name}: no parameter {sorted(set(values) - written)} in {names}"

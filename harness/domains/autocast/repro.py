@@ -14,9 +14,11 @@ from harness.domains.autocast.catalogue import CATALOGUE, OpCase
 from harness.domains.autocast.oracle import ACCEPTED, CLASSES, LISTS, Disagreement
 from harness.domains.autocast.probe import INPUT_KINDS, dtype_name, replay
 from harness.domains.call_capture import Captured, NotReplayable, capture, case_functions, observe_src, observed_cases
-from harness.domains.repro import FailureRepro, dtype_src, upcast_src
+from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src, upcast_src
 from harness.numerics.comparison import DataComparison
 
+#: the policy's claims, standalone: ``scripts/autocast.py``
+AUTOCAST = ScriptTemplate(__package__ or "harness.domains.autocast", "autocast")
 #: At most this many ops in one script: a reader sees the defect in a screenful, the check's
 #: message lists them all.
 MAX_CASES = 8
@@ -136,18 +138,8 @@ def registered_ops_repro(device_type: str, expected: Sequence[str], *, missing_o
     (every op added or gone), or the catalogue's reach (``missing_only``: registered, not reached)."""
     key = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}[device_type]
     listed = textwrap.fill(", ".join(repr(o) for o in expected), 96, initial_indent="    ", subsequent_indent="    ")
-    gone = "" if missing_only else "\ngone = sorted(set(EXPECTED) - set(ops))\nprint('no longer registered:', gone)"
-    code = f"""ops = sorted(
-    n for n in torch._C._dispatch_get_all_op_names() if torch._C._dispatch_has_kernel_for_dispatch_key(n, {key!r})
-)
-# reference: {"the ops the catalogue reaches" if missing_only else "the golden list of this torch release"}
-EXPECTED = [
-{listed}
-]
-new = sorted(set(ops) - set(EXPECTED))
-print({"'registered but not reached:'" if missing_only else "'newly registered:'"}, new){gone}
-measured = len(new){"" if missing_only else " + len(gone)"}  # ops unlike the list
-allowed = 0"""
+    values = {"KEY": repr(key), "MISSING_ONLY": repr(missing_only), "EXPECTED": f"[\n{listed}\n]"}
+    code = AUTOCAST.fill("registered_ops", values=values)
     what = (
         f"aten ops registered for {key} that the harness's op catalogue does not reach"
         if missing_only
@@ -170,34 +162,14 @@ def coverage_repro(
 
     reached = sorted(set(listed) - set(uncovered))
     wrapped = textwrap.fill(", ".join(repr(o) for o in reached), 96, initial_indent="    ", subsequent_indent="    ")
-    where = (
-        f"path = Path({str(source)!r})  # the lists file the check was given"
-        if source is not None
-        else 'spec = importlib.util.find_spec("torch")  # the installed torch\'s lists\n'
-        'path = Path(next(iter(spec.submodule_search_locations))) / "testing" / "_internal" / "autocast_test_lists.py"'
-    )
-    code = f"""import ast
-import importlib.util
-from pathlib import Path
-
-{where}
-cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == {CLASSES[device_type]!r})
-LISTS = {sorted(LISTS)!r}  # the lists of ops with an expected autocast behaviour
-listed = {{
-    str(e.elts[0].value)
-    for n in ast.walk(cls)
-    if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Attribute) and n.targets[0].attr in LISTS
-    for e in getattr(n.value, "elts", [])
-    if isinstance(e, ast.Tuple) and e.elts and isinstance(e.elts[0], ast.Constant)
-}}
-# reference: the ops the harness's catalogue reaches (or explains) on {device_type}, as the check found them
-REACHED = [
-{wrapped}
-]
-new = sorted(listed - set(REACHED))
-print(f"{{path.name}} ({{len(listed)}} ops for {device_type}): not reached by the harness's catalogue: {{new}}")
-measured = len(new)  # listed ops without a catalogue row
-allowed = 0"""
+    values = {
+        "LISTS_FILE": repr(None if source is None else str(source)),
+        "CLASS": repr(CLASSES[device_type]),
+        "DEVICE_TYPE": repr(device_type),
+        "LISTS": repr(sorted(LISTS)),
+        "REACHED": f"[\n{wrapped}\n]",
+    }
+    code = AUTOCAST.fill("coverage", values=values)
     return FailureRepro(
         "autocast",
         f"ops PyTorch's {CLASSES[device_type]} lists that amp-harness's op catalogue does not reach",
@@ -267,30 +239,9 @@ def autocast_hand_cast(
     """Each case under autocast against the same calls with autocast disabled on its inputs cast
     by hand to the dtype autocast chose: bitwise equal, as PyTorch's own autocast tests require."""
     defs, calls, tensors = case_functions(cases)
-    rows = "\n".join(f"    ({label!r}, {call})," for (label, _), call in zip(cases, calls, strict=True))
-    dev = device.split(":")[0]
-    nl = "\n\n\n"
-    code = f"""{nl.join(defs)}
-
-
-CASES = [
-{rows}
-]
-measured = 0
-for label, run, inputs in CASES:
-    torch.manual_seed(0)
-    with torch.autocast({dev!r}, dtype={dtype_src(dtype)}):
-        got = run(*inputs)
-    # reference: autocast's own rule, cast the inputs by hand and run the op without autocast
-    by_hand = [t.to(got.dtype) if t.is_floating_point() else t for t in inputs]
-    torch.manual_seed(0)
-    with torch.autocast({dev!r}, enabled=False):
-        ref = run(*by_hand)
-    same = got.dtype == ref.dtype and got.shape == ref.shape and bool(((got == ref) | (got.isnan() & ref.isnan())).all())
-    worst = (got.double() - ref.double()).abs().nan_to_num(0.0).max().item() if got.shape == ref.shape else None
-    print(f"{{label}}: autocast {{got.dtype}}, by hand {{ref.dtype}}, " + ("bitwise equal" if same else f"differ (max |diff| {{worst}})"))
-    measured += not same  # ops unlike their hand-cast run
-allowed = 0"""
+    rows = "".join(f"\n    ({label!r}, {call})," for (label, _), call in zip(cases, calls, strict=True))
+    values = {"DEVICE": repr(device.split(":")[0]), "DTYPE": dtype_src(dtype), "CASES": f"[{rows}\n]"}
+    code = AUTOCAST.fill("cases", "hand_cast", values=values, replace={"cases": "\n\n\n".join(defs)})
     return FailureRepro(
         "autocast", what, code, "exact: bitwise equality (autocast casts, then runs the op)", tensors, device=device
     )
@@ -309,40 +260,11 @@ def autocast_categories(
     flat = [(f"{label} {kind}", cap) for label, caps, _, _ in cases for kind, cap in caps.items()]
     defs, calls, tensors = case_functions(flat)
     it = iter(calls)
-    rows = "\n".join(
-        f"    ({label!r}, {{{', '.join(f'{k!r}: ({next(it)})' for k in caps)}}}, {exp!r}, {list(ok)!r}),"
+    rows = "".join(
+        f"\n    ({label!r}, {{{', '.join(f'{k!r}: ({next(it)})' for k in caps)}}}, {exp!r}, {list(ok)!r}),"
         for label, caps, exp, ok in cases
     )
-    nl = "\n\n\n"
-    low = dtype_src(dtype).removeprefix("torch.")
-    code = f"""{nl.join(defs)}
-
-
-{observe_src(device, dtype)}
-
-
-def behaves_as(seen):
-    \"\"\"The autocast list the observations show (the harness's rule, written out).\"\"\"
-    if seen["fp32_in"].startswith("raises"):
-        return "raises"
-    if seen["fp32_in"] == {low!r}:
-        return "lower_precision"
-    if seen.get("lowp_in") == "float32":
-        return "fp32"
-    if seen.get("mixed_in") == "float32":
-        return "widest_input"
-    return "follows_input"
-
-
-# reference: how PyTorch's own autocast test lists file each op, and the behaviour each filing accepts
-CASES = [
-{rows}
-]
-measured = 0
-for label, runs, filed_as, accepted in CASES:
-    seen = {{kind: observe(run, inputs) for kind, (run, inputs) in runs.items()}}
-    got = behaves_as(seen)
-    print(f"{{label}}: behaves as {{got}} {{seen}}; PyTorch's lists say {{filed_as}}" + ("" if got in accepted else "   <- differs"))
-    measured += got not in accepted  # ops unlike their filing
-allowed = 0"""
+    values = {"LOW": repr(dtype_src(dtype).removeprefix("torch.")), "FILED": f"[{rows}\n]"}
+    replace = {"cases": "\n\n\n".join(defs), "observe": observe_src(device, dtype)}
+    code = AUTOCAST.fill("cases", "observe", "categories", values=values, replace=replace)
     return FailureRepro("autocast", what, code, origin, tensors, device=device)
