@@ -29,7 +29,6 @@ TEMPLATE_LINES = 10
 #: modules whose reproduction templates are still Python strings (issue #70, item 1), to be moved
 #: into their family's ``scripts/``; a module moved out must leave this list
 STILL_IN_STRINGS = {
-    "harness/domains/compiled/repro.py",
     "harness/domains/distributed/repro.py",
     "harness/domains/repro.py",
     "harness/domains/speed/repro.py",
