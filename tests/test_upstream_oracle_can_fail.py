@@ -73,7 +73,7 @@ def test_an_op_the_catalogue_does_not_reach_fails_the_coverage_check(pytester, s
     status, said = _run_script(script, capsys)  # in this interpreter: it imports only torch and ast
     assert status == 1 and "not reached by the harness's catalogue: ['frobnicate']" in said, said
     installed = script.read_text(encoding="utf-8").replace(
-        f"LISTS_FILE: str | None = {str(lists)!r}", f"LISTS_FILE: str | None = {str(oracle.installed_lists())!r}"
+        f"LISTS_FILE = {str(lists)!r}", f"LISTS_FILE = {str(oracle.installed_lists())!r}"
     )
     script.write_text(installed, encoding="utf-8")
     status, said = _run_script(script, capsys)

@@ -171,29 +171,25 @@ def dict_src(d: Mapping[str, Any]) -> str:
     return "{" + ", ".join(items) + "}"
 
 
-#: Every script starts with this: an error the script did not expect (a missing package, an API
-#: that moved) exits 2, never 1, so that it cannot read as "the defect is present".
-COULD_NOT_RUN = """import sys as _sys
-
-
-def _could_not_run(kind, value, traceback):  # an unexpected error is not the defect: exit 2
-    _sys.__excepthook__(kind, value, traceback)
-    print("could not run the reproduction (exit 2): the error above is not the defect", file=_sys.stderr)
-    _sys.stderr.flush()
-    __import__("os")._exit(2)
-
-
-_sys.excepthook = _could_not_run
-
-"""
-
-
 #: a template's block marker, on a line of its own: ``# -- <block> --``
 _MARKER = re.compile(r"^# -- ([a-z_][a-z0-9_]*) --$", re.MULTILINE)
 #: a parameter the check fills in: ``NAME = value`` (an annotation and a trailing comment kept)
 _PARAMETER = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<annotation>: [^=]+)? = (?P<value>.+?)(?P<comment>  # .*)?$")
+#: the type checker's and linters' pragmas of a template (type-ignore, noqa and isort-skip
+#: comments): the script a user reads is not checked, so they are left out of it
+_PRAGMA = re.compile(r"  # (type: ignore\[[^\]]*\]|noqa: [A-Z0-9, ]+|isort: skip)(?=  #|$)")
 #: the imports :func:`render` writes itself
 _RENDERED_IMPORTS = frozenset({"import math", "import torch", "import torch.nn.functional as F"})
+
+#: Every script starts with this: an error the script did not expect (a missing package, an API
+#: that moved) exits 2, never 1, so that it cannot read as "the defect is present".
+COULD_NOT_RUN = (
+    resources.files(__package__ or "harness.domains")
+    .joinpath("scripts", "could_not_run.py")
+    .read_text(encoding="utf-8")
+    .split('"""\n\n', 1)[1]  # after its docstring
+)
+COULD_NOT_RUN = _PRAGMA.sub("", COULD_NOT_RUN) + "\n"  # its pragmas out, two blank lines after it
 
 
 def _bound_names(line: str) -> list[str]:
@@ -219,7 +215,8 @@ class ScriptTemplate:
     After its opening (docstring, imports), marker lines ``# -- <block> --`` cut it into blocks. A
     check's reproduction (:attr:`FailureRepro.code`) is some of those blocks, in order, each as it
     lies or replaced (a model's source, the inputs: :func:`render` defines the tensors), with the
-    parameters the check measured written over the defaults (``NAME = value`` lines)."""
+    parameters the check measured written over the defaults (``NAME = value`` lines; a default's
+    annotation, there for the type checker, is left out of the script)."""
 
     package: str
     name: str
@@ -264,8 +261,8 @@ class ScriptTemplate:
                     written.add(m["name"])
                     open_brackets = _depth(m["value"])
                     comment = m["comment"] if open_brackets == 0 else None
-                    line = f"{m['name']}{m['annotation'] or ''} = {values[m['name']]}{comment or ''}"
-                lines.append(line)
+                    line = f"{m['name']} = {values[m['name']]}{comment or ''}"  # the annotation: for mypy
+                lines.append(_PRAGMA.sub("", _PRAGMA.sub("", line)))
             out.append("\n".join(lines))
         body = "\n\n\n".join(part for part in out if part.strip())
         if imports:  # the opening's imports that the blocks use

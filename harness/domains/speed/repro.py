@@ -14,57 +14,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.domains.repro import FailureRepro
+from harness.domains.repro import FailureRepro, ScriptTemplate
 from harness.domains.speed.bench import BLOCK_S, CPU_THREADS, MIN_ROUNDS
 from harness.domains.speed.workloads import Workload
 
 if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro
+    from harness.domains.repro import FailureRepro, ScriptTemplate
 
-_TIMING = """import statistics
-import time
-
-DEVICE, DTYPE = torch.device({device!r}), torch.{dtype}
-THRESHOLD = {threshold!r}  # the speedup the check required (its origin: the allowance, below)
-ROUNDS, BLOCK_S = {rounds!r}, {block_s!r}  # interleaved rounds, as the check took; seconds of a block
-if DEVICE.type == "cpu":
-    torch.set_num_threads({threads})  # as the check times it: torch's work on this thread, on its CPU clock
-
-# the workload, as the harness builds it from this text
-{prelude}
-
-{source}
-
-
-def per_call(fn, n):  # seconds per call over n calls: this thread's CPU time (CUDA: events, synchronised)
-    if DEVICE.type == "cuda":
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(n):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3 / n
-    start = time.thread_time()
-    for _ in range(n):
-        fn()
-    return (time.thread_time() - start) / n
-
-
-def speedup():  # the median over ROUNDS of fp32's seconds per call over AMP's, blocks interleaved
-    fp32, amp = make(DEVICE, None), make(DEVICE, DTYPE)
-    for fn in (fp32, amp, fp32, amp):  # warm-up
-        fn()
-    n32, namp = (max(1, round(BLOCK_S / per_call(fn, 1))) for fn in (fp32, amp))
-    return statistics.median(per_call(fp32, n32) / per_call(amp, namp) for _ in range(ROUNDS))
-
-
-first = speedup()
-second = speedup() if first < THRESHOLD else first  # as the check: a second measurement confirms a failure
-print(f"{name}: AMP ({{DTYPE}}) over fp32 {{first:.3g}}x, then {{second:.3g}}x; required {{THRESHOLD}}x")
-measured = THRESHOLD / max(first, second)  # how far the better measurement falls short: <= 1 meets it
-allowed = 1.0"""
+#: the speedup, timed as the check times it: ``scripts/speedup.py`` (its ``make`` blocks are the
+#: workloads the harness runs, :mod:`harness.domains.speed.workloads`)
+SPEEDUP = ScriptTemplate(__package__ or "harness.domains.speed", "speedup")
 
 
 def repro_of(
@@ -78,16 +37,22 @@ def repro_of(
     prelude = workload.script.prelude()
     if prelude is None:
         return None
-    code = _TIMING.format(
-        device=device.type,
-        dtype=dtype_name,
-        threshold=threshold,
-        rounds=max(MIN_ROUNDS, rounds),
-        block_s=BLOCK_S,
-        prelude=prelude[0].rstrip("\n"),
-        threads=CPU_THREADS,
-        source=workload.script.source,
-        name=workload.name,
+    values = {
+        "NAME": repr(workload.name),
+        "DEVICE": f"torch.device({device.type!r})",
+        "DTYPE": f"torch.{dtype_name}",
+        "THRESHOLD": repr(threshold),
+        "ROUNDS": repr(max(MIN_ROUNDS, rounds)),
+        "BLOCK_S": repr(BLOCK_S),
+        "THREADS": repr(CPU_THREADS),
+    }
+    constants = "# the workload, as the harness builds it from this text\n" + prelude[0].rstrip("\n")
+    code = "\n\n\n".join(
+        (
+            SPEEDUP.fill("parameters", "constants", values=values, replace={"constants": constants}),
+            workload.script.source,
+            SPEEDUP.fill("timing", imports=False),
+        )
     )
     return FailureRepro(
         "speed",

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from harness.domains.repro import ScriptTemplate
 from harness.domains.training.models import SETUPS
 from harness.domains.training.repro import model_source
 
@@ -79,99 +80,21 @@ class Workload:
         return base, self.make(device, dtype)
 
 
-#: The eager workloads as source text: ``make(DEVICE, DTYPE)`` returning ``run()``, one iteration
-#: under autocast to DTYPE (None: fp32). The harness runs this text, and a failed speed check's
-#: script (``amp-harness repro``) carries the same text, so the two time one computation.
-_AUTOCAST = "torch.autocast(DEVICE.type, dtype=DTYPE or torch.bfloat16, enabled=DTYPE is not None)"
-MATMUL_SOURCE = f"""def make(DEVICE, DTYPE):
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(N, N, generator=g).to(DEVICE), torch.randn(N, N, generator=g).to(DEVICE)
-
-    def run():
-        with {_AUTOCAST}:
-            return a @ b
-
-    return run
-"""
-LINEAR_SOURCE = f"""def make(DEVICE, DTYPE):
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(D, D).to(DEVICE)
-    x = torch.randn(D // 4, D, device=DEVICE)
-
-    def run():
-        with {_AUTOCAST}:
-            y = layer(x)
-        y.float().sum().backward()
-
-    return run
-"""
-SDPA_SOURCE = f"""def make(DEVICE, DTYPE):
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 8, S, 64, generator=g).to(DEVICE) for _ in range(3))
-
-    def run():
-        with {_AUTOCAST}:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    return run
-"""
-LAYER_NORM_SOURCE = f"""def make(DEVICE, DTYPE):
-    x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0)).to(DEVICE)
-    ln = torch.nn.LayerNorm(1024).to(DEVICE)
-
-    def run():
-        with {_AUTOCAST}:
-            return ln(x)
-
-    return run
-"""
-
-
-#: The tiny LM's AdamW training step (GradScaler for fp16): MODEL is its seeded factory, LOSS its
-#: loss, X and Y one batch. ``run`` returns the step's loss (a detached tensor: no synchronise).
-LM_STEP_SOURCE = f"""def make(DEVICE, DTYPE):
-    model = MODEL(0).to(DEVICE)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x, y = X.to(DEVICE), Y.to(DEVICE)
-    scaler = torch.amp.GradScaler(DEVICE.type, enabled=DTYPE is torch.float16)
-
-    def run():
-        opt.zero_grad()
-        with {_AUTOCAST}:
-            out = model(x)
-            loss = LOSS(out if out.dtype in (torch.float32, torch.float64) else out.float(), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss.detach()
-
-    return run
-"""
-
-
-#: A small transformer's AdamW training step at width D (heads of 64, a 4D feed-forward, LAYERS
-#: pre-norm layers, B sequences of S tokens; GradScaler for fp16): the explainer's 2-3x training
-#: speedup from tensor cores, on a step wide enough to keep a GPU busy.
-TRANSFORMER_STEP_SOURCE = f"""def make(DEVICE, DTYPE):
-    torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(D, D // 64, 4 * D, dropout=0.0, batch_first=True, norm_first=True)
-    model = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).to(DEVICE)
-    head = torch.nn.Linear(D, D).to(DEVICE)
-    opt = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=1e-4)
-    x = torch.randn(B, S, D, generator=torch.Generator().manual_seed(0)).to(DEVICE)
-    scaler = torch.amp.GradScaler(DEVICE.type, enabled=DTYPE is torch.float16)
-
-    def run():
-        opt.zero_grad()
-        with {_AUTOCAST}:
-            loss = head(model(x)).float().square().mean()
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss.detach()
-
-    return run
-"""
+#: The eager workloads as source text, blocks of ``scripts/speedup.py``: ``make(DEVICE, DTYPE)``
+#: returning ``run()``, one iteration under autocast to DTYPE (None: fp32). The harness runs this
+#: text, and a failed speed check's script (``amp-harness repro``) carries the same text, so the two
+#: time one computation.
+SPEEDUP = ScriptTemplate("harness.domains.speed", "speedup")
+MATMUL_SOURCE = SPEEDUP.fill("matmul", imports=False)
+LINEAR_SOURCE = SPEEDUP.fill("linear", imports=False)
+SDPA_SOURCE = SPEEDUP.fill("sdpa", imports=False)
+LAYER_NORM_SOURCE = SPEEDUP.fill("layer_norm", imports=False)
+#: the tiny LM's AdamW training step (GradScaler for fp16): MODEL its seeded factory, LOSS its loss,
+#: X and Y one batch
+LM_STEP_SOURCE = SPEEDUP.fill("lm_step", imports=False)
+#: a small transformer's AdamW training step at width D: the explainer's 2-3x training speedup from
+#: tensor cores, on a step wide enough to keep a GPU busy
+TRANSFORMER_STEP_SOURCE = SPEEDUP.fill("transformer_step", imports=False)
 
 
 def _from_source(
