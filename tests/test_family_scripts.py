@@ -3,7 +3,7 @@ Python string.
 
 Each ``harness/domains/<family>/scripts/*.py`` runs as it lies, on its defaults, with torch alone:
 one isolated interpreter runs them all in turn (``runpy``: each in fresh globals) and checks that
-none imported the harness. They are linted and type-checked with the package (``ruff``, ``mypy
+none imported the harness (the standalone-scripts tier, which CI runs). They are linted and type-checked with the package (``ruff``, ``mypy
 --strict harness/`` in .ci/run), which no tool does for a template inside a string; no string of
 more than ten lines outside a docstring is left in harness/.
 """
@@ -67,6 +67,8 @@ def test_a_template_in_a_string_is_found(tmp_path):
     assert _templates(module) == [TEMPLATE_LINES + 5]  # CODE, after the docstring and a blank line
 
 
+@pytest.mark.standalone_scripts
+@pytest.mark.amp_thorough  # the scripts' trainings, compiles and forked ranks: seconds on 2 cores
 def test_every_script_runs_as_it_lies_on_torch_alone():
     assert SCRIPTS, "no family scripts found"
     runner = (
