@@ -146,3 +146,44 @@ def test_the_local_import_check_sees_an_unexplained_one(tmp_path):
 def test_the_readme_front_page_stays_within_200_lines():
     lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
     assert lines <= 200, f"README.md has {lines} lines: move detail into docs/"
+
+
+#: every claim family's parts: what turns its failures into scripts, and the scripts themselves
+FAMILY_PARTS = ("repro.py", "scripts")
+
+
+def _family_gaps(domains: Path, suites: Path) -> dict[str, list[str]]:
+    """Per claim family (a package under ``domains``), the parts of the family template it lacks:
+    ``repro.py``, ``scripts/`` with a script, a suite folder of its own name, and ``known_issues.py``
+    exactly where it keeps ``issue_scripts/``."""
+    gaps: dict[str, list[str]] = {}
+    for family in sorted(p for p in domains.iterdir() if (p / "__init__.py").is_file()):
+        missing = [part for part in FAMILY_PARTS if not (family / part).exists()]
+        if (family / "scripts").is_dir() and not any((family / "scripts").glob("*.py")):
+            missing.append("a script in scripts/")
+        if not (suites / family.name).is_dir():
+            missing.append(f"suites/{family.name}/ (one name for suite and domain)")
+        if (family / "issue_scripts").is_dir() != (family / "known_issues.py").is_file():
+            missing.append("known_issues.py beside issue_scripts/ (both or neither)")
+        if missing:
+            gaps[family.name] = missing
+    return gaps
+
+
+def test_every_claim_family_has_the_family_template():
+    gaps = _family_gaps(REPO / "harness" / "domains", REPO / "suites")
+    assert not gaps, f"claim families missing parts of the template (docs/architecture.md): {gaps}"
+
+
+def test_a_family_missing_a_part_of_the_template_is_named(tmp_path):
+    domains, suites = tmp_path / "domains", tmp_path / "suites"
+    shutil.copytree(REPO / "harness" / "domains", domains, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "suites", suites, ignore=shutil.ignore_patterns("__pycache__"))
+    (domains / "patterns" / "repro.py").unlink()
+    shutil.rmtree(suites / "memory")
+    (domains / "scaler" / "known_issues.py").unlink()
+    assert _family_gaps(domains, suites) == {
+        "memory": ["suites/memory/ (one name for suite and domain)"],
+        "patterns": ["repro.py"],
+        "scaler": ["known_issues.py beside issue_scripts/ (both or neither)"],
+    }

@@ -84,6 +84,12 @@ CONTROLS = {
         "leaves_parameters and SGD-for-loop",
         ("*leaves_parameters*[[]cpu-SGD-for-loop]",),
     ),
+    # the training patterns: gradient accumulation's effective batch, seeded as the check builds it
+    "scaler_stepping_on_overflow/accumulation": (
+        "patterns/test_accumulation.py",
+        "inf_in_any_micro_batch and micro_batch_1",
+        ("*inf_in_any_micro_batch*micro_batch_1]",),
+    ),
     # one unscale_ -> clip_grad_norm_ -> step: the script loads the step's parameters, momentum and gradients
     "clip_grad_norm_in_bf16": (
         "scaler/test_clipping.py",

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from harness.domains.patterns import accumulation as A
+from harness.domains.patterns.repro import accumulation_repro
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
@@ -36,6 +37,7 @@ def test_the_accumulated_gradient_is_the_float64_sum_of_the_micro_batches(amp_de
         ),
         dtype=amp_dtype,
         device=amp_device,
+        repro=accumulation_repro(amp_device, amp_dtype),
     )
     amp_record.require(
         compare_claim(
@@ -53,6 +55,7 @@ def test_the_accumulated_gradient_is_the_float64_sum_of_the_micro_batches(amp_de
         dtype=amp_dtype,
         device=amp_device,
         tags={"worst_error_over_budget": worst, "micro_batches": A.MICRO_BATCHES},
+        repro=accumulation_repro(amp_device, amp_dtype),
     )
 
 
@@ -78,6 +81,7 @@ def test_an_inf_in_any_micro_batch_skips_the_effective_batch_and_backs_off_once(
         ),
         device=amp_device,
         tags={"inf_in": inf_in, "scale": [run.scale_start, run.scale_after_update]},
+        repro=accumulation_repro(amp_device, torch.float16, inf_in),
     )
 
 
