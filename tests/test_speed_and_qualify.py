@@ -167,7 +167,11 @@ def test_a_slower_amp_kernel_fails_its_speed_check_and_keeps_a_benchmark_script(
     [script] = sorted(tmp_path.glob("*.py"))
     text = script.read_text(encoding="utf-8")
     assert "import harness" not in text and "from harness" not in text
-    assert "def make(DEVICE, DTYPE):" in text and "THRESHOLD = " in text and "threshold" in text
+    assert (
+        "def make(DEVICE: torch.device, DTYPE: torch.dtype | None)" in text
+        and "THRESHOLD = " in text
+        and "threshold" in text
+    )
     assert "# Produced on: torch" in text and detect().cpu_class.id in text  # where it failed
     slow_kernel_script["path"] = script
 
