@@ -81,14 +81,15 @@ allowed = 0
 # -- bits_parameters --
 PER_TENSOR = False  # NVFP4's per-tensor scale (amax / 2688)
 FP4 = False  # e2m1 elements, two to a byte
-
-# -- bits_torchao_mx --
 Quantized = tuple[float | None, torch.Tensor, torch.Tensor]  # per-tensor scale, block scale bits, element codes
 
 
 def unpack(p: torch.Tensor) -> torch.Tensor:  # two e2m1 codes per byte, low nibble first (torchao's packing)
     p = p.view(torch.uint8)
     return torch.stack((p & 0xF, p >> 4), dim=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)
+
+
+# -- bits_torchao_mx --
 
 
 def quantize(x: torch.Tensor) -> Quantized:  # torchao's MX tensor of x
@@ -122,11 +123,6 @@ def quantize(x: torch.Tensor) -> Quantized:  # type: ignore[no-redef]  # noqa: F
 
 
 # -- spec --
-got_tensor_scale, scale_bits, code_bits = quantize(x)
-rows, cols = x.shape
-got_scales = scale_bits.reshape(rows, cols // BLOCK_SIZE).tolist()
-got_codes = code_bits.reshape(rows, cols).tolist()
-
 # the specification, in exact rationals
 F = Fraction
 EBITS = 4  # the element format's exponent bits
@@ -136,6 +132,10 @@ BLOCK = (1, 32)  # a block's rows and columns
 # covered by torchao's registered findings: block scales (judged with torchao's), and elements
 EXCUSED_BLOCKS: list[tuple[int, int]] = []
 EXCUSED_ELEMENTS: list[tuple[int, int]] = []
+got_tensor_scale, scale_bits, code_bits = quantize(x)
+rows, cols = x.shape
+got_scales = scale_bits.reshape(rows, cols // BLOCK[1]).tolist()
+got_codes = code_bits.reshape(rows, cols).tolist()
 
 
 def floor_log2(q: Fraction) -> int:  # floor(log2 q) for a positive rational, exactly
