@@ -24,6 +24,7 @@ records no reproduction; ``amp-harness repro`` says so and prints the rerun comm
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -133,8 +134,9 @@ def needs_file(tensors: Mapping[str, torch.Tensor]) -> bool:
 
 
 # -- the families -------------------------------------------------------------------------------
-def dtype_src(dtype: torch.dtype) -> str:
-    return str(dtype)
+def dtype_src(dtype: torch.dtype | None) -> str:
+    """A dtype as source (``torch.bfloat16``); None as ``None``."""
+    return "None" if dtype is None else str(dtype)
 
 
 def upcast_src(tensors: Mapping[str, torch.Tensor]) -> str:
@@ -183,13 +185,9 @@ _RENDERED_IMPORTS = frozenset({"import math", "import torch", "import torch.nn.f
 
 #: Every script starts with this: an error the script did not expect (a missing package, an API
 #: that moved) exits 2, never 1, so that it cannot read as "the defect is present".
-COULD_NOT_RUN = (
-    resources.files(__package__ or "harness.domains")
-    .joinpath("scripts", "could_not_run.py")
-    .read_text(encoding="utf-8")
-    .split('"""\n\n', 1)[1]  # after its docstring
-)
-COULD_NOT_RUN = _PRAGMA.sub("", COULD_NOT_RUN) + "\n"  # its pragmas out, two blank lines after it
+_HOOK_FILE = resources.files(__package__ or "harness.domains").joinpath("scripts", "could_not_run.py")
+#: after its docstring, its pragmas out, two blank lines after it
+COULD_NOT_RUN = _PRAGMA.sub("", _HOOK_FILE.read_text(encoding="utf-8").split('"""\n\n', 1)[1]) + "\n"
 
 
 def _bound_names(line: str) -> list[str]:
@@ -204,6 +202,12 @@ def _bound_names(line: str) -> list[str]:
 def _depth(source: str) -> int:
     """Brackets ``source`` opens minus those it closes (a default's value spread over lines)."""
     return sum(source.count(c) for c in "([{") - sum(source.count(c) for c in ")]}")
+
+
+@functools.cache
+def _blocks_of(template: ScriptTemplate) -> tuple[tuple[str, str], ...]:
+    parts = _MARKER.split(template.text)
+    return (("", parts[0]), *((parts[i], parts[i + 1]) for i in range(1, len(parts), 2)))
 
 
 @dataclass(frozen=True)
@@ -226,9 +230,8 @@ class ScriptTemplate:
         return resources.files(self.package).joinpath("scripts", f"{self.name}.py").read_text(encoding="utf-8")
 
     def blocks(self) -> dict[str, str]:
-        """Each block's text by name, in file order (the opening is ``""``)."""
-        parts = _MARKER.split(self.text)
-        return {"": parts[0], **{parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}}
+        """Each block's text by name, in file order (the opening is ``""``): read and cut once."""
+        return dict(_blocks_of(self))
 
     def fill(
         self,
@@ -262,7 +265,7 @@ class ScriptTemplate:
                     open_brackets = _depth(m["value"])
                     comment = m["comment"] if open_brackets == 0 else None
                     line = f"{m['name']} = {values[m['name']]}{comment or ''}"  # the annotation: for mypy
-                lines.append(_PRAGMA.sub("", _PRAGMA.sub("", line)))
+                lines.append(_PRAGMA.sub("", line))
             out.append("\n".join(lines))
         body = "\n\n\n".join(part for part in out if part.strip())
         if imports:  # the opening's imports that the blocks use

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.domains.memory.accounting import StateModel
-from harness.domains.repro import FailureRepro, ScriptTemplate
+from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src
 from harness.domains.training import repro as training_script
 from harness.domains.training.recipes import Setup
 
 if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro, ScriptTemplate
+    from harness.domains.repro import FailureRepro
 
 
 #: the memory claims, standalone: ``scripts/bytes.py``, after the one-step opening of training's
@@ -43,7 +43,7 @@ def activation_repro_of(
     if prelude is None:
         return None
     opening, tensors = prelude
-    tail = BYTES.fill("activations", imports=False, values={"LOW": f"torch.{str(dtype).removeprefix('torch.')}"})
+    tail = BYTES.fill("activations", imports=False, values={"LOW": dtype_src(dtype)})
     code = f"{opening}\n\n\n{tail}"
     return FailureRepro(
         "memory",

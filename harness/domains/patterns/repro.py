@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from harness.domains.patterns import accumulation as A
-from harness.domains.repro import FailureRepro, ScriptTemplate
+from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src
 
 #: gradient accumulation under GradScaler, standalone: ``scripts/accumulation.py``
 ACCUMULATION = ScriptTemplate(__package__ or "harness.domains.patterns", "accumulation")
@@ -20,7 +20,7 @@ def accumulation_repro(device: torch.device, dtype: torch.dtype, inf_in: int | N
     step skipped and the scale halved once."""
     values = {
         "DEVICE": f"torch.device({device.type!r})",
-        "DTYPE": f"torch.{str(dtype).removeprefix('torch.')}",
+        "DTYPE": dtype_src(dtype),
         "INF_IN": repr(inf_in),
         "WIDTH": repr(A.WIDTH),
         "MICRO": repr(A.MICRO),

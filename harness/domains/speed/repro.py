@@ -14,16 +14,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.domains.repro import FailureRepro, ScriptTemplate
+from harness.domains.repro import FailureRepro
 from harness.domains.speed.bench import BLOCK_S, CPU_THREADS, MIN_ROUNDS
-from harness.domains.speed.workloads import Workload
+from harness.domains.speed.workloads import SPEEDUP, Workload
 
 if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro, ScriptTemplate
-
-#: the speedup, timed as the check times it: ``scripts/speedup.py`` (its ``make`` blocks are the
-#: workloads the harness runs, :mod:`harness.domains.speed.workloads`)
-SPEEDUP = ScriptTemplate(__package__ or "harness.domains.speed", "speedup")
+    from harness.domains.repro import FailureRepro
 
 
 def repro_of(

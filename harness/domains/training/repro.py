@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from harness.domains.op_prints import OpPrint
-from harness.domains.repro import FailureRepro, ScriptTemplate, upcast_src
+from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src, upcast_src
 from harness.domains.training.amp_lane import FP16_HEADROOM, LANE_FACTOR, MAX_BACKOFF, lane_dtype
 from harness.domains.training.census import census_state
 from harness.domains.training.loop import Run
@@ -76,10 +76,6 @@ def _loss_source(loss: Callable[..., Any]) -> str | None:
 
 #: the whole run, standalone: ``scripts/whole_run.py``
 WHOLE_RUN = ScriptTemplate(__package__ or "harness.domains.training", "whole_run")
-
-
-def _dtype_src(dtype: torch.dtype | None) -> str:
-    return "None" if dtype is None else f"torch.{str(dtype).removeprefix('torch.')}"
 
 
 @dataclass(frozen=True)
@@ -143,7 +139,7 @@ def repro_of(
     if trainer is None:
         return None
     # half the fp32 seed band per checkpoint
-    code = trainer.code("parity", LOW=_dtype_src(recipe.dtype), ALLOWED=repr(allowed))
+    code = trainer.code("parity", LOW=dtype_src(recipe.dtype), ALLOWED=repr(allowed))
     what = (
         f"{setup.name} trained {setup.steps} steps under {recipe.name} with the model compiled ({backend}): "
         "eval losses against eager AMP and fp32, and the GradScaler's state against eager"
@@ -184,7 +180,7 @@ def curve_repro_of(
         return None
     code = eager.code(
         "curve",
-        DTYPE=_dtype_src(recipe.dtype),
+        DTYPE=dtype_src(recipe.dtype),
         STORED=repr(stored),
         ALLOWANCE=repr(allowance),
         MAX_OUTLIERS=repr(max_outliers),
@@ -208,7 +204,7 @@ def determinism_repro_of(setup: Setup, recipe: Recipe, device: torch.device) -> 
     eager = _eager(setup, recipe, device)
     if eager is None:
         return None
-    code = eager.code("determinism", DTYPE=_dtype_src(recipe.dtype))
+    code = eager.code("determinism", DTYPE=dtype_src(recipe.dtype))
     return FailureRepro(
         "training",
         f"{setup.name} trained {setup.steps} steps under {recipe.name} twice: per-step training losses bitwise equal",
@@ -299,7 +295,7 @@ def _trainer(
         "CLIP": repr(recipe.clip),
         "LOSS_FACTOR": repr(recipe.loss_factor),
         "STATIC": repr(recipe.static_scale),
-        "ACCUM": _dtype_src(recipe.grad_accum_dtype),
+        "ACCUM": dtype_src(recipe.grad_accum_dtype),
         "BATCHES": f"[{', '.join(f'(xs{s}, ys{s})' for s in range(seeds))}]",
     }
     weights_src = f"WEIGHTS = dict(zip({names!r}, [{', '.join(f'w{i}' for i in range(len(names)))}]))"
@@ -317,7 +313,7 @@ def precision_repro_of(
     if trainer is None:
         return None
     low = str(recipe.dtype).removeprefix("torch.")
-    code = trainer.code("precision", LOW=_dtype_src(recipe.dtype), FRACTION=repr(fraction))
+    code = trainer.code("precision", LOW=dtype_src(recipe.dtype), FRACTION=repr(fraction))
     return FailureRepro(
         "training",
         f"{setup.name}: fp32's distance from a float64 run of the same training, against {low} autocast's, median "
@@ -382,13 +378,13 @@ def lane_repro_of(
         "INIT_SEED": repr(INIT_SEED),
         "OPTIMIZER": f"torch.optim.{optimizer.__name__}",
         "DEVICE": repr(device.type),
-        "LOW": _dtype_src(dtype),
+        "LOW": dtype_src(dtype),
         "SCALER": repr(recipe.scaler),
         "MICRO": repr(recipe.micro_batches),
         "CLIP": repr(recipe.clip),
         "LOSS_FACTOR": repr(recipe.loss_factor),
         "STATIC": repr(recipe.static_scale),
-        "ACCUM": _dtype_src(recipe.grad_accum_dtype),
+        "ACCUM": dtype_src(recipe.grad_accum_dtype),
         "NAMES": repr(names),
         "OPT_KEYS": repr(keys),
         "SCALES": "{" + ", ".join(f"{t}: {run.states[t].scale!r}" for t in steps) + "}",
