@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
+import faults
 import pandas  # noqa: F401
 import pyarrow.parquet  # noqa: F401
 import pytest
@@ -20,8 +21,7 @@ import torch._dynamo
 from faults import register_negative_control_profile
 from helpers import SUITES
 
-import harness.domains.distributed.ranks
-import harness.numerics.formats  # noqa: F401
+import harness
 from harness.storage import report as _report
 
 
@@ -52,7 +52,6 @@ def _warm_compile_imports() -> None:
     they import. Inductor's own first compile is warmed up by the compiled negative controls."""
     from faults import compiled
 
-    from harness.domains import patterns
     from harness.domains.compiled import nested, runs
     from harness.domains.patterns import checkpointing
 
@@ -62,16 +61,22 @@ def _warm_compile_imports() -> None:
     # register kernel templates at import, which a second import refuses ("duplicate template name")
     nested.run(runs.compile_fn(nested.call_region, checkpointing.PARTITION_BACKEND), model, x, torch.bfloat16)
     torch._dynamo.reset()
-    _import_whole(patterns)
 
 
-def _import_whole(package: ModuleType) -> None:
-    """Import every submodule of ``package``, which the outer process has imported. A package kept
-    across pytester's in-process runs keeps its attribute to a submodule imported in one run after
-    that run drops the submodule: the next run's ``from package import sub`` gets the stale module
-    while a patch of ``package.sub.attr`` imports and patches a new one, and the fault misses."""
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+def _import_whole(*packages: ModuleType) -> None:
+    """Import every module of ``packages`` (the harness, the faults) in the outer process.
+
+    pytester's in-process runs drop the modules they import. A module no earlier run kept is
+    therefore imported again by every inner run, through pytest's assertion rewriting (the harness
+    is a pytest11 plugin, so its modules are rewritten) and without a bytecode cache where the
+    environment disables it: the negative controls paid that for each of some hundreds of runs.
+    It also keeps packages coherent: a package kept across runs keeps its attribute to a submodule
+    imported in one run after that run drops the submodule, so the next run's ``from package import
+    sub`` gets the stale module while a patch of ``package.sub.attr`` patches a new one, and the
+    fault misses."""
+    for package in packages:
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            importlib.import_module(info.name)
 
 
 def _warm_torchao_imports() -> None:
@@ -85,6 +90,7 @@ def _warm_torchao_imports() -> None:
 
 
 register_negative_control_profile()
+_import_whole(harness, faults)
 _warm_report_imports()
 _warm_torchao_imports()
 _warm_torch_imports()
