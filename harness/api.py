@@ -51,6 +51,14 @@ Anything else under ``harness`` is internal and may change between releases.
 """
 
 from harness.domains.autocast.repro import op_against_float64
+from harness.domains.engines.bench.workload import Workload
+from harness.domains.engines.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, judge_lane, lane_steps
+from harness.domains.engines.training.module_lane import RegionError
+from harness.domains.engines.training.module_lane import judge as judge_module_lane
+from harness.domains.engines.training.module_lane import observe as module_lane
+from harness.domains.engines.training.overflow import OverflowStep
+from harness.domains.engines.training.overflow import judge as judge_overflow
+from harness.domains.engines.training.overflow import run as plant_overflows
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.blocklinear import BlockLinear, EmulatedBlockLinear, LinearProducts, TorchaoBlockLinear
 from harness.domains.fp8.blocklinear import linear_products as block_linear_products
@@ -81,7 +89,6 @@ from harness.domains.scaler.reference import (
     ScalerAtMinimumError,
     ScalerConfig,
 )
-from harness.domains.speed.workloads import Workload
 from harness.domains.training import (
     ACCUM4,
     BF16,
@@ -97,13 +104,6 @@ from harness.domains.training import (
     check_parity,
     train,
 )
-from harness.domains.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, judge_lane, lane_steps
-from harness.domains.training.module_lane import RegionError
-from harness.domains.training.module_lane import judge as judge_module_lane
-from harness.domains.training.module_lane import observe as module_lane
-from harness.domains.training.overflow import OverflowStep
-from harness.domains.training.overflow import judge as judge_overflow
-from harness.domains.training.overflow import run as plant_overflows
 from harness.domains.training.result import Checked, TrainingCheckFailed, TrainingResult
 from harness.domains.training.result import Kind as VerdictKind
 from harness.domains.training.trainers import TrainerMissing

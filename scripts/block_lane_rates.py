@@ -19,6 +19,8 @@ import statistics
 
 import torch
 
+from harness.domains.engines.training import amp_lane as L
+from harness.domains.engines.training.loop import step_from
 from harness.domains.fp8.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
 from harness.domains.fp8.blockquant import BlockQuantized, TorchaoBlockScaling
 from harness.domains.fp8.blocktraining import (
@@ -29,8 +31,6 @@ from harness.domains.fp8.blocktraining import (
     step_conformance,
 )
 from harness.domains.training import SETUPS, train
-from harness.domains.training import amp_lane as L
-from harness.domains.training.loop import step_from
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP8_E4M3FN
 

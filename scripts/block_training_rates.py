@@ -16,10 +16,11 @@ import statistics
 
 import torch
 
+from harness.domains.engines.training.parity import parity
 from harness.domains.fp8.blocklinear import TorchaoBlockLinear
 from harness.domains.fp8.blocktraining import block_recipe, block_setup, converted, parity_fraction
 from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
-from harness.domains.training import BF16, FP32, SETUPS, Run, parity, seed_band, train
+from harness.domains.training import BF16, FP32, SETUPS, Run, seed_band, train
 from harness.numerics import blockscaled as B
 
 BAND_SEEDS = 5

@@ -17,7 +17,7 @@ import time
 import torch
 
 from harness.domains import training as T
-from harness.domains.training import rates
+from harness.domains.engines.training import rates
 
 
 def setup_named(name: str) -> T.Setup:

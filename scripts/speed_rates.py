@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.apps.cli import main as cli
-from harness.domains.speed import bench
+from harness.domains.engines.bench import bench
 from harness.storage import report as rp
 
 REPO = Path(__file__).resolve().parent.parent

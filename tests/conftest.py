@@ -38,7 +38,7 @@ def _warm_report_imports() -> None:
 def _warm_torch_imports() -> None:
     """Call every catalogued op once under autocast, so that torch submodules imported lazily on
     first use (some register operator libraries, which cannot happen twice) stay imported."""
-    from harness.domains.autocast.probe import policy_table
+    from harness.domains.engines.ops.probe import policy_table
 
     for dtype in (torch.bfloat16, torch.float16):
         policy_table(torch.device("cpu"), dtype)

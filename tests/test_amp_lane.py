@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.domains import training as T
-from harness.domains.training import amp_lane as L
-from harness.domains.training.emulation import RoundingMode
+from harness.domains.engines.training import amp_lane as L
+from harness.domains.engines.training.emulation import RoundingMode
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

@@ -10,6 +10,7 @@ import pytest
 import torch
 from faults.fp8 import E5m2GradientsLinear, LinearOverBinadeHighScales
 
+from harness.domains.engines.training import amp_lane as L
 from harness.domains.fp8.blocklinear import TorchaoBlockLinear
 from harness.domains.fp8.blocktraining import (
     block_lane,
@@ -21,7 +22,6 @@ from harness.domains.fp8.blocktraining import (
     step_conformance,
 )
 from harness.domains.training import SETUPS, train
-from harness.domains.training import amp_lane as L
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN
 from harness.numerics.rounding import round_to_format
 

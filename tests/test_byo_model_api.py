@@ -12,7 +12,7 @@ from torch import nn
 
 from harness.api import TrainingResult, VerdictKind
 from harness.domains import training as T
-from harness.domains.training.recipes import Inputs, call, logits_of, loss_of, split
+from harness.domains.engines.training.recipes import Inputs, call, logits_of, loss_of, split
 from harness.numerics.verdict import Outcome
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.autocast.catalogue import CATALOGUE, NOT_BITWISE_REPRODUCIBLE
-from harness.domains.autocast.probe import INPUT_KINDS, bitwise_equal, replay, run_op
 from harness.domains.call_capture import NotReplayable, capture
+from harness.domains.engines.ops.catalogue import CATALOGUE, NOT_BITWISE_REPRODUCIBLE
+from harness.domains.engines.ops.probe import INPUT_KINDS, bitwise_equal, replay, run_op
 
 CPU = torch.device("cpu")
 

@@ -9,7 +9,7 @@ from helpers import assert_caught, assert_clean, inject, run_inner
 
 from harness.apps.cli import main
 from harness.domains.compiled import speed as compiled_speed
-from harness.domains.speed import bench
+from harness.domains.engines.bench import bench
 from harness.platform.hardware import detect
 from harness.storage import profiles
 

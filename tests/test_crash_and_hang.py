@@ -24,7 +24,9 @@ from helpers import inject, run_inner
 
 from harness.apps import dashboard as db
 from harness.apps.cli import main
-from harness.domains.speed import bench, calibration
+from harness.domains.engines.bench import bench
+from harness.domains.speed import calibration
+from harness.domains.speed.workloads import WORKLOADS
 from harness.numerics.verdict import Outcome
 from harness.storage import journal as jr
 from harness.storage import report as rp
@@ -252,7 +254,7 @@ def test_a_clock_that_stops_or_runs_backwards_leaves_the_speed_suite_not_judged_
     pytester, suite_copy, clock
 ):
     suite_copy("speed/test_amp_speed.py", conftest=False)
-    inject(pytester, "speed", patches={"harness.domains.speed.bench.CLOCKS": f"faults.host.{clock}"})
+    inject(pytester, "speed", patches={"harness.domains.engines.bench.bench.CLOCKS": f"faults.host.{clock}"})
     start = time.monotonic()
     run = run_inner(pytester, "-m", "not amp_thorough", f"--amp-report-dir={pytester.path / 'out'}")
     took = time.monotonic() - start
@@ -274,7 +276,7 @@ def test_a_calibration_with_a_broken_clock_ends_with_its_cases_not_judged(monkey
     start = time.monotonic()
     results = calibration.calibrate(
         cases,
-        bench.WORKLOADS,
+        WORKLOADS,
         torch.device("cpu"),
         runs=2,
         rounds=None,
@@ -321,7 +323,7 @@ def test_a_block_is_sized_from_a_sizing_block_never_from_one_call(monkeypatch):
 def test_a_case_past_its_cap_is_not_judged(monkeypatch):
     monkeypatch.setattr(bench, "CASE_CAP_S", 0.0)
     with pytest.raises(bench.Capped, match="the case ran past its cap"):
-        bench.measure(bench.WORKLOADS["matmul_256"], torch.device("cpu"), torch.float16, probe=False)
+        bench.measure(WORKLOADS["matmul_256"], torch.device("cpu"), torch.float16, probe=False)
 
 
 @pytest.mark.parametrize("before", ["passed", "failed"])

@@ -13,7 +13,7 @@ import pytest
 from helpers import TESTS, assert_caught, fresh_driver, inject, run_inner
 
 from harness.apps.cli import main
-from harness.domains.distributed import ranks as dist_h
+from harness.domains.engines.ranks import ranks as dist_h
 
 SUITE = "distributed/test_mixed_precision_distributed.py"
 _TORCH_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"

@@ -316,10 +316,12 @@ THIRD_PARTY = {"megatron_scaler_never_backs_off": "megatron-core", "deepspeed_sc
 #: how the suite's run gets each fault: a patched attribute -> its factory
 PATCHES = {
     **{name: {target: factory} for name, (target, factory) in stacks.STACKS.items()},
-    "lossy_gelu": {"harness.domains.training.diagnosis.record_step": "faults.training.recording_under_lossy_gelu"},
+    "lossy_gelu": {
+        "harness.domains.engines.training.diagnosis.record_step": "faults.training.recording_under_lossy_gelu"
+    },
     # the kernel in force while the policy table is probed (the captured calls replay into it)
     **{
-        k: {"harness.domains.autocast.probe.probe": f"faults.stacks.with_kernel({k!r})"}
+        k: {"harness.domains.engines.ops.probe.probe": f"faults.stacks.with_kernel({k!r})"}
         for k in ("layer_norm_autocast_lowp", "mm_autocast_one_ulp_off", "mm_autocast_in_fp32")
     },
 }
@@ -387,7 +389,12 @@ def test_a_failed_check_writes_a_standalone_script(
         if not golden.is_dir():
             pytest.skip(f"no golden policy table for torch {torch.__version__} in {BASELINES}")
         shutil.copytree(golden, pytester.path / "baselines" / GOLDEN[suite] / golden.name)
-    imports = ("faults.stacks", "harness.domains.training.diagnosis", "harness.domains.autocast.probe", "torch")
+    imports = (
+        "faults.stacks",
+        "harness.domains.engines.training.diagnosis",
+        "harness.domains.engines.ops.probe",
+        "torch",
+    )
     if package is not None:  # the patched scaler's module, imported here first: on import it warns
         module = stacks.STACKS[fault][0].rsplit(".", 2)[0]  # about missing CUDA extensions
         with warnings.catch_warnings():

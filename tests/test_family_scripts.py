@@ -22,7 +22,10 @@ from harness.domains.repro import ScriptTemplate
 REPO = Path(__file__).resolve().parents[1]
 #: the scripts that fork ranks run first: forking after torch.compile's worker threads can hang
 SCRIPTS = sorted(
-    (REPO / "harness" / "domains").glob("*/scripts/*.py"),
+    [
+        *(REPO / "harness" / "domains").glob("*/scripts/*.py"),
+        *(REPO / "harness" / "domains").glob("engines/*/scripts/*.py"),
+    ],
     key=lambda p: ("start_processes(" not in p.read_text(encoding="utf-8"), str(p)),
 )
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from harness.apps.cli import main
-from harness.domains.speed import bench, calibration, thresholds
-from harness.domains.speed.workloads import Workload
+from harness.domains.engines.bench import bench
+from harness.domains.engines.bench.workload import Workload
+from harness.domains.speed import calibration, thresholds
 from harness.platform.hardware import (
     KERNEL_SETS,
     CpuInfo,

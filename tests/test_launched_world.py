@@ -16,7 +16,7 @@ import time
 import pytest
 from helpers import inject
 
-from harness.domains.distributed import world as W
+from harness.domains.engines.ranks import world as W
 from harness.storage import report as rp
 
 SUITE = "distributed/test_mixed_precision_distributed.py"
@@ -100,7 +100,7 @@ def test_under_torchrun_one_report_holds_every_ranks_rows(pytester, suite_copy):
 def test_a_rank_that_dies_ends_every_rank_promptly_and_is_named(pytester):
     pytester.makepyfile(
         test_dies="""
-from harness.domains.distributed import ranks
+from harness.domains.engines.ranks import ranks
 
 def test_the_launch_on_the_launched_world():
     ranks.launch("faults.distributed:rank_1_dies", world=2)
@@ -145,7 +145,7 @@ def test_killing_one_rank_of_two_nodes_ends_all_four_within_the_timeout_naming_i
     pids.mkdir()
     pytester.makepyfile(
         test_killed=f"""
-from harness.domains.distributed import ranks
+from harness.domains.engines.ranks import ranks
 
 def test_a_launch_whose_rank_is_killed():
     ranks.launch("faults.distributed:ranks_wait_to_be_killed", world=4, timeout_s={timeout_s}, pid_dir={str(pids)!r})
@@ -174,7 +174,7 @@ def test_a_launch_whose_rank_is_killed():
 def test_a_hung_rank_is_named_by_its_peer_within_the_timeout(pytester):
     pytester.makepyfile(
         test_hangs="""
-from harness.domains.distributed import ranks
+from harness.domains.engines.ranks import ranks
 
 def test_a_launch_whose_rank_hangs():
     ranks.launch("faults.distributed:rank_hangs", world=2, timeout_s=10)
@@ -192,7 +192,7 @@ def test_ranks_that_all_hang_end_by_their_own_watchdogs(pytester):
     """No peer is left to name anyone: each rank's watchdog ends it past the timeout, its stack on stderr."""
     pytester.makepyfile(
         test_all_hang="""
-from harness.domains.distributed import ranks
+from harness.domains.engines.ranks import ranks
 
 def test_a_launch_whose_ranks_all_hang():
     ranks.launch("faults.distributed:every_rank_hangs", world=2, timeout_s=5)

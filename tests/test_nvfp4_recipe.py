@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.engines.training.parity import parity
 from harness.domains.fp8 import stochastic as S
 from harness.domains.fp8.blocktraining import block_recipe, block_setup, parity_fraction
 from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
-from harness.domains.training import FP32, SETUPS, parity, seed_band, train
+from harness.domains.training import FP32, SETUPS, seed_band, train
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1
 from harness.numerics.rounding import round_to_format, stochastic_round_to_format

@@ -15,7 +15,7 @@ from helpers import assert_caught, inject, run_inner
 from harness.apps import diff as df
 from harness.domains import op_prints as P
 from harness.domains import training as T
-from harness.domains.training import diagnosis as O
+from harness.domains.engines.training import diagnosis as O
 from harness.domains.training.repro import op_repro_of
 from harness.storage import report as rp
 
@@ -26,7 +26,7 @@ GELU_IN_THE_LM = "op #37 aten.gelu in blocks.0.ff.1"
 
 def _inner(pytester, suite_copy, faulty: bool, reports: str):
     suite_copy(SUITE, conftest=False)
-    patches = {"harness.domains.training.diagnosis.record_step": "faults.training.recording_under_lossy_gelu"}
+    patches = {"harness.domains.engines.training.diagnosis.record_step": "faults.training.recording_under_lossy_gelu"}
     inject(pytester, "training", patches=patches if faulty else None)
     return run_inner(pytester, f"--amp-report-dir={reports}")
 

@@ -19,8 +19,10 @@ from helpers import REPO, assert_caught, assert_clean, faulty_driver, inject, ru
 
 from harness.apps import qualify
 from harness.apps.cli import main
-from harness.domains.speed import bench, thresholds
+from harness.domains.engines.bench import bench
+from harness.domains.speed import thresholds
 from harness.domains.speed import verdict as speed
+from harness.domains.speed.workloads import WORKLOADS
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import (
     CpuInfo,
@@ -898,7 +900,7 @@ def test_no_speed_case_is_timed_while_the_harness_compiles_in_the_background(mon
     monkeypatch.setattr(plugin_speed.bench, "measure", measure)
     with pytest.raises(Timed) as timed:
         plugin_speed.check_speedup(
-            bench.WORKLOADS["matmul_512"],
+            WORKLOADS["matmul_512"],
             "bfloat16",
             device=torch.device("cpu"),
             profile=profiles.Profile("cpu-test-class", "x", False),

@@ -11,15 +11,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.speed import bench, sizing, thresholds
+from harness.domains.engines.bench import bench, sizing
+from harness.domains.speed import thresholds
 from harness.domains.speed import verdict as speed
 from harness.domains.speed.checks import ClassSpeed, SpeedChecks
+from harness.domains.speed.workloads import WORKLOADS
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import CpuInfo
 from harness.platform.peaks import cpu_frequency_hz, cpu_peaks
 
 H200 = sizing.SIMULATED_H200
-LADDERED = [w for w in bench.WORKLOADS.values() if w.sizes]
+LADDERED = [w for w in WORKLOADS.values() if w.sizes]
 
 
 def _modelled(device: sizing.DeviceSpeed):
@@ -44,7 +46,7 @@ def test_on_a_simulated_h200_each_case_runs_at_its_smallest_compute_bound_rung(w
 
 def test_the_launch_bound_sizes_of_the_first_h200_run_are_not_compute_bound():
     """What the H200 qualification measured (matmul 512 at 0.54x fp32) was launches: by the rule."""
-    small = bench.WORKLOADS["matmul_512"]
+    small = WORKLOADS["matmul_512"]
     assert _modelled(H200)(small) < sizing.COMPUTE_BOUND * H200.launch_floor_s
 
 
@@ -52,7 +54,7 @@ def test_on_this_cpu_every_default_case_keeps_its_size():
     """The CPU kinds' first rungs are compute-bound already: the suite's sizes, and its time, stay."""
     floor = sizing.launch_floor(torch.device("cpu"))
     for name, _ in thresholds.DEFAULT_CASES:
-        w = bench.WORKLOADS[name]
+        w = WORKLOADS[name]
         if not w.sizes:
             continue
         first = w.at(w.sizes[0])
@@ -67,7 +69,7 @@ def _timing(speedup: float, rounds: int = 8) -> bench.Timing:
 
 
 def _sized(name: str = "matmul_1024") -> sizing.Sizing:
-    return sizing.choose(bench.WORKLOADS[name], H200.launch_floor_s, _modelled(H200))
+    return sizing.choose(WORKLOADS[name], H200.launch_floor_s, _modelled(H200))
 
 
 @pytest.mark.parametrize(
@@ -95,11 +97,8 @@ def test_a_bf16_case_slower_than_fp32_on_tensor_cores_fails_whatever_the_calibra
 
 def test_the_floor_holds_only_for_compute_bound_arithmetic_on_matrix_units():
     assert sizing.physics_floor(H200, _sized(), "bfloat16") is not None
-    assert (
-        sizing.physics_floor(H200, sizing.choose(bench.WORKLOADS["layer_norm"], 1e-5, _modelled(H200)), "bfloat16")
-        is None
-    )
-    launch_bound = sizing.Sizing(bench.WORKLOADS["matmul_256"], 256, 1e-5, H200.launch_floor_s, False)
+    assert sizing.physics_floor(H200, sizing.choose(WORKLOADS["layer_norm"], 1e-5, _modelled(H200)), "bfloat16") is None
+    launch_bound = sizing.Sizing(WORKLOADS["matmul_256"], 256, 1e-5, H200.launch_floor_s, False)
     assert sizing.physics_floor(H200, launch_bound, "bfloat16") is None
     cpu = sizing.DeviceSpeed("cpu", "cpu", 5e-6, {"float32": 1e11})
     assert sizing.physics_floor(cpu, _sized(), "bfloat16") is None, "AMP slower on a CPU is a finding"
@@ -132,7 +131,7 @@ def test_speed_checks_fail_a_slower_bf16_case_on_a_simulated_h200_and_record_the
     cls = ClassSpeed("cuda-nvidia-h200-sim", lambda w, d: thresholds.Threshold("judge", 0.5, "calibrated", size=4096))
     checks = SpeedChecks(rows, torch.device("cpu"), cls, H200)
     with pytest.raises(AssertionError, match="physics floor"):
-        checks.check(bench.WORKLOADS["matmul_1024"], "bfloat16")
+        checks.check(WORKLOADS["matmul_1024"], "bfloat16")
     [speedup] = [r for r in rows.rows if r["metric"] == "matmul_1024.speedup"]
     assert speedup["outcome"] is Outcome.FAIL and speedup["tags"]["size"] == 4096
     rates = {r["metric"]: r for r in rows.rows if r["metric"].endswith("flops_per_s")}
@@ -165,7 +164,7 @@ def test_every_cpu_speed_row_with_a_flop_count_carries_its_rate_and_fraction(mon
     speed_of = sizing.device_speed(torch.device("cpu"))
     rows = _Rows()
     checks = SpeedChecks(rows, torch.device("cpu"), ClassSpeed("cpu-test", lambda w, d: None), speed_of, rounds=2)
-    checks.check(bench.WORKLOADS["matmul_256"], "float16")
+    checks.check(WORKLOADS["matmul_256"], "float16")
     rates = [r for r in rows.rows if r["metric"].endswith("flops_per_s")]
     assert {r["metric"] for r in rates} == {"matmul_256.fp32.flops_per_s", "matmul_256.amp.flops_per_s"}
     for r in rates:

@@ -86,7 +86,7 @@ def test_broken_recipes_are_never_pass_and_clean_ones_never_fail_on_tiny_hugging
     from dataclasses import replace
 
     from examples.models.hf_tiny import SETUPS
-    from harness.domains.training import amp_lane as L
+    from harness.domains.engines.training import amp_lane as L
 
     setup = SETUPS[model]
     broken = [

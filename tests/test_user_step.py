@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from harness.api import BF16, CLIP, FP16_SCALER, FP32, TrainingCheckFailed, VerdictKind
-from harness.domains.training import module_lane as ML
-from harness.domains.training.recipes import Setup
+from harness.domains.engines.training import module_lane as ML
+from harness.domains.engines.training.recipes import Setup
 from harness.numerics.comparison import explain
 from harness.numerics.verdict import Outcome
 

@@ -1,6 +1,6 @@
 """A failed parity check keeps its whole run as a script that trains what the harness trained.
 
-The script's trainer is source text beside :func:`harness.domains.training.loop.train`, so it
+The script's trainer is source text beside :func:`harness.domains.engines.training.loop.train`, so it
 is held to it here: for each recipe feature the suite's recipes use (micro-batches, clipping after
 unscaling, a loss factor, a static loss scale, micro-batch gradients summed in fp32 or bf16
 buffers), the script's evaluation losses equal
@@ -11,7 +11,7 @@ same run otherwise, exits 0.
 
 A failed AMP lane keeps its judged steps as a script: from each kept state, the next step taken by
 the recipe, in float64 and correctly rounded in float64 (source text beside
-:func:`harness.domains.training.loop.step_from` and the emulation), so it is held to the lane the
+:func:`harness.domains.engines.training.loop.step_from` and the emulation), so it is held to the lane the
 same way: each state's two errors equal the lane's bit for bit, and the exit status is its verdict;
 fp16 gradient buffers fail the lane too, and their script exits 1.
 """
@@ -26,7 +26,7 @@ import torch
 
 from harness.domains import repro as FR
 from harness.domains import training as T
-from harness.domains.training import amp_lane as L
+from harness.domains.engines.training import amp_lane as L
 from harness.domains.training import repro as training_repro
 
 

@@ -12,7 +12,7 @@ import torch
 
 from examples.models import resnet18 as R
 from harness.domains import training as T
-from harness.domains.training.diagnosis import diagnose
+from harness.domains.engines.training.diagnosis import diagnose
 
 
 def noise(step: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -216,8 +216,8 @@ def _cmd_release(args: argparse.Namespace, pytest_args: Sequence[str] = ()) -> i
 def _calibrate_allreduce(args: argparse.Namespace) -> int:
     """The all-reduce floors of the world the ranks run on (spawned, or the launched one under
     torchrun: rank 0 writes), in the profile of the class whose interconnect they cross."""
-    from harness.domains.distributed import ranks  # lazy: imports torch
-    from harness.domains.distributed import world as W  # lazy: beside ranks, used only here
+    from harness.domains.engines.ranks import ranks  # lazy: imports torch
+    from harness.domains.engines.ranks import world as W  # lazy: beside ranks, used only here
     from harness.domains.speed import interconnect as I  # lazy: imports torch
     from harness.storage import profiles  # lazy: imports torch
 
@@ -272,13 +272,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
 
     from harness.domains.compiled import speed as compiled_speed  # lazy: imports torch
+    from harness.domains.engines.bench import bench, sizing  # lazy: imports torch
     from harness.domains.fp8 import speed as fp8_speed  # lazy: imports torch
-    from harness.domains.speed import (  # lazy: imports torch
-        bench,
-        calibration,
-        sizing,
-        thresholds,
-    )
+    from harness.domains.speed import calibration, thresholds  # lazy: imports torch
+    from harness.domains.speed.workloads import WORKLOADS  # lazy: imports torch
     from harness.storage import profiles  # lazy: imports torch
 
     fp = detect()
@@ -286,7 +283,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     hc = fp.class_for(str(device))
     profile_id = fp.cuda_profile if device.type == "cuda" else fp.cpu_profile
     root = Path(args.baseline_dir)
-    workloads = {**bench.WORKLOADS, **compiled_speed.workloads("inductor"), **fp8_speed.WORKLOADS}
+    workloads = {**WORKLOADS, **compiled_speed.workloads("inductor"), **fp8_speed.WORKLOADS}
     known_cases = (
         *thresholds.DEFAULT_CASES,
         *thresholds.GPU_CASES,

@@ -38,7 +38,7 @@ from harness.numerics.verdict import Outcome, RowKind
 from harness.storage import fleet
 from harness.storage import report as rp
 
-#: the speed rule's detectable slowdown (harness.domains.speed.bench.DETECT_SLOWDOWN): an unjudged
+#: the speed rule's detectable slowdown (harness.domains.engines.bench.bench.DETECT_SLOWDOWN): an unjudged
 #: speedup that moved less than this between two runs is within what the rule cannot tell apart
 SPEED_CHANGE = 1.3
 #: speedups diff compares: those the speed rule judged (pass, fail) or measured twice without a

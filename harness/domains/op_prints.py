@@ -1,7 +1,7 @@
 """An AMP step's op fingerprint: one record per aten op (where it ran, what it produced, its own
 error against float64), and where two runs of the same step part. Pure data, no torch at import:
 ``amp-harness diff`` reads fingerprints from run reports without loading torch; the dispatch mode
-that records them is in :mod:`harness.domains.training.diagnosis`."""
+that records them is in :mod:`harness.domains.engines.training.diagnosis`."""
 
 from __future__ import annotations
 

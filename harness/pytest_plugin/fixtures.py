@@ -27,7 +27,7 @@ SpeedCheck = Callable[..., None]
 if TYPE_CHECKING:
     import torch
 
-    from harness.domains.speed.workloads import Workload
+    from harness.domains.engines.bench.workload import Workload
     from harness.domains.training.check import TrainingChecks
     from harness.storage.profiles import Profile
 
@@ -260,7 +260,7 @@ def _amp_slowdown() -> float:
 
 @pytest.fixture
 def _amp_speed_rounds() -> int | None:
-    """Rounds per speed measurement: None, adaptive (:class:`harness.domains.speed.bench.Rounds`).
+    """Rounds per speed measurement: None, adaptive (:class:`harness.domains.engines.bench.bench.Rounds`).
     The harness's own tests of the speed checks' mechanics (rows, pytest-benchmark results, the
     NOT JUDGED path) fix it at ``bench.MIN_ROUNDS``: they judge nothing, so precision buys nothing.
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from harness.domains.capabilities import CAPABILITIES, capability_of_fixtures
-from harness.domains.distributed import world as W
+from harness.domains.engines.ranks import world as W
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import detect_cpu, emulated
 from harness.pytest_plugin import journaling

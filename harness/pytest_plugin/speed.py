@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.domains.compiled import toolchain
-from harness.domains.speed import bench, sizing
+from harness.domains.engines.bench import bench, sizing
 from harness.domains.speed.checks import ClassSpeed, SpeedChecks
 from harness.pytest_plugin.recording import Recorder
 from harness.storage.profiles import Profile

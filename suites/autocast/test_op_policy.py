@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPENDENT_ON_CPU
-from harness.domains.autocast.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
 from harness.domains.autocast.repro import dtypes_repro, hand_cast_repro, policy_repro, registered_ops_repro
+from harness.domains.engines.ops.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPENDENT_ON_CPU
+from harness.domains.engines.ops.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
 from harness.domains.repro import FailureRepro
 from harness.numerics.comparison import compare_claim, compare_members, compare_predicate
 from harness.numerics.verdict import RowKind
@@ -61,10 +61,10 @@ def test_every_registered_autocast_op_is_exercised_through_a_public_api(amp_devi
             f"catalogue_coverage.{amp_device.type}",
             len(registered) - len(missing),
             not missing,
-            "every registered autocast op is reached by the catalogue (harness.domains.autocast.catalogue.CATALOGUE)",
+            "every registered autocast op is reached by the catalogue (harness.domains.engines.ops.catalogue.CATALOGUE)",
             detail=f"{len(missing)} op(s) registered for Autocast{amp_device.type.upper()} in torch {torch.__version__} are "
             f"not in the catalogue: {', '.join(missing)}. Add a row calling each through its public API to "
-            "harness/domains/autocast/catalogue.py (or to INTERNAL_OPS, naming the public API that reaches it).",
+            "harness/domains/engines/ops/catalogue.py (or to INTERNAL_OPS, naming the public API that reaches it).",
             expected=len(registered),
             allowance=0,
             unit="ops",

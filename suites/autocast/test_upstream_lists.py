@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from harness.domains.autocast import oracle
-from harness.domains.autocast.probe import policy_table
 from harness.domains.autocast.repro import coverage_repro, lists_repro
+from harness.domains.engines.ops.probe import policy_table
 from harness.domains.versions import minor
 from harness.numerics.comparison import compare_claim
 
@@ -34,7 +34,7 @@ def test_the_catalogue_reaches_every_op_pytorch_lists(amp_device, amp_record, au
             not uncovered,
             f"every op of PyTorch's {oracle.CLASSES[amp_device.type]} is called by the catalogue, or "
             "INTERNAL_OPS / NOT_CALLABLE says why it cannot be",
-            detail=f"not reached: {', '.join(uncovered)}; add a row to harness/domains/autocast/catalogue.py",
+            detail=f"not reached: {', '.join(uncovered)}; add a row to harness/domains/engines/ops/catalogue.py",
             expected=0,
             allowance=0,
             unit="ops",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.domains.compiled import nested, runs, toolchain
-from harness.domains.speed import bench
+from harness.domains.engines.bench import bench
 
 
 def require_compiler(device: torch.device, backend: Any) -> None:

@@ -3,9 +3,9 @@
 The training suite's models and recipes, trained with the model compiled (forward and backward
 through the backend under test, the optimizer and scaler eager): bf16 autocast, and fp16 with
 GradScaler where one step's forward pass overflows inside the compiled graph (the first layer's
-output multiplied by inf: ``harness.domains.training.loop.overflow_gate``) and the scaler must skip
+output multiplied by inf: ``harness.domains.engines.training.loop.overflow_gate``) and the scaler must skip
 that step. Judged with the training
-suite's statistics (``harness.domains.training.parity``): the evaluation loss within half the fp32
+suite's statistics (``harness.domains.engines.training.parity``): the evaluation loss within half the fp32
 seed band of the eager AMP run and of the fp32 run (skipped steps replayed), and the GradScaler's
 state (scale before every step, skipped steps, final scale) identical to eager's.
 """

@@ -30,7 +30,7 @@ def ddp_hook() -> dict[str, str]:
 @pytest.fixture
 def sharded_scaler() -> str:
     """The gradient scaler of sharded (FSDP2) training."""
-    return "harness.domains.distributed.ranks:sharded_grad_scaler"
+    return "harness.domains.engines.ranks.ranks:sharded_grad_scaler"
 
 
 @pytest.fixture

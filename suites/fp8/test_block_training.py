@@ -22,6 +22,8 @@ import dataclasses
 
 import pytest
 
+from harness.domains.engines.training.amp_lane import judge_lane, lane_steps
+from harness.domains.engines.training.parity import RecipeResult, conclusive, parity
 from harness.domains.fp8.blocktraining import (
     block_lane,
     block_lane_reference,
@@ -36,9 +38,7 @@ from harness.domains.fp8.blocktraining import (
 )
 from harness.domains.fp8.nvfp4_recipe import NVFP4RecipeLinear
 from harness.domains.fp8.training import first_failed_step, judge_band, localised_row
-from harness.domains.training import BF16, SETUPS, parity, seed_band
-from harness.domains.training.amp_lane import judge_lane, lane_steps
-from harness.domains.training.parity import RecipeResult, conclusive
+from harness.domains.training import BF16, SETUPS, seed_band
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.distributed import ranks as dist_h
 from harness.domains.distributed.repro import distributed
+from harness.domains.engines.ranks import ranks as dist_h
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("fp8")

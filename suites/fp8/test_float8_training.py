@@ -13,6 +13,7 @@ import dataclasses
 
 import pytest
 
+from harness.domains.engines.training.parity import RecipeResult, conclusive, parity
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.training import (
     BF16_RULE_FRACTION,
@@ -27,8 +28,7 @@ from harness.domains.fp8.training import (
     localised_row,
     with_outlier,
 )
-from harness.domains.training import BF16, SETUPS, parity, seed_band, train
-from harness.domains.training.parity import RecipeResult, conclusive
+from harness.domains.training import BF16, SETUPS, seed_band, train
 from harness.numerics.comparison import compare_claim
 from harness.platform import kernels
 

@@ -99,11 +99,11 @@ def no_sync_runs():
     no_sync(), every case in one launch per module: per rank, per case, what
     :func:`ranks.ddp_no_sync_accumulation` observed. Launched from the test body, so that the
     accumulation context (``ranks.NO_SYNC``, which the negative controls swap) is read there."""
-    from harness.domains.distributed import ranks
+    from harness.domains.engines.ranks import ranks
 
     if ranks.NO_SYNC not in _LAUNCHED:
         _LAUNCHED[ranks.NO_SYNC] = ranks.launch(
-            "harness.domains.distributed.ranks:ddp_no_sync_accumulation",
+            "harness.domains.engines.ranks.ranks:ddp_no_sync_accumulation",
             world=2,
             micro_batches=A.MICRO_BATCHES,
             cases=NO_SYNC_CASES,

@@ -92,12 +92,12 @@ _FSDP2: dict[tuple[str, str], list] = {}
 def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit_for_bit(dtype, amp_record):
     """Two ranks (gloo on the CPU, NCCL on two GPUs), FSDP2 over every Linear: the checkpointed
     pairs' averaged gradient shards must equal those of the same FSDP2 model without checkpointing."""
-    from harness.domains.distributed import ranks
+    from harness.domains.engines.ranks import ranks
 
     key = (ranks.CHECKPOINT, dtype)  # read here: the negative controls swap the checkpoint function
     if key not in _FSDP2:
         _FSDP2[key] = ranks.launch(
-            "harness.domains.distributed.ranks:fsdp2_checkpointed_gradients",
+            "harness.domains.engines.ranks.ranks:fsdp2_checkpointed_gradients",
             world=2,
             dtype=dtype,
             checkpoint=ranks.CHECKPOINT,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from harness.domains.distributed.ranks import single_rank_group
+from harness.domains.engines.ranks.ranks import single_rank_group
 
 
 @pytest.fixture(params=["GradScaler", "ShardedGradScaler"])

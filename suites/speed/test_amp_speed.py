@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness.domains.speed import bench, thresholds
+from harness.domains.speed import thresholds
+from harness.domains.speed.workloads import WORKLOADS
 
 pytestmark = pytest.mark.amp_capability("speed")
 
 THOROUGH = [
     (w, d)
-    for w in bench.WORKLOADS
+    for w in WORKLOADS
     for d in ("bfloat16", "float16")
     if (w, d) not in thresholds.DEFAULT_CASES and (w, d) not in thresholds.GPU_CASES
 ]
@@ -49,7 +50,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_amp_speedup_meets_the_class_threshold(case, amp_speedup):
     name, dtype_name = case
-    amp_speedup(bench.WORKLOADS[name], dtype_name)
+    amp_speedup(WORKLOADS[name], dtype_name)
 
 
 @pytest.mark.amp_cuda
@@ -57,7 +58,7 @@ def test_launch_overhead_is_reported_apart_from_arithmetic(amp_device, amp_dtype
     """A launch-bound case on purpose: a 64 x 64 matmul eager and replayed from a CUDA graph. The
     sized cases above measure arithmetic; this one says what a launch costs on this stack (a
     driver or torch release that slows launches shows here, not as a lost speedup)."""
-    from harness.domains.speed import sizing
+    from harness.domains.engines.bench import sizing
 
     if amp_device.type != "cuda":
         pytest.skip("the launch-bound case times GPU launches (CUDA graphs): the CPU has none to take apart")

@@ -2,7 +2,7 @@
 
 Each rule is run on clean recipes over many seeds (none may fail: the false-alarm rate) and on
 fp32 runs with injected gradient noise of growing size (the smallest level caught in every run:
-the detection limit), through :mod:`harness.domains.training.rates`. A measurement of hundreds of
+the detection limit), through :mod:`harness.domains.engines.training.rates`. A measurement of hundreds of
 training runs: the thorough tier (``--amp-tier=thorough``), all three models, is what the README
 quotes; ``--amp-tier=thorough -k mlp-thorough`` measures the cheapest model in about a minute.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from harness.domains import training as T
-from harness.domains.training import rates
+from harness.domains.engines.training import rates
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("training parity")

@@ -11,7 +11,7 @@ Two lanes judge the curves (Megatron's functional tests keep the same two):
   clean curve needs at a false-alarm rate of CURVE_FALSE_ALARM (derived in
   ``harness.domains.training.outlier_allowance``).
 
-Beside the stored curves, the **precision lane** (``harness.domains.training.precision``): fp32
+Beside the stored curves, the **precision lane** (``harness.domains.engines.training.precision``): fp32
 against an fp64 run of the same recipe, within 2^-8 of bf16 autocast's distance from it. It needs
 no stored curves, so a precision regression shared by fp32 and AMP fails on a stack whose goldens
 are new.
@@ -23,8 +23,13 @@ import pytest
 import torch
 
 from harness.domains import training as T
+from harness.domains.engines.training.precision import (
+    PRECISION_FRACTION,
+    PRECISION_SEEDS,
+    judge_precision,
+    precision_lane,
+)
 from harness.domains.training import repro as training_repro
-from harness.domains.training.precision import PRECISION_FRACTION, PRECISION_SEEDS, judge_precision, precision_lane
 from harness.numerics.comparison import compare_curves
 from harness.storage.baselines import KeyKind
 

@@ -4,7 +4,7 @@ names the first op whose output changed between two stacks.
 
 One step (forward and backward) of each model, at its initial weights on the evaluation batch, runs
 under a dispatch mode that runs every floating op again in float64 on its inputs, upcast exactly
-(``harness/domains/training/diagnosis.py``): an op's own error is ``max |out - ref| / max |ref|`` in units
+(``harness/domains/engines/training/diagnosis.py``): an op's own error is ``max |out - ref| / max |ref|`` in units
 of its output dtype's ``u``, whatever its inputs already carry. A kernel regression in one op shows
 at that op, named with the module it ran in. The budget (8 u) is about twice the largest own error a
 clean step shows on these models (3.8 u: a convolution's backward in fp16).
@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from harness.domains import training as T
+from harness.domains.engines.training.diagnosis import first_over_budget, localise
 from harness.domains.op_prints import CAST_BUDGET_U, OP_BUDGET_U
-from harness.domains.training.diagnosis import first_over_budget, localise
 from harness.domains.training.repro import op_repro_of
 from harness.numerics.comparison import compare_claim
 from harness.numerics.verdict import RowKind

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from harness.domains.speed.bench import DETECT_SLOWDOWN, Clocks
-from harness.domains.speed.inject import slowed
+from harness.domains.engines.bench.bench import DETECT_SLOWDOWN, Clocks
+from harness.domains.engines.bench.inject import slowed
 
 
 def baseline_slowed_by_a_neighbour(real: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:

@@ -15,7 +15,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler, OptState, _refresh_per_optimizer_state
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-from harness.domains.distributed.ranks import single_rank_group
+from harness.domains.engines.ranks.ranks import single_rank_group
 
 
 def _scale(s: GradScaler) -> torch.Tensor:

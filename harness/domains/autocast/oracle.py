@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from harness.domains.autocast.catalogue import CATALOGUE, INTERNAL_OPS, OpCase
-from harness.domains.autocast.probe import Category, Probe
+from harness.domains.engines.ops.catalogue import CATALOGUE, INTERNAL_OPS, OpCase
+from harness.domains.engines.ops.probe import Category, Probe
 
 
 class Expectation(Enum):

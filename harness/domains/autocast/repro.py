@@ -4,27 +4,22 @@ table, or whose autocast result is not the hand-cast op's, replayed from their c
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
-from harness.domains.autocast.catalogue import CATALOGUE, OpCase
 from harness.domains.autocast.oracle import ACCEPTED, CLASSES, LISTS, Disagreement
-from harness.domains.autocast.probe import INPUT_KINDS, dtype_name, replay
 from harness.domains.call_capture import Captured, NotReplayable, capture, case_functions, observe_src, observed_cases
+from harness.domains.engines.ops.catalogue import CATALOGUE, OpCase
+from harness.domains.engines.ops.probe import INPUT_KINDS, MAX_CASES, dtype_name, replay, replayed
 from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src, upcast_src
 from harness.numerics.comparison import DataComparison
 
 #: the policy's claims, standalone: ``scripts/autocast.py``
 AUTOCAST = ScriptTemplate(__package__ or "harness.domains.autocast", "autocast")
-#: At most this many ops in one script: a reader sees the defect in a screenful, the check's
-#: message lists them all.
-MAX_CASES = 8
-
 _BY_NAME: dict[str, OpCase] = {c.name: c for c in CATALOGUE}
-P = TypeVar("P")
 _WORDS = {"fp32_in": "fp32 inputs", "lowp_in": "low-precision inputs", "mixed_in": "mixed inputs"}
 
 
@@ -32,22 +27,6 @@ def _split(path: str) -> tuple[str, str] | None:
     """``"nn.LayerNorm.fp32_in"`` -> (op, inputs); None for a path of another shape."""
     op, _, inputs = path.rpartition(".")
     return (op, inputs) if op in _BY_NAME and inputs in INPUT_KINDS else None
-
-
-def replayed(
-    wanted: Iterable[tuple[str, str, str, P]], device: torch.device, dtype: torch.dtype
-) -> list[tuple[str, Captured, P]]:
-    """``(label, catalogue op, input kind, payload)`` -> ``(label, its captured calls, payload)``,
-    at most :data:`MAX_CASES`; an op whose calls cannot be written (or unknown) is left out."""
-    cases: list[tuple[str, Captured, P]] = []
-    for label, op, inputs, payload in wanted:
-        try:
-            cases.append((label, replay(_BY_NAME[op], device, dtype, inputs), payload))
-        except (NotReplayable, KeyError):
-            continue
-        if len(cases) == MAX_CASES:
-            break
-    return cases
 
 
 def policy_repro(differences: DataComparison, device: torch.device, dtype: torch.dtype) -> FailureRepro | None:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.autocast.probe import dtype_name
 from harness.domains.compiled.probe import (
     LONGEST_REDUCTION,
     STAGE_NAMES,
@@ -35,6 +34,7 @@ from harness.domains.compiled.probe import (
     float64_copy,
     observe,
 )
+from harness.domains.engines.ops.probe import dtype_name
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32, FloatFormat, format_of
 from harness.numerics.tolerance import gamma

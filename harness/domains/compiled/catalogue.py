@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.autocast.catalogue import CATALOGUE, OpCase
-from harness.domains.autocast.probe import dtype_name, run_op
 from harness.domains.compiled.runs import Backend, compile_fn
+from harness.domains.engines.ops.catalogue import CATALOGUE, OpCase
+from harness.domains.engines.ops.probe import dtype_name, run_op
 
 
 @dataclass(frozen=True)

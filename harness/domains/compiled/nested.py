@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.autocast.probe import dtype_name
 from harness.domains.compiled.runs import Variant, compile_fn, configured
+from harness.domains.engines.ops.probe import dtype_name
 from harness.numerics import budgets
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32

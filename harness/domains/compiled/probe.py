@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.domains.autocast.probe import dtype_name
+from harness.domains.engines.ops.probe import dtype_name
 
 #: The block's stages in order: the outputs of :class:`Block` and the boundaries a ``tap`` sees.
 STAGE_NAMES: tuple[str, ...] = (

@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from harness.domains.autocast.repro import replayed
 from harness.domains.call_capture import Captured, observed_cases
 from harness.domains.compiled import probe
 from harness.domains.compiled.budget import NumericsResult
 from harness.domains.compiled.catalogue import CompiledOp
 from harness.domains.compiled.nested import WIDTH, Region, RegionRuns, bounds_of
 from harness.domains.compiled.runs import Backend, BlockRuns, Variant
+from harness.domains.engines.ops.probe import replayed
 from harness.domains.repro import FailureRepro, ScriptTemplate
 
 #: compiled AMP's claims, standalone: ``scripts/compiled.py``
@@ -113,7 +113,7 @@ def ops_repro_of(
     ops: list[CompiledOp], device: torch.device, dtype: torch.dtype, backend: Backend
 ) -> FailureRepro | None:
     """The standalone reproduction of a failed sweep: the ops whose compiled dtype is not eager's
-    (at most ``MAX_CASES`` of :mod:`harness.domains.autocast.repro`), replayed from their captured
+    (at most ``MAX_CASES`` of :mod:`harness.domains.engines.ops.probe`), replayed from their captured
     calls, eager and compiled with the same backend. None where nothing differs, no call could be
     written, or the backend is a function of your own (the script would need your code)."""
 

@@ -1,5 +1,5 @@
 """Speed of compiled AMP: the probe block's forward and backward, compiled AMP against eager AMP and
-against compiled fp32, as speed workloads (:class:`harness.domains.speed.bench.Workload`) judged
+against compiled fp32, as speed workloads (:class:`harness.domains.engines.bench.bench.Workload`) judged
 per hardware class exactly as the speed suite judges eager AMP against fp32.
 
 The block is the one the policy and numerics checks compile (same shapes), so the AMP path reuses
@@ -15,7 +15,7 @@ import torch
 
 from harness.domains.compiled.probe import call_block, make_block, make_inputs
 from harness.domains.compiled.runs import Backend, compile_fn
-from harness.domains.speed.workloads import Fn, Workload
+from harness.domains.engines.bench.workload import Fn, Workload
 
 
 def _step(fn: Any, device: torch.device, dtype: torch.dtype | None) -> Fn:
@@ -33,7 +33,7 @@ def _step(fn: Any, device: torch.device, dtype: torch.dtype | None) -> Fn:
 
 def _compiled(backend: Backend, device: torch.device, dtype: torch.dtype | None) -> Fn:
     """The compiled step; its first call (trace, compile, one step) is timed by the measurement's
-    warm-up and comes back in the timing (:attr:`harness.domains.speed.bench.Timing.first_call_s`)."""
+    warm-up and comes back in the timing (:attr:`harness.domains.engines.bench.bench.Timing.first_call_s`)."""
     return _step(compile_fn(call_block, backend), device, dtype)
 
 

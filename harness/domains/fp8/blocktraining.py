@@ -18,6 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.domains.engines.training import amp_lane as L
+from harness.domains.engines.training.loop import Run, step_from, train
+from harness.domains.engines.training.recipes import FP32, INIT_SEED, Recipe, Setup, to_device
 from harness.domains.fp8.blocklinear import (
     BlockLinear,
     EmulatedBlockLinear,
@@ -30,9 +33,6 @@ from harness.domains.fp8.blockquant import TorchBlockScaling
 from harness.domains.fp8.linear import Localised, over_budget, seen_by_linears
 from harness.domains.fp8.repro import product_against_float64
 from harness.domains.fp8.training import FP8_PARITY_FRACTION, fp32_state_at
-from harness.domains.training import amp_lane as L
-from harness.domains.training.loop import Run, step_from, train
-from harness.domains.training.recipes import FP32, INIT_SEED, Recipe, Setup, to_device
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP8_E4M3FN
@@ -172,7 +172,7 @@ def block_lane(
     device: torch.device | str = "cpu",
 ) -> tuple[L.AmpLane, L.LaneReference]:
     """``linear``'s step under ``spec_id`` from each state of ``run`` against the exact and the
-    correctly rounded step (:func:`harness.domains.training.amp_lane.judge_lane` judges it: at most
+    correctly rounded step (:func:`harness.domains.engines.training.amp_lane.judge_lane` judges it: at most
     LANE_FACTOR times the correctly rounded step's error, one element significand bit fewer)."""
     ref = reference if reference is not None else block_lane_reference(setup, spec_id, run, device)
     lane = L.amp_lane(block_setup(setup, spec_id, linear), block_recipe(spec_id), run, ref, device, kernel=False)

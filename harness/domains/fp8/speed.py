@@ -1,6 +1,6 @@
 """fp8 scaled matmul against bf16 matmul: the speed case of the fp8 suite.
 
-Measured through :func:`harness.domains.speed.bench.measure` like every speed case, and judged
+Measured through :func:`harness.domains.engines.bench.bench.measure` like every speed case, and judged
 against the hardware class's calibrated threshold once ``amp-harness calibrate --cases
 scaled_mm_e4m3/float8_e4m3fn`` has written one; until then recorded, not judged. On GPUs with fp8
 tensor cores this is where fp8 pays; on CPUs it is a finding per hardware class (docs/fp8.md).
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from harness.domains.speed.workloads import Fn, Workload
+from harness.domains.engines.bench.workload import Fn, Workload
 from harness.platform import kernels
 
 #: matrix size per device type: small on CPUs, whose e4m3 x e4m3 kernel can be an emulation slow

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from harness.domains.engines.training.loop import train
+from harness.domains.engines.training.parity import Parity
+from harness.domains.engines.training.recipes import FP32, INIT_SEED, Batch, BatchFn, Recipe, Setup, to_device
 from harness.domains.fp8 import linear
 from harness.domains.fp8.linear import Localised
 from harness.domains.repro import FailureRepro
-from harness.domains.training.loop import train
-from harness.domains.training.parity import Parity
-from harness.domains.training.recipes import FP32, INIT_SEED, Batch, BatchFn, Recipe, Setup, to_device
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.platform.thirdparty import import_third_party
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from harness.domains.engines.training.recipes import Setup
+from harness.domains.engines.training.sources import model_prelude
 from harness.domains.memory.accounting import StateModel
 from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src
-from harness.domains.training import repro as training_script
-from harness.domains.training.recipes import Setup
 
 if TYPE_CHECKING:
     from harness.domains.repro import FailureRepro
@@ -31,7 +31,7 @@ def _prelude(
 ) -> tuple[str, dict[str, torch.Tensor]] | None:
     """The check's model (``setup.model(seed)``) as weights, and its batch (None: a model of the
     setup's own)."""
-    return training_script.model_prelude(setup, setup.model(seed).state_dict(), batch, device)
+    return model_prelude(setup, setup.model(seed).state_dict(), batch, device)
 
 
 def activation_repro_of(

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.domains.scaler.optimizers import differences, same_bits, small_model, state_of
+from harness.domains.engines.state import differences, same_bits, state_of
+from harness.domains.scaler.optimizers import small_model
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 

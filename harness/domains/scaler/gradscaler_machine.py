@@ -20,11 +20,11 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
+from harness.domains.engines.state import same_bits
 from harness.domains.machines import RecordedMachine
 from harness.domains.scaler import clipping
 from harness.domains.scaler import known_issues as issues
 from harness.domains.scaler import reference as scaling
-from harness.domains.scaler.optimizers import same_bits
 
 #: Rules per example. The ci profile's 40 examples x 20 steps keep this suite within its budget.
 STEPS = 20

@@ -16,12 +16,13 @@ non-finite gradient element planted at chosen steps, and every step is checked:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from harness.domains.engines.state import differences, state_of
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 from harness.platform.kernels import first_line
@@ -105,15 +106,6 @@ class Run:
     name: str
     implementation: str
     steps: list[Step] = field(default_factory=list)
-
-
-def state_of(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[int, dict[str, torch.Tensor]]:
-    """Copies of the optimizer's state tensors, keyed by parameter index."""
-    out: dict[int, dict[str, torch.Tensor]] = {}
-    for i, p in enumerate(params):
-        entries = opt.state.get(p, {})
-        out[i] = {k: v.detach().clone() for k, v in entries.items() if isinstance(v, torch.Tensor)}
-    return out
 
 
 def small_model(device: torch.device) -> torch.nn.Module:
@@ -268,43 +260,6 @@ def changed(step: Step) -> list[str]:
     return differences(step.params_before, step.params_after, step.state_before, step.state_after)
 
 
-def differences(
-    params_before: Sequence[torch.Tensor],
-    params_after: Sequence[torch.Tensor],
-    state_before: Mapping[Any, Mapping[str, Any]],
-    state_after: Mapping[Any, Mapping[str, Any]],
-    names: Sequence[str] | None = None,
-) -> list[str]:
-    """What a skipped step changed: parameters, optimizer state tensors or step counts (bitwise,
-    NaN equal to NaN), or state created with other than its initial zeros. State is keyed by
-    parameter (index or name); ``names`` label the parameters in what is said."""
-    label = (lambda i: str(names[i])) if names is not None else str
-    out = []
-    for i, (b, a) in enumerate(zip(params_before, params_after, strict=True)):
-        if not same_bits(b, a):
-            out.append(f"parameter {label(i)} ({int((b != a).sum())} of {b.numel()} elements)")
-    for key, after in state_after.items():
-        before = state_before.get(key, {})
-        for entry, value in after.items():
-            if entry in before:
-                if not same_bits(before[entry], value):
-                    out.append(f"state {entry} of parameter {key}")
-            elif isinstance(value, torch.Tensor) and bool((value != 0).any()):
-                out.append(f"state {entry} of parameter {key} created non-zero ({value.flatten()[:3].tolist()})")
-    return out
-
-
-def same_bits(a: Any, b: Any) -> bool:
-    """Bitwise equality of two state entries, NaN equal to NaN (non-tensors by ==)."""
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return bool(a == b)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    nan_a, nan_b = a.isnan(), b.isnan()
-    return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
-
-
-#: The registered known issue of torch's fused SGD (harness/domains/scaler/known_issues.py).
 FUSED_SGD_FIRST_STEP = "fused-sgd-first-step-overflow-keeps-uninitialised-momentum"
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.speed import bench, sizing, thresholds
+from harness.domains.engines.bench import bench, sizing
+from harness.domains.speed import thresholds
 from harness.domains.speed.thresholds import Threshold
 
 Case = tuple[str, str]
@@ -116,7 +117,7 @@ def calibrate(
     """Measure every case ``runs`` times (plus retakes) and place its threshold. ``stored``: the
     class's thresholds from an earlier calibration with the same torch (their probe times count).
     ``launch_floor_s``: the device's launch floor; each laddered case is then measured at the
-    smallest rung that is compute-bound here (:mod:`harness.domains.speed.sizing`), and its
+    smallest rung that is compute-bound here (:mod:`harness.domains.engines.bench.sizing`), and its
     threshold keeps the rung (None: every case at its first rung)."""
     results: dict[Case, CaseResult] = {}
     rungs: dict[str, sizing.Sizing] = {}

@@ -1,11 +1,11 @@
 """Measuring and judging an AMP speedup, the one way every speed check does it.
 
-:class:`SpeedChecks` sizes the workload to the device (:mod:`~harness.domains.speed.sizing`),
+:class:`SpeedChecks` sizes the workload to the device (:mod:`~harness.domains.engines.bench.sizing`),
 measures its AMP path against its baseline interleaved, judges it against the hardware class's
 calibrated threshold and the physics floor (a failure confirmed by a second measurement; NOISY
 when the speedup's confidence interval holds the threshold twice; NOT JUDGED where uncalibrated,
 or where a measurement was stopped at a cap), and records the rows through the same
-:class:`~harness.domains.training.check.RowRecorder` the training checks use: the speedup, each
+:class:`~harness.domains.engines.rows.RowRecorder` the training checks use: the speedup, each
 path's achieved FLOP/s and its fraction of the device's peak. A failure raises ``AssertionError``
 with the verdict's explanation; what the test should be skipped for (NOISY, NOT JUDGED) comes back
 in :attr:`SpeedOutcome.skip` for the plugin to say.
@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.domains.speed import bench, sizing, thresholds
+from harness.domains.engines.bench import bench, sizing
+from harness.domains.engines.rows import RowRecorder
 from harness.domains.speed import repro as speed_script
+from harness.domains.speed import thresholds
 from harness.domains.speed import verdict as speed
-from harness.domains.training.check import RowRecorder
 from harness.numerics.comparison import explain
 from harness.numerics.verdict import Outcome, RowKind
 

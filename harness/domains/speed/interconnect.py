@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.domains.speed.bench import DETECT_SLOWDOWN
+from harness.domains.engines.bench.bench import DETECT_SLOWDOWN
 from harness.domains.speed.thresholds import Threshold, threshold_from_calibration
 from harness.numerics.verdict import Outcome
 
 #: the dtypes whose all-reduce bandwidth is measured: fp32 (DDP's default), the AMP formats
 DTYPES = ("float32", "bfloat16", "float16")
-#: the rank program that times the all-reduces (``harness.domains.distributed.ranks``)
-RANK_PROGRAM = "harness.domains.distributed.ranks:allreduce_bandwidth"
+#: the rank program that times the all-reduces (``harness.domains.engines.ranks.ranks``)
+RANK_PROGRAM = "harness.domains.engines.ranks.ranks:allreduce_bandwidth"
 
 
 def case(backend: str, world: int, hosts: int) -> str:

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from harness.domains.engines.bench.bench import BLOCK_S, CPU_THREADS, MIN_ROUNDS
+from harness.domains.engines.bench.workload import Workload
 from harness.domains.repro import FailureRepro
-from harness.domains.speed.bench import BLOCK_S, CPU_THREADS, MIN_ROUNDS
-from harness.domains.speed.workloads import SPEEDUP, Workload
+from harness.domains.speed.workloads import SPEEDUP
 
 if TYPE_CHECKING:
     from harness.domains.repro import FailureRepro

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.autocast.catalogue import CATALOGUE
-from harness.domains.autocast.probe import Category, probe
-from harness.domains.speed.bench import CONTENDED, DETECT_SLOWDOWN, MIN_ROUNDS, PROBE_N
+from harness.domains.engines.bench.bench import CONTENDED, DETECT_SLOWDOWN, MIN_ROUNDS, PROBE_N
+from harness.domains.engines.ops.catalogue import CATALOGUE
+from harness.domains.engines.ops.probe import Category, probe
 from harness.domains.speed.workloads import WORKLOADS
 from harness.numerics.comparison import ClaimComparison, compare_claim
 

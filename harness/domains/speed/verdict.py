@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from harness.domains.speed.bench import (
+from harness.domains.engines.bench.bench import (
     BASELINE_SLOWED,
     BUSY_OTHER_CORES,
     CONFIDENCE,
@@ -24,7 +24,7 @@ from harness.domains.speed.bench import (
     is_busy,
     is_noisy,
 )
-from harness.domains.speed.sizing import Floor
+from harness.domains.engines.bench.sizing import Floor
 from harness.domains.speed.thresholds import Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome, RowKind
@@ -111,7 +111,7 @@ def judge(
     floor: Floor | None = None,
 ) -> SpeedVerdict:
     """Decide one measurement. ``calibrate_command`` is what the UNJUDGED reason tells the user to
-    run. ``floor``: the physics floor (:func:`harness.domains.speed.sizing.physics_floor`): a speedup
+    run. ``floor``: the physics floor (:func:`harness.domains.engines.bench.sizing.physics_floor`): a speedup
     whose whole interval lies below it FAILS whatever the threshold, calibrated or not."""
     if floor is not None:
         lo, hi = timing.interval

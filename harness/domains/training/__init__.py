@@ -1,25 +1,16 @@
 """Claim family *training*: small mixed-precision training runs and the bring-your-own-model API.
 
-``recipes`` (how a step runs, what is trained), ``batches`` (inputs and outputs of any structure),
-``models`` (the built-in problems), ``loop`` (one run), ``parity`` (AMP against fp32 within the
-seed band, and when a run is conclusive), ``diagnosis`` (the module where a failing run departs)
-and ``census`` (gradient magnitudes against fp16's range), ``amp_lane`` (each AMP step against float64
-and a correctly rounded emulation of it, ``emulation``). The names users need are re-exported here: ``harness.domains.training.Setup``.
+The runs themselves are the training engine's (:mod:`harness.domains.engines.training`: recipes,
+batches, the built-in models, the loop, the seed band, the AMP lane and its emulation, the
+diagnosis); this family judges them (``check``, ``census``, ``recompute``, a user's own step in
+``user_step`` and ``step_checks``) and writes failed checks as scripts (``repro``). The names
+users need are re-exported here: ``harness.domains.training.Setup``.
 """
 
-from harness.domains.training.cache import RunCache
-from harness.domains.training.census import (
-    CENSUS_SCALES,
-    FP16_MIN_NORMAL,
-    FP16_TINY,
-    fp32_gradients,
-    gradient_census,
-    lm_gradients,
-    scaler_skips_at,
-)
-from harness.domains.training.loop import Run, evaluate, train
-from harness.domains.training.models import SETUPS, TinyLM
-from harness.domains.training.parity import (
+from harness.domains.engines.training.cache import RunCache
+from harness.domains.engines.training.loop import Run, evaluate, train
+from harness.domains.engines.training.models import SETUPS, TinyLM
+from harness.domains.engines.training.parity import (
     CONTROL_FACTOR,
     CURVE_FALSE_ALARM,
     DEFAULT_SEEDS,
@@ -45,7 +36,7 @@ from harness.domains.training.parity import (
     seed_band,
     validate,
 )
-from harness.domains.training.recipes import (
+from harness.domains.engines.training.recipes import (
     ACCUM4,
     BF16,
     BF16_GRAD_ACCUM,
@@ -74,6 +65,15 @@ from harness.domains.training.recipes import (
     logits_of,
     loss_of,
     make_optimizer,
+)
+from harness.domains.training.census import (
+    CENSUS_SCALES,
+    FP16_MIN_NORMAL,
+    FP16_TINY,
+    fp32_gradients,
+    gradient_census,
+    lm_gradients,
+    scaler_skips_at,
 )
 
 __all__ = [

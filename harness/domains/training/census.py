@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.models import SETUPS
-from harness.domains.training.recipes import DATA_SEED_OFFSET, Setup, to_device
+from harness.domains.engines.training.models import SETUPS
+from harness.domains.engines.training.recipes import DATA_SEED_OFFSET, Setup, to_device
 from harness.numerics.formats import FP16
 
 FP16_TINY = FP16.smallest_subnormal  # 2^-24: below half of it a value flushes to zero

@@ -8,21 +8,17 @@ pytest and no files."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from harness.domains.op_prints import OpPrint
-from harness.domains.repro import FailureRepro
-from harness.domains.training import amp_lane as L
-from harness.domains.training import module_lane as ML
-from harness.domains.training import overflow as O
-from harness.domains.training import recompute as RC
-from harness.domains.training import repro as training_repro
-from harness.domains.training.census import fp32_gradients, gradient_census
-from harness.domains.training.diagnosis import Diagnosis, diagnose, first_over_budget, localise, localised
-from harness.domains.training.loop import resume_differences, train
-from harness.domains.training.parity import (
+from harness.domains.engines.rows import RowRecorder
+from harness.domains.engines.training import amp_lane as L
+from harness.domains.engines.training import module_lane as ML
+from harness.domains.engines.training import overflow as O
+from harness.domains.engines.training.diagnosis import Diagnosis, diagnose, first_over_budget, localise, localised
+from harness.domains.engines.training.loop import resume_differences, train
+from harness.domains.engines.training.parity import (
     DEFAULT_SEEDS,
     Band,
     ParityReport,
@@ -33,41 +29,18 @@ from harness.domains.training.parity import (
     judge_determinism,
     validate,
 )
-from harness.domains.training.parity import judge as judge_parity
-from harness.domains.training.recipes import Recipe, Setup
+from harness.domains.engines.training.parity import judge as judge_parity
+from harness.domains.engines.training.recipes import Recipe, Setup
+from harness.domains.op_prints import OpPrint
+from harness.domains.training import recompute as RC
+from harness.domains.training import repro as training_repro
+from harness.domains.training.census import fp32_gradients, gradient_census
 from harness.domains.training.repro import op_repro_of
 from harness.domains.training.result import Checked, Kind, TrainingCheckFailed, TrainingResult
 from harness.domains.training.step_checks import judge_all, validate_program
 from harness.domains.training.user_step import Program, StepProgram, validate_recipes
 from harness.numerics.comparison import AnyComparison, compare_claim, explain
 from harness.numerics.verdict import Outcome
-
-
-class RowRecorder(Protocol):
-    """What the training checks need of a recorder: a row, a verdict's row (returning whether it
-    passed), and the tags that keep a failed check's script. The plugin's ``amp_record`` is one."""
-
-    def __call__(
-        self,
-        metric: str,
-        value: float | int | bool | None,
-        *,
-        unit: str = ...,
-        expected: float | None = ...,
-        allowance: float | None = ...,
-        dtype: object = ...,
-        device: object = ...,
-        tags: dict[str, Any] | None = ...,
-        note: str = ...,
-        comparable: bool | None = ...,
-        outcome: Any = ...,
-        kind: Any = ...,
-        drift: float | None = ...,
-    ) -> None: ...
-
-    def result(self, result: AnyComparison, *, repro: FailureRepro | None = None, **kw: Any) -> bool: ...
-
-    def repro_tags(self, repro: FailureRepro | None) -> dict[str, Any]: ...
 
 
 class TrainingChecks:
@@ -81,7 +54,7 @@ class TrainingChecks:
 
     Every verdict comes from :mod:`harness.domains.training` (the same functions the training
     suite uses); this object only records them and fails the test with every miss. A failed
-    parity verdict is diagnosed (:mod:`harness.domains.training.diagnosis`): the module where the
+    parity verdict is diagnosed (:mod:`harness.domains.engines.training.diagnosis`): the module where the
     AMP run departs from fp32 is named in the message and recorded.
     """
 
@@ -330,7 +303,7 @@ class TrainingChecks:
         carrying the same result). Overflow handling (``overflow=False``: not tried) runs the recipe
         once more with a non-finite gradient element planted at checkpoint steps: your optimizer and
         scaler must leave parameters and optimizer state untouched there and back the scale off
-        (:mod:`harness.domains.training.overflow`). A recipe that passes on a setup
+        (:mod:`harness.domains.engines.training.overflow`). A recipe that passes on a setup
         where the lane does not see the canonical broken recipes (no fp32 master weights; for fp16,
         no loss scaling) is INCONCLUSIVE, naming them (``power=False``: not tried, for a setup whose
         power is shown otherwise).
@@ -343,7 +316,7 @@ class TrainingChecks:
         uninterrupted run's bit for bit (two more runs per recipe).
         ``module_lane`` (on by default): each module's own error in one AMP step against what it
         owes, declared-fp32 regions (``custom_fwd(cast_inputs=torch.float32)``, autocast-disabled
-        modules, ``fp32_modules`` by name) against fp32 (:mod:`harness.domains.training.module_lane`).
+        modules, ``fp32_modules`` by name) against fp32 (:mod:`harness.domains.engines.training.module_lane`).
         ``ladder=True`` also measures the smallest gradient noise the lane catches on this setup
         (a lane per noise level: about the cost of the lane again per level). A call that
         could only be vacuous (no recipes, a non-recipe, fewer than 2 seeds, too few checkpoints)
@@ -405,7 +378,7 @@ class TrainingChecks:
 
     def module_lane_verdicts(self, setup: Setup, recipes: Sequence[Recipe], fp32_modules: Sequence[str] = ()) -> None:
         """The module lane of each autocast recipe: one AMP step at the initial weights on the
-        evaluation batch, every region judged on its own (:mod:`~harness.domains.training.module_lane`)."""
+        evaluation batch, every region judged on its own (:mod:`~harness.domains.engines.training.module_lane`)."""
         for recipe in recipes:
             if recipe.dtype is None or recipe.control:
                 continue

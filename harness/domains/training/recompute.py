@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.recipes import Recipe, Setup, tree_map
+from harness.domains.engines.training.recipes import Recipe, Setup, tree_map
 
 
 def _dtypes(output: Any) -> tuple[str, ...]:

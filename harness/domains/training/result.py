@@ -25,8 +25,8 @@ from harness.numerics.comparison import AnyComparison, explain
 from harness.numerics.verdict import Outcome
 
 if TYPE_CHECKING:
-    from harness.domains.training.diagnosis import Diagnosis
-    from harness.domains.training.parity import Band, ParityReport, RecipeResult
+    from harness.domains.engines.training.diagnosis import Diagnosis
+    from harness.domains.engines.training.parity import Band, ParityReport, RecipeResult
 
 
 class Kind(str, Enum):
@@ -96,7 +96,7 @@ class TrainingResult:
     #: recipe name -> the smallest gradient noise the lane catches (``ladder=True``; None: none)
     detection_limits: dict[str, float | None] = field(default_factory=dict)
     #: (kind, recipe) -> what was found about a failed verdict beyond it (the first op over its
-    #: budget, :mod:`harness.domains.training.diagnosis`), shown after it
+    #: budget, :mod:`harness.domains.engines.training.diagnosis`), shown after it
     notes: dict[tuple[Kind, str], str] = field(default_factory=dict)
 
     @property
@@ -118,7 +118,7 @@ class TrainingResult:
 
     @property
     def results(self) -> list[RecipeResult]:
-        """Each recipe's parity data (:class:`~harness.domains.training.parity.RecipeResult`)."""
+        """Each recipe's parity data (:class:`~harness.domains.engines.training.parity.RecipeResult`)."""
         return [] if self.parity is None else self.parity.results
 
     @property

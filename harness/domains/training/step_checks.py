@@ -2,7 +2,7 @@
 same rules ``amp_training.check`` applies to a ``Setup``, judged from observed runs.
 
 * **parity** of every loss the code returns, at every step: the AMP run against fp32 on the same
-  seed, within :data:`~harness.domains.training.parity.PARITY_FRACTION` of the median distance
+  seed, within :data:`~harness.domains.engines.training.parity.PARITY_FRACTION` of the median distance
   between fp32 seeds at that step; steps an optimizer skipped in the AMP run are skipped in the
   fp32 reference too (its update undone). A run the precision did not change (bitwise the fp32
   run) is INCONCLUSIVE: the code ignored what it was handed.
@@ -11,7 +11,7 @@ same rules ``amp_training.check`` applies to a ``Setup``, judged from observed r
   optimizer must leave its parameters and state untouched, the others must take their step, and
   the scale must back off. An optimizer whose gradients never reach a GradScaler fails: its
   overflow would go unseen.
-* **the module lane** (:mod:`harness.domains.training.module_lane`) on the first AMP step.
+* **the module lane** (:mod:`harness.domains.engines.training.module_lane`) on the first AMP step.
 * **determinism** (a rerun gives bitwise the same losses) and **resume** (saved mid-run through
   the objects' state dicts and continued in fresh objects, bitwise the uninterrupted run).
 """
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.training import module_lane as ML
-from harness.domains.training.parity import MIN_TAKEN_SHARE, PARITY_FRACTION
-from harness.domains.training.recipes import Recipe
+from harness.domains.engines.training import module_lane as ML
+from harness.domains.engines.training.parity import MIN_TAKEN_SHARE, PARITY_FRACTION
+from harness.domains.engines.training.recipes import Recipe
 from harness.domains.training.user_step import (
     Found,
     Plant,

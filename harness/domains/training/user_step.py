@@ -29,8 +29,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from harness.domains.scaler.optimizers import differences
-from harness.domains.training.recipes import Recipe
+from harness.domains.engines.state import differences
+from harness.domains.engines.training.recipes import Recipe
 
 #: How deep the objects a step trains are searched for models, optimizers and schedulers.
 _DEPTH = 4
@@ -248,7 +248,7 @@ def _snapshot(found: Found) -> dict[str, Any]:
 
 def _changed(before: Any, after: Any) -> bool:
     """Whether a step changed an optimizer's parameters or state: the skipped-step rule's
-    :func:`~harness.domains.scaler.optimizers.differences` (bitwise, NaN equal to NaN)."""
+    :func:`~harness.domains.engines.state.differences` (bitwise, NaN equal to NaN)."""
     (p0, s0), (p1, s1) = before, after
     return bool(differences(p0, p1, dict(enumerate(s0)), dict(enumerate(s1))))
 

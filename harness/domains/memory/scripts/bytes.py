@@ -4,7 +4,7 @@ bytes after one AdamW step (parameters, gradients, optimizer state, a master cop
 analytic model's bytes per parameter.
 
 amp-harness opens a failed check's script with the model, weights and batch of
-``harness/domains/training/scripts/one_step.py`` (``model_at``, ``loss_of``) and keeps the block
+``harness/domains/engines/training/scripts/one_step.py`` (``model_at``, ``loss_of``) and keeps the block
 its check needs (``harness.domains.memory.repro``); the opening here stands in for it, on a small
 MLP, so that the file runs as it lies.
 """

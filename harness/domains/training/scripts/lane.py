@@ -6,7 +6,7 @@ both against float64, median over the states, is at most LANE_FACTOR.
 
 amp-harness writes a failed lane's model, states and recipe over the defaults below
 (``harness.domains.training.repro.lane_repro_of``). As it lies here it judges two SGD steps of a
-small MLP under bf16. ``step`` is held to :func:`harness.domains.training.loop.step_from` and the
+small MLP under bf16. ``step`` is held to :func:`harness.domains.engines.training.loop.step_from` and the
 emulation bit for bit by tests/test_whole_run_scripts.py.
 """
 

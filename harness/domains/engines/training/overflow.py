@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.domains.scaler.optimizers import differences
-from harness.domains.training.loop import State, train
-from harness.domains.training.recipes import INIT_SEED, Recipe, Setup
+from harness.domains.engines.state import differences
+from harness.domains.engines.training.loop import State, train
+from harness.domains.engines.training.recipes import INIT_SEED, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: Changes named in a failure message; the rest are counted.

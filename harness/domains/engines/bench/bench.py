@@ -23,14 +23,13 @@ from typing import Any
 
 import torch
 
-from harness.domains.speed.inject import slowed
-from harness.domains.speed.workloads import WORKLOADS, Fn, Workload
+from harness.domains.engines.bench.inject import slowed
+from harness.domains.engines.bench.workload import Fn, Workload
 from harness.numerics.order_statistics import CONFIDENCE, median_interval, smallest_confident_n
 from harness.platform.host import other_processes_load
 
-__all__ = [  # the catalogue, the order statistics and the fault, re-exported: one import for callers
+__all__ = [  # the workload type, the order statistics and the fault, re-exported: one import for callers
     "CONFIDENCE",
-    "WORKLOADS",
     "Fn",
     "Workload",
     "median_interval",

@@ -16,7 +16,7 @@ regression that costs fp32 about half of the 16 bits it has over bf16 fails.
 The verdict is the median ratio over PRECISION_SEEDS data orders: the lane is a property of the
 stack, while a single data order can meet a discrete event (a ReLU or BatchNorm statistic flipping)
 after which fp32 and fp64 part ways exponentially (measured: 2 of 16 seeds of the CNN). A median of
-3 needs two such seeds to fail. Measured error rates are in :mod:`harness.domains.training.rates`
+3 needs two such seeds to fail. Measured error rates are in :mod:`harness.domains.engines.training.rates`
 and docs/decision-rules.md.
 """
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from harness.domains.training.loop import Run, train
-from harness.domains.training.recipes import BF16, FP32, Recipe, Setup, cast_floating
+from harness.domains.engines.training.loop import Run, train
+from harness.domains.engines.training.recipes import BF16, FP32, Recipe, Setup, cast_floating
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import BF16 as BF16_FORMAT
 from harness.numerics.formats import FP32 as FP32_FORMAT

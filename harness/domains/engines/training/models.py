@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.domains.training.recipes import Batch, Setup
+from harness.domains.engines.training.recipes import Batch, Setup
 
 
 def _mlp(seed: int) -> nn.Module:

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.domains.training import recipes as named
-from harness.domains.training.amp_lane import lane_steps
-from harness.domains.training.loop import Run, train
-from harness.domains.training.recipes import FP32, Recipe, Setup
+from harness.domains.engines.training import recipes as named
+from harness.domains.engines.training.amp_lane import lane_steps
+from harness.domains.engines.training.loop import Run, train
+from harness.domains.engines.training.recipes import FP32, Recipe, Setup
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32 as FP32_FORMAT
 
@@ -100,7 +100,7 @@ def seed_band(runs: Sequence[Run]) -> Band:
 #: order typically does (the band's median pairwise distance): at the full distance it would be
 #: indistinguishable from a different seed, not the same run. Its measured error rates (false
 #: alarms of clean recipes over many seeds, the smallest injected fault it catches) are in
-#: harness.domains.training.rates and docs/decision-rules.md.
+#: harness.domains.engines.training.rates and docs/decision-rules.md.
 PARITY_FRACTION = 0.5
 #: A negative control must miss parity by at least this factor of the seed spread somewhere, or the
 #: suite is not sensitive enough to tell a broken recipe from seed noise.

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from harness.domains.training import amp_lane as L
-from harness.domains.training import module_lane as ML
-from harness.domains.training.loop import Run, train
-from harness.domains.training.parity import (
+from harness.domains.engines.training import amp_lane as L
+from harness.domains.engines.training import module_lane as ML
+from harness.domains.engines.training.loop import Run, train
+from harness.domains.engines.training.parity import (
     RecipeResult,
     judge,
     outlier_allowance,
@@ -27,14 +27,14 @@ from harness.domains.training.parity import (
     reference_for,
     seed_band,
 )
-from harness.domains.training.precision import (
+from harness.domains.engines.training.precision import (
     PRECISION_SEEDS,
     PrecisionLane,
     fp64_setup,
     judge_precision,
     precision_lane,
 )
-from harness.domains.training.recipes import BF16, FP32, Recipe, Setup, to_device
+from harness.domains.engines.training.recipes import BF16, FP32, Recipe, Setup, to_device
 from harness.numerics.comparison import compare_curves
 
 #: Gradient-noise levels tried, smallest first (relative standard deviation per element): from
@@ -250,7 +250,7 @@ def module_lane_rates(
     setup: Setup, dtype: torch.dtype, seeds: int, device: torch.device | str = "cpu"
 ) -> ModuleLaneRates:
     """Clean module-lane ratios of ``setup`` under ``dtype`` over ``seeds`` initialisations and
-    evaluation batches (the false-failure rate of :mod:`harness.domains.training.module_lane`)."""
+    evaluation batches (the false-failure rate of :mod:`harness.domains.engines.training.module_lane`)."""
     dev = torch.device(device)
     regions = failed = 0
     worst, where = 0.0, ""

@@ -13,7 +13,7 @@ clean bf16). So the lane judges *steps*, where errors add instead of saturating:
 2. from that state, the next update ``d = theta' - theta`` is taken three times: by the recipe
    itself (``d_amp``), in float64 (``d_64``, the exact step), and by the recipe emulated in
    float64 with autocast's low-precision functions rounded to the format
-   (:mod:`harness.domains.training.emulation`), fp32 master weights, and, for fp16, a loss scale
+   (:mod:`harness.domains.engines.training.emulation`), fp32 master weights, and, for fp16, a loss scale
    (``d_emu``, what correct rounding to the format costs);
 3. ``e_amp = ||d_amp - d_64|| / ||d_64||`` and ``e_emu`` likewise; the statistic is the median over
    checkpoints of ``e_amp / e_emu``.
@@ -25,7 +25,7 @@ accurate than that has lost precision that its format does not explain (a GEMM a
 low precision, a loss or softmax computed in it, gradients rounded after unscaling, weights
 updated in low precision, gradients flushed by fp16 without loss scaling). Nothing in the
 reference uses a low-precision kernel, so it does not drift with the stack. Measured error rates
-(clean runs per model, the smallest injected fault caught) are in :mod:`harness.domains.training.rates`
+(clean runs per model, the smallest injected fault caught) are in :mod:`harness.domains.engines.training.rates`
 and docs/decision-rules.md.
 """
 
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from harness.domains.training.emulation import CorrectAttention, RoundingMode
-from harness.domains.training.loop import Run, State, largest_gradient, step_from
-from harness.domains.training.recipes import Recipe, Setup, metric_id
+from harness.domains.engines.training.emulation import CorrectAttention, RoundingMode
+from harness.domains.engines.training.loop import Run, State, largest_gradient, step_from
+from harness.domains.engines.training.recipes import Recipe, Setup, metric_id
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import format_of
 
@@ -256,7 +256,7 @@ def judge_lane(lane: AmpLane, control: bool = False, blind: Sequence[Control] = 
     if lane.calls == 0 or not lane.errors:
         why = (
             "the emulation rounded no call: the model calls none of autocast's low-precision functions it knows "
-            "(harness.domains.training.emulation.LOW_PRECISION_FUNCTIONS)"
+            "(harness.domains.engines.training.emulation.LOW_PRECISION_FUNCTIONS)"
             if lane.calls == 0
             else f"no checkpoint could be judged (left out: {lane.left_out}: skipped or non-finite steps)"
         )

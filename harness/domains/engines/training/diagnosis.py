@@ -59,10 +59,10 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map as torch_tree_map
 
+from harness.domains.engines.training.loop import train
+from harness.domains.engines.training.parity import Band, RecipeResult, parity
+from harness.domains.engines.training.recipes import Recipe, Setup, cast_floating, tensors, tree_map
 from harness.domains.op_prints import CAST_BUDGET_U, OP_BUDGET_U, OpCall, OpPrint
-from harness.domains.training.loop import train
-from harness.domains.training.parity import Band, RecipeResult, parity
-from harness.domains.training.recipes import Recipe, Setup, cast_floating, tensors, tree_map
 from harness.numerics.formats import format_of
 
 #: Ops that move or reinterpret data without computing: never judged.
@@ -341,7 +341,7 @@ class Diagnosis:
     departure: ModuleError | None
     remedy: Remedy | None
     #: the first aten op of the AMP step whose own error against float64 leaves its budget
-    #: (:mod:`harness.domains.training.diagnosis`); None where every op stays within it
+    #: (:mod:`harness.domains.engines.training.diagnosis`); None where every op stays within it
     first_op: OpPrint | None = None
     #: how many aten ops that step ran
     ops_seen: int = 0
@@ -580,7 +580,7 @@ def localise(
 ) -> list[OpPrint]:
     """Every aten op of one AMP step (forward and backward, on the evaluation batch) at ``weights``
     (None: the initial ones), each against float64 on its own inputs
-    (:func:`harness.domains.training.diagnosis.record_step`)."""
+    (:func:`harness.domains.engines.training.diagnosis.record_step`)."""
     dev = torch.device(device)
     model = setup.build(dev)
     if weights is not None:

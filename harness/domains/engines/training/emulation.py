@@ -10,7 +10,7 @@ kernel, so the reference cannot drift with the stack's AMP kernels.
 
 Rounding is to nearest even, as autocast's casts round: the AMP lane compares one training step
 of the recipe with the same step emulated, both against float64, from the same state
-(:mod:`harness.domains.training.amp_lane`).
+(:mod:`harness.domains.engines.training.amp_lane`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.emulation import RoundingMode
-from harness.domains.training.recipes import (
+from harness.domains.engines.training.emulation import RoundingMode
+from harness.domains.engines.training.recipes import (
     DATA_SEED_OFFSET,
     INIT_SEED,
     Recipe,
@@ -290,15 +290,15 @@ def train(
     ``skip_steps`` replays a GradScaler's skipped steps on a reference run (no optimizer step there),
     so that parity compares numerics, not the scaler's calibration of its first steps.
     ``fp32_modules`` runs those submodules outside autocast; ``keep_weights_at`` keeps copies of
-    the parameters after those steps (both for :mod:`harness.domains.training.diagnosis`).
+    the parameters after those steps (both for :mod:`harness.domains.engines.training.diagnosis`).
     ``compile`` wraps the model for the forward and backward passes (``torch.compile``: the model's
     parameters stay the ones the optimizer steps). ``overflow_at``: at those steps the forward pass
     overflows (:func:`overflow_gate`: inside the compiled graph when compiled) and a scaler must
     skip the step. ``keep_states_at``: the training :class:`State` after those steps (the AMP
-    lane, :mod:`harness.domains.training.amp_lane`, takes the next step again from it).
+    lane, :mod:`harness.domains.engines.training.amp_lane`, takes the next step again from it).
     ``plant``: at those steps, after the backward pass and before unscaling, clipping and the
     optimizer step, the callable edits the (scaled) gradients of the trainable parameters (a
-    non-finite element: :mod:`harness.domains.training.overflow`).
+    non-finite element: :mod:`harness.domains.engines.training.overflow`).
     ``resume_at``: before that step the run is saved (model, optimizer, schedule, scaler, torch's
     RNG and the data generator) and continued in fresh objects loaded from the checkpoint, as a
     training script resumes after a restart.

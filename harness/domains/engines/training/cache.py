@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.domains.training.loop import Run, train
-from harness.domains.training.recipes import FP32, Recipe, Setup
+from harness.domains.engines.training.loop import Run, train
+from harness.domains.engines.training.recipes import FP32, Recipe, Setup
 
 
 class RunCache:

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-from harness.domains.autocast.catalogue import CATALOGUE, NOT_BITWISE_REPRODUCIBLE, OpCase
-from harness.domains.call_capture import Captured, capture
+from harness.domains.call_capture import Captured, NotReplayable, capture
+from harness.domains.engines.ops.catalogue import CATALOGUE, NOT_BITWISE_REPRODUCIBLE, OpCase
 from harness.platform.kernels import first_line
 
 
@@ -232,3 +232,27 @@ def replay(case: OpCase, device: torch.device, dtype: torch.dtype, inputs: str =
     elif inputs != "fp32_in":
         raise ValueError(f"inputs must be one of {INPUT_KINDS}, not {inputs!r}")
     return capture(case.fn, args, lambda call: run_op(call, (), device.type, dtype))
+
+
+#: At most this many ops in one script: a reader sees the defect in a screenful, the check's
+#: message lists them all.
+MAX_CASES = 8
+
+_BY_NAME: dict[str, OpCase] = {c.name: c for c in CATALOGUE}
+P = TypeVar("P")
+
+
+def replayed(
+    wanted: Iterable[tuple[str, str, str, P]], device: torch.device, dtype: torch.dtype
+) -> list[tuple[str, Captured, P]]:
+    """``(label, catalogue op, input kind, payload)`` -> ``(label, its captured calls, payload)``,
+    at most :data:`MAX_CASES`; an op whose calls cannot be written (or unknown) is left out."""
+    cases: list[tuple[str, Captured, P]] = []
+    for label, op, inputs, payload in wanted:
+        try:
+            cases.append((label, replay(_BY_NAME[op], device, dtype, inputs), payload))
+        except (NotReplayable, KeyError):
+            continue
+        if len(cases) == MAX_CASES:
+            break
+    return cases

@@ -8,7 +8,7 @@ received in that run and the output it gave. Afterwards each is run again alone 
 * exact: in float64, outside autocast (the reference every error is measured against);
 * in fp32, outside autocast (the error float32 arithmetic owes);
 * for a region under autocast, correctly rounded: in float64 with autocast's low-precision
-  functions rounded (:class:`~harness.domains.training.emulation.RoundingMode`), the output
+  functions rounded (:class:`~harness.domains.engines.training.emulation.RoundingMode`), the output
   rounded to the dtype the AMP run gave.
 
 A module called with autocast off inside the AMP step (a frozen bf16 teacher, a loss computed in
@@ -44,9 +44,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.training.amp_lane import LANE_FACTOR, relative_error
-from harness.domains.training.emulation import RoundingMode
-from harness.domains.training.recipes import Setup, tensors, tree_map
+from harness.domains.engines.training.amp_lane import LANE_FACTOR, relative_error
+from harness.domains.engines.training.emulation import RoundingMode
+from harness.domains.engines.training.recipes import Setup, tensors, tree_map
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32 as FP32_FORMAT
 

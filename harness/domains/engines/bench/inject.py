@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from harness.domains.speed.workloads import Fn
+from harness.domains.engines.bench.workload import Fn
 
 
 def slowed(fn: Fn, factor: float, seconds_per_call: float, device: torch.device | None = None) -> Fn:

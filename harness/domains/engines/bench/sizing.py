@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.domains.speed.bench import CPU_THREADS, Capped, call_s, timing_threads
-from harness.domains.speed.workloads import Workload
+from harness.domains.engines.bench.bench import CPU_THREADS, Capped, call_s, timing_threads
+from harness.domains.engines.bench.workload import Workload
 from harness.platform.hardware import detect_cpu
 from harness.platform.peaks import cpu_frequency_hz, cpu_peaks
 

@@ -188,7 +188,7 @@ class Recipe:
     grad_noise: float | None = None
     #: which noise stream (members of a perturbation ensemble differ here, not in their data)
     noise_seed: int = 0
-    #: a correctly rounded recipe emulated in float64 (:mod:`harness.domains.training.emulation`):
+    #: a correctly rounded recipe emulated in float64 (:mod:`harness.domains.engines.training.emulation`):
     #: the low-precision functions round to this dtype, stochastically (stream ``noise_seed``)
     emulate: torch.dtype | None = None
     control: bool = False

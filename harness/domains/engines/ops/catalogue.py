@@ -4,7 +4,7 @@ Each row is one way of calling an op through a public API (``torch.*``, ``F.*``,
 method, ``@`` or an ``nn`` module): its name, the aten op(s) it reaches, the call, the inputs it
 gets (shapes and kinds, drawn from a seeded generator in order) and the autocast op list it is
 filed under in torch's documentation. What autocast actually does with it on a device is what
-:mod:`harness.domains.autocast.probe` observes and the golden tables judge.
+:mod:`harness.domains.engines.ops.probe` observes and the golden tables judge.
 
 To add an op: append a row. Inputs are specs, not code: ``R(4, 8)`` a standard-normal fp32
 tensor, ``R(4, 8, lo=0.1)`` its absolute value plus 0.1, ``U(4, 8, scale=1.8, shift=-0.9)`` uniform

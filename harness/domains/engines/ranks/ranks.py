@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from harness.domains.distributed import policy as P
-from harness.domains.distributed import world as W
+from harness.domains.engines.ranks import policy as P
+from harness.domains.engines.ranks import world as W
 
 #: Per-launch limit: starting 2 ranks takes well under a second once the forkserver has imported
 #: torch (about 3 s the first time on 2 cores); a rank that has not
@@ -78,7 +78,7 @@ def launch(
     spec: str, world: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None, **kwargs: Any
 ) -> list[Any]:
     """Run ``spec(rank=, world=, **kwargs)`` on ``world`` ranks; their return values, by rank.
-    Under a launcher (:mod:`harness.domains.distributed.world`) it runs on the launched world
+    Under a launcher (:mod:`harness.domains.engines.ranks.world`) it runs on the launched world
     instead, whatever ``world`` asks: this process is one rank of it, and every rank gets every
     rank's result, so each judges the same results and every rank reaches the same verdict."""
     from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, start_processes
@@ -355,7 +355,7 @@ def fsdp2_gradients(rank: int, world: int, reduce_dtype: str, shard: str = FULLY
     param_dtype=bf16, the given reduce dtype, cast_forward_inputs=True (and output_dtype=fp32 on
     the root): the full
     averaged gradients, this rank's gradients of the same bf16 computation unsharded, and what the
-    collectives carried and the modules computed in (:mod:`harness.domains.distributed.policy`)."""
+    collectives carried and the modules computed in (:mod:`harness.domains.engines.ranks.policy`)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     fully_shard = resolve(shard)
