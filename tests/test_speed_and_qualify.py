@@ -212,6 +212,12 @@ NUMERICS_K = "derived_budget and bf16 and mm and not bmm"
 STEADY_CASES = (("matmul_256", "float16"), ("lm_train_step", "bfloat16"))
 
 
+#: What calibration says when it records a case because of the host, not the stack: runs scattered,
+#: a first measurement off the rest, the contention probe slowed by other tenants
+#: (harness/domains/speed/thresholds.py, calibration.py). Any other unjudged case fails the control.
+HOST_NOISE = ("too noisy here", "too unsteady here", "other tenants of the host")
+
+
 def _steady_cases() -> tuple[tuple[str, str], ...]:
     """STEADY_CASES this kernel set can judge: a bf16 case only where bf16 runs natively (where it
     is emulated, as on AVX2-only kernels, the bf16 LM step's calibration retakes its runs and
@@ -223,10 +229,15 @@ def _steady_cases() -> tuple[tuple[str, str], ...]:
 def _judged_case(calibrated: Path) -> str:
     """The test id part (``workload-dtype``) of the first steady case calibration judged."""
     prof = profiles.load(calibrated, detect().cpu_class.id)
+    unsteady = []
     for w, d in _steady_cases():
         th = prof.threshold(w, d)
         if th is not None and th.judged:
             return f"{w}-{d}"
+        if th is not None and any(words in th.origin for words in HOST_NOISE):
+            unsteady.append(f"{w}/{d}: {th.origin}")
+    if len(unsteady) == len(_steady_cases()):  # the host's noise, stated by calibration's own rules
+        pytest.skip(f"calibration judged none of the steady cases on this host now: {unsteady}")
     raise AssertionError(f"calibration judged none of {_steady_cases()} steady enough here: {prof.thresholds}")
 
 
