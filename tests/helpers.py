@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -184,6 +186,30 @@ def assert_clean(run: InnerRun, at_least: int) -> None:
 
 
 # -- standalone scripts ------------------------------------------------------------------------------
+def unbound_names(script: str) -> set[str]:
+    """Names ``script`` reads that it binds nowhere and that are not builtins: a standalone script
+    rendered from blocks that lost an import (``time`` read by a timing block whose imports were
+    left to another fill) fails only when it runs, and most scripts run in the thorough tier only.
+    Flow-insensitive: a name bound anywhere counts as bound everywhere."""
+    tree = ast.parse(script)
+    bound = set(dir(builtins)) | {"__file__", "__name__"}
+    loaded: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound |= set(node.names)
+    return loaded - bound
+
+
 def fresh_driver(prelude: str = "", scope: str = "contextlib.nullcontext") -> str:
     """Source for ``python -I -c``: one fresh interpreter that cannot import ``harness`` runs
     ``prelude`` (e.g. installing a faulty stack), then each script named in ``sys.argv[1:]`` inside

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from faults import stacks
-from helpers import BASELINES, assert_caught, faulty_driver, inject, run_inner
+from helpers import BASELINES, assert_caught, faulty_driver, inject, run_inner, unbound_names
 
 from harness.apps.cli import main
 from harness.platform import kernels
@@ -433,6 +433,8 @@ def test_a_failed_check_writes_a_standalone_script(
     stdlib |= {"collections", "typing"}  # the script files' annotations
     assert imported <= stdlib | {"torch", "torchao", "megatron", "deepspeed"}, imported  # and the library concerned
     assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command
+    for script in written:  # every name each script reads is bound in it: it runs where it lies
+        assert not unbound_names(script.read_text(encoding="utf-8")), (script.name, unbound_names(script.read_text()))
     scripts_of_failed_checks[fault] = written
 
 

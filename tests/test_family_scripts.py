@@ -100,3 +100,15 @@ def test_each_scripts_blocks_are_named_and_its_parameters_written_over(script):
         template.fill(*names, values={"NO_SUCH_PARAMETER": "1"})
     with pytest.raises(ValueError, match="no block"):
         template.fill("no_such_block")
+
+
+def test_the_unbound_name_check_sees_an_import_a_script_lost():
+    """The guard the failed checks' scripts pass by default (tests/helpers.py): a timing block
+    rendered without the imports another fill kept reads ``time`` bound nowhere."""
+    from helpers import unbound_names
+
+    lost = "import torch\n\n\ndef per_call(fn):\n    begin = time.thread_time()\n    fn()\n    return begin\n"
+    assert unbound_names(lost) == {"time"}
+    assert not unbound_names("import time\n" + lost)
+    kept = "import torch as T\nfrom x import y as z\n\n\ndef f(a, *b, c=1, **d):\n    try:\n        return [e for e in b]\n    except ValueError as err:\n        return a, c, d, z, T, err, len\n"
+    assert not unbound_names(kept)

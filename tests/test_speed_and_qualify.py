@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, assert_caught, assert_clean, faulty_driver, inject, run_inner
+from helpers import REPO, assert_caught, assert_clean, faulty_driver, inject, run_inner, unbound_names
 
 from harness.apps import qualify
 from harness.apps.cli import main
@@ -175,6 +175,7 @@ def test_a_slower_amp_kernel_fails_its_speed_check_and_keeps_a_benchmark_script(
         and "threshold" in text
     )
     assert "# Produced on: torch" in text and detect().cpu_class.id in text  # where it failed
+    assert not unbound_names(text), "every name the benchmark reads is bound in it (imports included)"
     slow_kernel_script["path"] = script
 
 

@@ -44,13 +44,9 @@ def repro_of(
         "THREADS": repr(CPU_THREADS),
     }
     constants = "# the workload, as the harness builds it from this text\n" + prelude[0].rstrip("\n")
-    code = "\n\n\n".join(
-        (
-            SPEEDUP.fill("parameters", "constants", values=values, replace={"constants": constants}),
-            workload.script.source,
-            SPEEDUP.fill("timing", imports=False),
-        )
-    )
+    # one fill, so that the script imports what its timing block uses (time, statistics) too
+    body = f"{constants}\n\n\n{workload.script.source.strip()}"
+    code = SPEEDUP.fill("parameters", "constants", "timing", values=values, replace={"constants": body})
     return FailureRepro(
         "speed",
         f"{workload.name}: the {dtype_name} autocast path's speedup over fp32 on {device.type}, interleaved "
