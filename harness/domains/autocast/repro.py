@@ -12,21 +12,19 @@ import torch
 
 from harness.domains.autocast.oracle import ACCEPTED, CLASSES, LISTS, Disagreement
 from harness.domains.call_capture import Captured, NotReplayable, capture, case_functions, observe_src, observed_cases
-from harness.domains.engines.ops.catalogue import CATALOGUE, OpCase
-from harness.domains.engines.ops.probe import INPUT_KINDS, MAX_CASES, dtype_name, replay, replayed
+from harness.domains.engines.ops.probe import BY_NAME, INPUT_KINDS, MAX_CASES, dtype_name, replay, replayed
 from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src, upcast_src
 from harness.numerics.comparison import DataComparison
 
 #: the policy's claims, standalone: ``scripts/autocast.py``
 AUTOCAST = ScriptTemplate(__package__ or "harness.domains.autocast", "autocast")
-_BY_NAME: dict[str, OpCase] = {c.name: c for c in CATALOGUE}
 _WORDS = {"fp32_in": "fp32 inputs", "lowp_in": "low-precision inputs", "mixed_in": "mixed inputs"}
 
 
 def _split(path: str) -> tuple[str, str] | None:
     """``"nn.LayerNorm.fp32_in"`` -> (op, inputs); None for a path of another shape."""
     op, _, inputs = path.rpartition(".")
-    return (op, inputs) if op in _BY_NAME and inputs in INPUT_KINDS else None
+    return (op, inputs) if op in BY_NAME and inputs in INPUT_KINDS else None
 
 
 def policy_repro(differences: DataComparison, device: torch.device, dtype: torch.dtype) -> FailureRepro | None:
@@ -69,7 +67,7 @@ def lists_repro(disagreements: Sequence[Disagreement], device: torch.device, dty
     observed as the probe observes it."""
     cases: list[tuple[str, dict[str, Captured], str, list[str]]] = []
     for d in disagreements[:MAX_CASES]:
-        case = _BY_NAME.get(d.case)
+        case = BY_NAME.get(d.case)
         if case is None:
             continue
         kinds = [k for k in INPUT_KINDS if k == "fp32_in" or d.probe.as_baseline().get(k) is not None]

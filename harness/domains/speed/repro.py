@@ -10,17 +10,12 @@ harness: run the script on an idle machine.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from harness.domains.engines.bench.bench import BLOCK_S, CPU_THREADS, MIN_ROUNDS
 from harness.domains.engines.bench.workload import Workload
 from harness.domains.repro import FailureRepro
 from harness.domains.speed.workloads import SPEEDUP
-
-if TYPE_CHECKING:
-    from harness.domains.repro import FailureRepro
 
 
 def repro_of(

@@ -238,7 +238,8 @@ def replay(case: OpCase, device: torch.device, dtype: torch.dtype, inputs: str =
 #: message lists them all.
 MAX_CASES = 8
 
-_BY_NAME: dict[str, OpCase] = {c.name: c for c in CATALOGUE}
+#: the catalogue by op name (what a report row or a disagreement names)
+BY_NAME: dict[str, OpCase] = {c.name: c for c in CATALOGUE}
 P = TypeVar("P")
 
 
@@ -250,7 +251,7 @@ def replayed(
     cases: list[tuple[str, Captured, P]] = []
     for label, op, inputs, payload in wanted:
         try:
-            cases.append((label, replay(_BY_NAME[op], device, dtype, inputs), payload))
+            cases.append((label, replay(BY_NAME[op], device, dtype, inputs), payload))
         except (NotReplayable, KeyError):
             continue
         if len(cases) == MAX_CASES:
