@@ -117,22 +117,22 @@ def products() -> Products:  # type: ignore[no-redef]  # noqa: F811
 
 
 # -- reference_output --
-got = products()[GEMM]
 # reference: the same product of the high-precision operands, in float64 (a forward's only product:
 # the script of a product without an output gradient)
-ref = (x.double() @ w.double().t()).to(got.device)
+ref = x.double() @ w.double().t()
 
 # -- reference --
-got = products()[GEMM]
 # reference: the same product of the high-precision operands, in float64
 ref = {
     "output": lambda: x.double() @ w.double().t(),
     "grad_input": lambda: go.double() @ w.double(),
     "grad_weight": lambda: go.double().t() @ x.double(),
-}[GEMM]().to(got.device)
+}[GEMM]()
 
 # -- judgement --
 FLOOR_DB = 20.0  # the SQNR the formats allow at least (standard model of rounding error)
+got = products()[GEMM]
+ref = ref.to(got.device)
 worst = float(((got.double() - ref).abs() / bound.double()).max())  # the worst element, in units of its bound
 signal, noise = float(ref.pow(2).sum()), float((got.double() - ref).pow(2).sum())
 sqnr_db = 10 * math.log10(signal / noise) if noise > 0 else math.inf
