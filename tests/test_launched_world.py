@@ -166,8 +166,13 @@ def test_a_launch_whose_rank_is_killed():
     (rc0, _, err0), (rc1, _, err1) = finished
     assert rc0 != 0 and rc1 != 0 and took < timeout_s + W.HUNG_RANK_GRACE_S + 30, (took, err0[-2000:], err1[-2000:])
     assert "rank      : 3" in err1 and "SIGKILL" in err1, err1[-3000:]  # node 1's torchrun names it
-    # node 0's ranks name every rank that never arrived: 3, and 2 if its torchrun stopped it first
-    assert re.search(r"rank\(s\) \[(2, )?3\] of the launched world did not finish within 20 s", err0), err0[-3000:]
+    # node 0's ranks name every rank that never arrived: 3, and any peer still held in a collective
+    # waiting on 3: which peers gloo's barrier leaves waiting, rather than failing at once, varies
+    # from run to run (seen: [3], [2, 3], [1, 3])
+    named = re.search(r"rank\(s\) \[([0-9, ]+)\] of the launched world did not finish within 20 s", err0)
+    assert named, err0[-3000:]
+    missing = {int(r) for r in named.group(1).split(",")}
+    assert 3 in missing, (missing, err0[-3000:])
     assert f"exitcode  : {W.BROKEN_WORLD_EXIT}" in err0
 
 
