@@ -51,6 +51,24 @@ Anything else under ``harness`` is internal and may change between releases.
 """
 
 from harness.domains.autocast.repro import op_against_float64
+from harness.domains.block_scaled.blocklinear import (
+    BlockLinear,
+    EmulatedBlockLinear,
+    LinearProducts,
+    TorchaoBlockLinear,
+)
+from harness.domains.block_scaled.blocklinear import linear_products as block_linear_products
+from harness.domains.block_scaled.blocklinear import product_budgets as block_product_budgets
+from harness.domains.block_scaled.blockquant import (
+    BlockQuantized,
+    BlockScaling,
+    TorchaoBlockScaling,
+    TorchBlockScaling,
+    check_block_scaling,
+)
+from harness.domains.block_scaled.blocktraining import BlockScaledLinear, check_block_steps
+from harness.domains.block_scaled.blocktraining import convert as convert_to_block_scaled
+from harness.domains.block_scaled.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.engines.bench.workload import Workload
 from harness.domains.engines.training.amp_lane import LANE_FACTOR, AmpLane, check_lane, judge_lane, lane_steps
 from harness.domains.engines.training.module_lane import RegionError
@@ -60,23 +78,9 @@ from harness.domains.engines.training.overflow import OverflowStep
 from harness.domains.engines.training.overflow import judge as judge_overflow
 from harness.domains.engines.training.overflow import run as plant_overflows
 from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
-from harness.domains.fp8.blocklinear import BlockLinear, EmulatedBlockLinear, LinearProducts, TorchaoBlockLinear
-from harness.domains.fp8.blocklinear import linear_products as block_linear_products
-from harness.domains.fp8.blocklinear import product_budgets as block_product_budgets
-from harness.domains.fp8.blockquant import (
-    BlockQuantized,
-    BlockScaling,
-    TorchaoBlockScaling,
-    TorchBlockScaling,
-    check_block_scaling,
-)
-from harness.domains.fp8.blocktraining import BlockScaledLinear, check_block_steps
-from harness.domains.fp8.blocktraining import convert as convert_to_block_scaled
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
 from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
-from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
-from harness.domains.fp8.stochastic import RoundingCheck, check_stochastic_rounding
 from harness.domains.repro import FailureRepro
 from harness.domains.scaler.adapters import ADAPTERS as SCALER_ADAPTERS
 from harness.domains.scaler.adapters import semantics_of as scaler_semantics_of
@@ -89,6 +93,7 @@ from harness.domains.scaler.reference import (
     ScalerAtMinimumError,
     ScalerConfig,
 )
+from harness.domains.stochastic_rounding.checks import RoundingCheck, check_stochastic_rounding
 from harness.domains.training import (
     ACCUM4,
     BF16,

@@ -19,17 +19,17 @@ import statistics
 
 import torch
 
-from harness.domains.engines.training import amp_lane as L
-from harness.domains.engines.training.loop import step_from
-from harness.domains.fp8.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
-from harness.domains.fp8.blockquant import BlockQuantized, TorchaoBlockScaling
-from harness.domains.fp8.blocktraining import (
+from harness.domains.block_scaled.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
+from harness.domains.block_scaled.blockquant import BlockQuantized, TorchaoBlockScaling
+from harness.domains.block_scaled.blocktraining import (
     block_lane,
     block_lane_reference,
     block_recipe,
     block_setup,
     step_conformance,
 )
+from harness.domains.engines.training import amp_lane as L
+from harness.domains.engines.training.loop import step_from
 from harness.domains.training import SETUPS, train
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP8_E4M3FN

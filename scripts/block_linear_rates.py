@@ -14,8 +14,8 @@ import argparse
 
 import torch
 
-from harness.domains.fp8.blocklinear import PRODUCTS, TorchaoBlockLinear, linear_products, product_budgets
-from harness.domains.fp8.matmul import sqnr
+from harness.domains.block_scaled.blocklinear import PRODUCTS, TorchaoBlockLinear, linear_products, product_budgets
+from harness.domains.engines.scaled.matmul import sqnr
 from harness.numerics import blockscaled as B
 
 M, K, N = 64, 128, 96

@@ -4,7 +4,7 @@ For each recipe and seed k: the block-scaled run (torchao's MX linear, NVFP4 emu
 torchao's quantiser) against fp32 seed k, in units of the fp32 seed band (the median pairwise
 distance of BAND_SEEDS other seeds); bf16 autocast on the same seed beside it. Detection: the same
 with MXFP8's output gradients cast to e2m1. Then NVFP4 as the pretraining recipe trains
-(harness/domains/fp8/nvfp4_recipe.py), as published and with each of its measures off.
+(harness/domains/block_scaled/nvfp4_recipe.py), as published and with each of its measures off.
 
     python scripts/block_training_rates.py [SEEDS] [SETUP]    # mlp: ~2 minutes for 8 seeds
 """
@@ -16,10 +16,10 @@ import statistics
 
 import torch
 
+from harness.domains.block_scaled.blocklinear import TorchaoBlockLinear
+from harness.domains.block_scaled.blocktraining import block_recipe, block_setup, converted, parity_fraction
+from harness.domains.block_scaled.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.engines.training.parity import parity
-from harness.domains.fp8.blocklinear import TorchaoBlockLinear
-from harness.domains.fp8.blocktraining import block_recipe, block_setup, converted, parity_fraction
-from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.training import BF16, FP32, SETUPS, Run, seed_band, train
 from harness.numerics import blockscaled as B
 

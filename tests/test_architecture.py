@@ -70,9 +70,14 @@ def test_the_layers_of_the_shipped_tree_are_kept(tmp_path):
             "harness.domains.engines is not allowed to import harness.domains.fp8",
         ),
         (  # no family imports another: fp8 trains through the engine, not the training family
-            "domains/fp8/blocktraining.py",
+            "domains/fp8/training.py",
             "from harness.domains.training import check as _c",
             "harness.domains.fp8 is not allowed to import harness.domains.training",
+        ),
+        (  # block-scaled formats share float8's budgets through the scaled engine, not the fp8 family
+            "domains/block_scaled/blocktraining.py",
+            "from harness.domains.fp8 import linear as _l",
+            "harness.domains.block_scaled is not allowed to import harness.domains.fp8",
         ),
         (  # ... nor the other way round, on any level
             "domains/training/check.py",

@@ -10,9 +10,8 @@ import pytest
 import torch
 from faults.fp8 import E5m2GradientsLinear, LinearOverBinadeHighScales
 
-from harness.domains.engines.training import amp_lane as L
-from harness.domains.fp8.blocklinear import TorchaoBlockLinear
-from harness.domains.fp8.blocktraining import (
+from harness.domains.block_scaled.blocklinear import TorchaoBlockLinear
+from harness.domains.block_scaled.blocktraining import (
     block_lane,
     block_lane_reference,
     block_recipe,
@@ -21,6 +20,7 @@ from harness.domains.fp8.blocktraining import (
     judge_conformance,
     step_conformance,
 )
+from harness.domains.engines.training import amp_lane as L
 from harness.domains.training import SETUPS, train
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN
 from harness.numerics.rounding import round_to_format

@@ -118,33 +118,33 @@ CONTROLS = {
         ("*never_relies_on_saturation*tensorwise-e4m3]",),
     ),
     "fp8_mx_scale_binade_high": (
-        "fp8/test_block_linear.py",
+        "block_scaled/test_block_linear.py",
         "mxfp8-rceil",
         ("*within_budget[[]mxfp8-rceil]",),
     ),
     # the same fault against the scale codes themselves: the script computes each block's code exactly
     "fp8_mx_scale_binade_high/scales": (
-        "fp8/test_fp8_scaling.py",
+        "block_scaled/test_block_scale_codes.py",
         "mx_block_scales and e4m3-floor",
         ("*mx_block_scales_equal_the_reference[[]e4m3-floor]",),
     ),
     # the same fault against the block-scaled bits: the script holds torchao's bits to the
     # specification written out in exact rationals
     "fp8_mx_scale_binade_high/bits": (
-        "fp8/test_block_scaling.py",
+        "block_scaled/test_block_scaling.py",
         "bits_equal_the_exact_reference and mxfp8-rceil",
         ("*bits_equal_the_exact_reference[[]mxfp8-rceil]",),
     ),
     # NVFP4's elements truncated: the script's reference with float32 evaluation's windows
     "fp8_nvfp4_elements_toward_zero": (
-        "fp8/test_block_scaling.py",
+        "block_scaled/test_block_scaling.py",
         "bits_equal_the_exact_reference and nvfp4",
         ("*bits_equal_the_exact_reference[[]nvfp4]",),
     ),
     # the same fault in block-scaled training: the failed band names the first block-scaled linear over
     # budget, whose products the script takes again with torchao's calls
     "fp8_mx_scale_binade_high/training": (
-        "fp8/test_block_training.py",
+        "block_scaled/test_block_training.py",
         "mlp_training and mxfp8-rceil",
         ("*block_scaled_mlp_training_stays_within_its_band[[]cpu-mxfp8-rceil]",),
     ),
@@ -181,13 +181,13 @@ CONTROLS = {
     ),
     # stochastic rounding: the script draws from torchao's rounding and tests the counts exactly
     "fp8_sr_round_to_nearest": (
-        "fp8/test_stochastic_rounding.py",
+        "stochastic_rounding/test_stochastic_rounding.py",
         "unbiased",
         ("*every_draw_is_a_neighbour_and_the_draws_are_unbiased[[]bf16]",),
     ),
     # the same rounding drawing from a generator of its own: the script draws twice under one seed
     "fp8_sr_unseeded": (
-        "fp8/test_stochastic_rounding.py",
+        "stochastic_rounding/test_stochastic_rounding.py",
         "draws_differ",
         ("*draws_differ_between_seeds_and_repeat_with_one[[]bf16]",),
     ),

@@ -1,4 +1,4 @@
-"""The emulated NVFP4 pretraining recipe's parts (harness/domains/fp8/nvfp4_recipe.py): the
+"""The emulated NVFP4 pretraining recipe's parts (harness/domains/block_scaled/nvfp4_recipe.py): the
 Hadamard rotation leaves the exact weight gradient unchanged, 16x16 tiles give forward and backward
 one weight, stochastic rounding to e2m1 is unbiased by an exact binomial test (and a rounding
 secretly to nearest, or biased by a tenth of a step, fails it), and the recipe's training check
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.block_scaled.blocktraining import block_recipe, block_setup, parity_fraction
+from harness.domains.block_scaled.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
 from harness.domains.engines.training.parity import parity
-from harness.domains.fp8 import stochastic as S
-from harness.domains.fp8.blocktraining import block_recipe, block_setup, parity_fraction
-from harness.domains.fp8.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
+from harness.domains.stochastic_rounding import checks as S
 from harness.domains.training import FP32, SETUPS, seed_band, train
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1
@@ -20,7 +20,7 @@ from harness.numerics.rounding import round_to_format, stochastic_round_to_forma
 
 
 def _unbiased(rounding) -> tuple[bool, float]:
-    """Support and the exact binomial test of :mod:`harness.domains.fp8.stochastic` on e2m1 (its
+    """Support and the exact binomial test of :mod:`harness.domains.stochastic_rounding.checks` on e2m1 (its
     inputs and reference neighbours; ``rounding`` draws from torch's generator)."""
     x = S.e2m1_inputs()
     d = S.judge_draws(x, S.draw(rounding, x, S.DRAWS, 1000), S.E2M1)

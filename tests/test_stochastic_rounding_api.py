@@ -8,7 +8,7 @@ import pytest
 from faults.fp8 import E2M1_SR_FAULTS, SR_FAULTS
 
 from harness.api import check_stochastic_rounding
-from harness.domains.fp8 import adapters
+from harness.domains.stochastic_rounding import roundings
 
 #: each fault and the words its explanation must carry
 BROKEN = {
@@ -22,7 +22,7 @@ BROKEN = {
 
 
 def test_the_harness_e2m1_rounding_meets_all_four_claims():
-    result = check_stochastic_rounding(adapters.harness_e2m1_stochastic_rounding, "e2m1")
+    result = check_stochastic_rounding(roundings.harness_e2m1_stochastic_rounding, "e2m1")
     assert result.passed, result.explain()
     assert result.explain().endswith("all four claims hold")
 
@@ -40,4 +40,4 @@ def test_the_bf16_target_judges_a_bf16_rounding():
 
 def test_an_unknown_target_is_refused_naming_the_known_ones():
     with pytest.raises(ValueError, match=r"'e3m2'.*\['bf16', 'e2m1'\]"):
-        check_stochastic_rounding(adapters.harness_e2m1_stochastic_rounding, "e3m2")
+        check_stochastic_rounding(roundings.harness_e2m1_stochastic_rounding, "e3m2")

@@ -5,9 +5,9 @@
 # subnormals), so the block decodes to half its values; RCEIL follows TransformerEngine's
 # exponent-0 reciprocal of 1, so the block's elements flush to zero
 # Where: torchao/prototype/mx_formats/mx_tensor.py to_mx (F32_MIN_NORMAL clamp) and _to_mx_rceil.
-# Registered in amp-harness harness/domains/fp8/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-04.
+# Registered in amp-harness harness/domains/block_scaled/known_issues.py.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
+# amp-harness 0.1.0, 2026-12-06.
 # Needs only torch and torchao. Run: python torchao_mx_smallest_scale_divisor.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -5,9 +5,9 @@
 # saturates to +-6 and every zero becomes 0 x inf = NaN, stored as the code of +-1.5: zeros
 # dequantise to nonzero values
 # Where: torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (reciprocal_scale).
-# Registered in amp-harness harness/domains/fp8/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-04.
+# Registered in amp-harness harness/domains/block_scaled/known_issues.py.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
+# amp-harness 0.1.0, 2026-12-06.
 # Needs only torch and torchao. Run: python torchao_nvfp4_tiny_tensor_reciprocal_overflow.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -5,9 +5,9 @@
 # poisons the step; TransformerEngine's and torchao's own Triton 2D quantiser treat a zero global
 # amax as scale 1)
 # Where: torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (per_tensor_scale branch).
-# Registered in amp-harness harness/domains/fp8/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-04.
+# Registered in amp-harness harness/domains/block_scaled/known_issues.py.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
+# amp-harness 0.1.0, 2026-12-06.
 # Needs only torch and torchao. Run: python torchao_nvfp4_zero_tensor_nan.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -4,9 +4,9 @@
 # is one code below the exact ceiling; the block's largest element then saturates at elem_max (by
 # at most float32's rounding)
 # Where: torchao/prototype/mx_formats/mx_tensor.py _to_mx_rceil (fallback path). Registered in
-# amp-harness harness/domains/fp8/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-04.
+# amp-harness harness/domains/block_scaled/known_issues.py.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
+# amp-harness 0.1.0, 2026-12-06.
 # Needs only torch and torchao and numpy. Run: python torchao_rceil_scale_near_power_of_2.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -4,6 +4,7 @@ dashboard's and the fleet's known-issue columns). Above the family packages; the
 
 from __future__ import annotations
 
+from harness.domains.block_scaled import known_issues as block_scaled
 from harness.domains.compiled import known_issues as compiled
 from harness.domains.fp8 import known_issues as fp8
 from harness.domains.repro import Reproduction, known_issue_script
@@ -15,10 +16,16 @@ REGISTRIES: dict[str, tuple[str, KnownIssue]] = {
     **{k: ("harness/domains/scaler/known_issues.py", v) for k, v in scaling.KNOWN_ISSUES.items()},
     **{k: ("harness/domains/compiled/known_issues.py", v) for k, v in compiled.KNOWN_ISSUES.items()},
     **{k: ("harness/domains/fp8/known_issues.py", v) for k, v in fp8.KNOWN_ISSUES.items()},
+    **{k: ("harness/domains/block_scaled/known_issues.py", v) for k, v in block_scaled.KNOWN_ISSUES.items()},
 }
 
 #: The reproduction of every registered known issue, by id.
-REPRODUCTIONS: dict[str, Reproduction] = {**scaling.REPRODUCTIONS, **compiled.REPRODUCTIONS, **fp8.REPRODUCTIONS}
+REPRODUCTIONS: dict[str, Reproduction] = {
+    **scaling.REPRODUCTIONS,
+    **compiled.REPRODUCTIONS,
+    **fp8.REPRODUCTIONS,
+    **block_scaled.REPRODUCTIONS,
+}
 
 
 def script(issue_id: str, provenance: str, body: str | None = None) -> str:

@@ -59,68 +59,10 @@ def fp8_scaling_under_test(fp8_torchao: ModuleType) -> adapters.Fp8Scaling:
 
 
 @pytest.fixture
-def block_scaling_under_test(fp8_torchao: ModuleType) -> object:
-    """The MX / NVFP4 quantiser the block-scaling specifications judge (torchao's by default).
-
-    Example, checking your own::
-
-        @pytest.fixture
-        def block_scaling_under_test():
-            return MyNvfp4()     # implements harness.api.BlockScaling: unsupported() and quantize()
-    """
-    from harness.domains.fp8.blockquant import TorchaoBlockScaling
-
-    return TorchaoBlockScaling()
-
-
-@pytest.fixture
-def block_linear_under_test(fp8_torchao: ModuleType) -> object:
-    """The block-scaled linear layer whose three products the budgets judge (torchao's MX linear,
-    and NVFP4 emulated over torchao's quantiser, by default).
-
-    Example, checking your own::
-
-        @pytest.fixture
-        def block_linear_under_test():
-            return MyLinear()    # implements harness.api.BlockLinear: unsupported() and run()
-            # or harness.api.EmulatedBlockLinear(MyQuantiser()) for a quantiser of your own
-    """
-    from harness.domains.fp8.blocklinear import TorchaoBlockLinear
-
-    return TorchaoBlockLinear()
-
-
-@pytest.fixture
 def float8_fsdp_shard() -> str:
     """FSDP2's sharding function for the float8 all-gather check, as ``"module:function"`` (each
     rank imports it): torch's ``fully_shard`` by default."""
     return "torch.distributed.fsdp:fully_shard"
-
-
-@pytest.fixture
-def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
-    """fp32 -> bf16 stochastic rounding the statistical checks judge: torchao's (its optimizers'
-    ``bf16_stochastic_round``). Return your own ``(x: fp32 tensor) -> bf16 tensor`` to judge it; it
-    must draw from torch's global generator (the checks seed it)."""
-    return adapters.torchao_stochastic_rounding()
-
-
-@pytest.fixture
-def e2m1_stochastic_rounding_under_test() -> Callable[[torch.Tensor], torch.Tensor]:
-    """fp32 -> e2m1 stochastic rounding (NVFP4's gradients) the statistical checks judge: the
-    harness's own emulation by default (torchao's is fused into a Triton quantise kernel that needs
-    a Blackwell GPU). Return your kernel's element rounding as ``(x: fp32 tensor within +-6) ->
-    tensor of e2m1 values`` (a block scale of 1) to judge it; ``x`` arrives on the CPU (move it to
-    your device: the result may stay there), and the rounding must draw from torch's generator on
-    that device (the checks seed them all with ``torch.manual_seed``).
-
-    Example::
-
-        @pytest.fixture
-        def e2m1_stochastic_rounding_under_test():
-            return lambda x: my_nvfp4.dequantize(my_nvfp4.quantize(x.cuda(), scale=1.0, stochastic=True))
-    """
-    return adapters.harness_e2m1_stochastic_rounding
 
 
 @pytest.fixture
@@ -134,14 +76,7 @@ def delayed_scaling_under_test() -> Callable[..., object]:
 
 
 @pytest.fixture(scope="session")
-def train_cached() -> RunCache:
-    """The session's training runs, each made once: the float8 and the block-scaled training checks
-    share their fp32 seeds and bf16 runs (see :class:`harness.domains.training.RunCache`)."""
-    return RunCache()
-
-
-@pytest.fixture(scope="session")
-def block_lane_references() -> dict[object, object]:
-    """The block-scaled training lane's references (exact and correctly rounded steps), each made
-    once per run: the accuracy and the conformance claim share them."""
-    return {}
+def train_cached(request: pytest.FixtureRequest) -> RunCache:
+    """The session's training runs, each made once: the training, the float8 and the block-scaled
+    checks share their fp32 seeds and bf16 runs (see :meth:`harness.domains.training.RunCache.of`)."""
+    return RunCache.of(request.session)

@@ -13,19 +13,16 @@ import dataclasses
 
 import pytest
 
+from harness.domains.engines.scaled.band import BF16_RULE_FRACTION, FP8_PARITY_FRACTION, judge_band
+from harness.domains.engines.scaled.localise import first_failed_step, localised_row
 from harness.domains.engines.training.parity import RecipeResult, conclusive, parity
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.training import (
-    BF16_RULE_FRACTION,
-    FP8_PARITY_FRACTION,
     convertible_linears,
-    first_failed_step,
     first_linear_over_budget,
     float8_recipe,
     float8_setup,
-    judge_band,
     linear_count,
-    localised_row,
     with_outlier,
 )
 from harness.domains.training import BF16, SETUPS, seed_band, train

@@ -5,7 +5,7 @@ weight gradient, per recipe) are compared with float64 on the same high-precisio
 the kernel set has no fp8 matmul (``harness.platform.kernels``), the ``_scaled_mm`` checks skip
 naming it and Float8Linear is judged through torchao's emulated matmul (same casts and scales). Two
 budgets come from the operands' formats, their scales and the reduction length
-(``harness/domains/fp8/matmul.py``): an elementwise worst-case bound, and an SQNR floor from the
+(``harness/domains/engines/scaled/matmul.py``): an elementwise worst-case bound, and an SQNR floor from the
 standard model of rounding error. The bf16 autocast product's SQNR is recorded beside as context.
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.engines.scaled.matmul import Operand, budget, sqnr
+from harness.domains.engines.scaled.products import product_against_float64
 from harness.domains.fp8 import adapters, linear, recipes
-from harness.domains.fp8.matmul import Operand, budget, sqnr
-from harness.domains.fp8.repro import product_against_float64
 from harness.numerics.comparison import compare_bound, compare_within
 from harness.numerics.formats import BF16, FP8_E4M3FN, FP8_E5M2, format_of
 from harness.numerics.scaled import CastSpec, Granularity
@@ -47,7 +47,7 @@ def _judge(amp_record, name, actual, a: Operand, b: Operand, out_fmt, device, ta
     if script is not None:
         what, product, tensors, needs = script
         repro = product_against_float64(
-            what, product, tensors, bud.bound, bud.sqnr_floor_db, bud.origin, needs=needs, device=str(device)
+            "fp8", what, product, tensors, bud.bound, bud.sqnr_floor_db, bud.origin, needs=needs, device=str(device)
         )
     _require(
         amp_record, compare_within(name, actual, ref, bud.bound, bud.origin), actual, ref, bud, device, tags, repro

@@ -20,9 +20,10 @@ def seeds(pytestconfig: pytest.Config) -> int:
 
 
 @pytest.fixture(scope="session")
-def train_cached() -> T.RunCache:
-    """The session's training runs, each made once (see :class:`harness.domains.training.RunCache`)."""
-    return T.RunCache()
+def train_cached(request: pytest.FixtureRequest) -> T.RunCache:
+    """The session's training runs, each made once, shared with the float8 and the block-scaled
+    suites (see :meth:`harness.domains.training.RunCache.of`)."""
+    return T.RunCache.of(request.session)
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from harness.domains.block_scaled.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
+from harness.domains.block_scaled.blockquant import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
 from harness.domains.fp8.adapters import TorchaoScaling
-from harness.domains.fp8.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
-from harness.domains.fp8.blockquant import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
 from harness.domains.fp8.delayed import TorchDelayedScaling
 from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2
@@ -240,7 +240,7 @@ def scaled_mm_without_kernel(original: Callable[..., torch.Tensor]) -> Callable[
     return missing
 
 
-# -- stochastic rounding (suites/fp8/test_stochastic_rounding.py) ------------------------------------
+# -- stochastic rounding (suites/stochastic_rounding/test_stochastic_rounding.py) ------------------------------------
 def _sr_with(threshold: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
     """fp32 -> bf16 stochastic rounding, away from zero where ``threshold(shape) < low 16 bits``."""
 

@@ -1,9 +1,9 @@
 """fp8 scaling behaviour of torchao releases that differs from the exact specification, each
 registered as an upstream lifecycle of torchao releases (first, fix, last verified) and observed on
-every run (``suites/fp8/test_fp8_scaling.py``), so that a release that changes it is noticed. The two scale roundings are harmless in effect
-(the element that would need the exact scale rounds to fp8_max either way) but break an exactness
-claim a user's own reimplementation would be held to; the NVFP4 zero tensor is not harmless, and
-blocks at MX's smallest scale lose a factor of two (floor, ceil) or everything (rceil)."""
+every run (``suites/fp8/test_fp8_scaling.py``), so that a release that changes it is noticed. The
+power-of-two scale rounding is harmless in effect (the element that would need the exact scale
+rounds to fp8_max either way) but breaks an exactness claim a user's own reimplementation would be
+held to."""
 
 from __future__ import annotations
 
@@ -20,52 +20,6 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         first="0.17",
         verified="0.18",
         reference="torchao/float8/float8_utils.py _round_scale_down_to_power_of_2",
-        package="torchao",
-    ),
-    "torchao-rceil-scale-near-power-of-2": KnownIssue(
-        "torchao-rceil-scale-near-power-of-2",
-        "MX RCEIL scales compute ceil(log2(amax / elem_max)) in float32 (CPU, eager): when amax / elem_max lies "
-        "just above a power of two, the division or log2 rounds onto it and the e8m0 scale is one code below the "
-        "exact ceiling; the block's largest element then saturates at elem_max (by at most float32's rounding)",
-        first="0.17",
-        verified="0.18",
-        reference="torchao/prototype/mx_formats/mx_tensor.py _to_mx_rceil (fallback path)",
-        package="torchao",
-    ),
-    "torchao-nvfp4-zero-tensor-nan": KnownIssue(
-        "torchao-nvfp4-zero-tensor-nan",
-        "NVFP4Tensor.to_nvfp4 with the per-tensor scale per_tensor_amax_to_scale gives (amax / 2688) divides every "
-        "block scale by it: for a tensor of zeros that scale is 0, every block scale becomes 0/0 = NaN and the "
-        "tensor dequantises to NaN instead of zeros (an all-zero gradient poisons the step; TransformerEngine's "
-        "and torchao's own Triton 2D quantiser treat a zero global amax as scale 1)",
-        first="0.17",
-        verified="0.18",
-        reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (per_tensor_scale branch)",
-        devices=("cpu", "cuda"),
-        package="torchao",
-    ),
-    "torchao-mx-smallest-scale-divisor": KnownIssue(
-        "torchao-mx-smallest-scale-divisor",
-        "An MX block whose e8m0 scale code is 0 (2^-127: a block amax below about 2^-118 for e4m3 elements) is stored with that "
-        "code, but its elements are not divided by 2^-127: FLOOR and CEIL clamp the float32 divisor to float32's "
-        "smallest normal 2^-126 (a workaround for Triton's subnormals), so the block decodes to half its values; "
-        "RCEIL follows TransformerEngine's exponent-0 reciprocal of 1, so the block's elements flush to zero",
-        first="0.17",
-        verified="0.18",
-        reference="torchao/prototype/mx_formats/mx_tensor.py to_mx (F32_MIN_NORMAL clamp) and _to_mx_rceil",
-        devices=("cpu", "cuda"),
-        package="torchao",
-    ),
-    "torchao-nvfp4-tiny-tensor-reciprocal-overflow": KnownIssue(
-        "torchao-nvfp4-tiny-tensor-reciprocal-overflow",
-        "NVFP4Tensor.to_nvfp4 multiplies the elements by (1 / per_tensor_scale) / block_scale in float32: for a "
-        "tensor whose amax is below about 2688 x 2^-128 (1e-35, an underflowed gradient) the per-tensor scale is "
-        "below 2^-128, its reciprocal overflows to inf, every nonzero element saturates to +-6 and every zero "
-        "becomes 0 x inf = NaN, stored as the code of +-1.5: zeros dequantise to nonzero values",
-        first="0.17",
-        verified="0.18",
-        reference="torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize (reciprocal_scale)",
-        devices=("cpu", "cuda"),
         package="torchao",
     ),
 }
@@ -85,44 +39,6 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             (
                 "got = float(float8_utils.amax_to_scale(torch.tensor(amax), torch.float8_e4m3fn, round_scales_to_power_of_2=True))",
                 "got = 2.0 ** (math.frexp(FP8_MAX / amax)[1] - 1)",
-            ),
-        ),
-        Reproduction(
-            "torchao-rceil-scale-near-power-of-2",
-            "harness.domains.fp8",
-            ("torch", "torchao", "numpy"),
-            ("got = int(codes.view(torch.uint8).flatten()[0])", "got = 127 + math.ceil(math.log2(amax / ELEM_MAX))"),
-        ),
-        Reproduction(
-            "torchao-nvfp4-zero-tensor-nan",
-            "harness.domains.fp8",
-            ("torch", "torchao"),
-            (
-                "per_tensor_scale = per_tensor_amax_to_scale(x.abs().max())",
-                "per_tensor_scale = torch.where(x.abs().max() == 0, 1.0, per_tensor_amax_to_scale(x.abs().max()))",
-            ),
-        ),
-        Reproduction(
-            "torchao-mx-smallest-scale-divisor",
-            "harness.domains.fp8",
-            ("torch", "torchao"),
-            # the fix: elements divided by the power of two the stored code names
-            (
-                "    codes, data = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=mode)\n",
-                "    codes, data = mx_tensor.to_mx(x, torch.float8_e4m3fn, BLOCK, scaling_mode=mode)\n"
-                "    data = (x / 2.0 ** (int(codes.view(torch.uint8).flatten()[0]) - 127)).to(torch.float8_e4m3fn)\n",
-            ),
-        ),
-        Reproduction(
-            "torchao-nvfp4-tiny-tensor-reciprocal-overflow",
-            "harness.domains.fp8",
-            ("torch", "torchao"),
-            # the fix: elements divided by the combined scale instead of multiplied by an overflowed reciprocal
-            (
-                "back = q.dequantize(torch.float32)\n",
-                "back = q.dequantize(torch.float32)\n"
-                "back = (q.scale.to(torch.float32) * per_tensor_scale).repeat_interleave(16, -1)\n"
-                "back = back * torch.where(back > 0, x / back, 0.0).clamp(-6, 6).mul(2).round().div(2)\n",
             ),
         ),
     )

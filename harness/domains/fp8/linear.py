@@ -4,7 +4,7 @@ whose products leave that budget.
 
 Float8Linear computes ``output = x w^T``, ``grad_input = go w`` and ``grad_weight = go^T x``, each
 operand cast as the recipe specifies (:mod:`harness.domains.fp8.recipes`). Each product is held to
-the budget :func:`harness.domains.fp8.matmul.budget` derives from the operands' formats and the
+the budget :func:`harness.domains.engines.scaled.matmul.budget` derives from the operands' formats and the
 reference's own scales (:func:`harness.numerics.scaled.scales`), never torchao's. The same judgement
 serves the scaled-matmul suite (a linear of random operands) and the localisation of a failed
 float8 training run (the operands each linear of the model saw in one step), and a failed product
@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from harness.domains.engines.scaled.localise import Localised, over_budget, seen_by_linears
+from harness.domains.engines.scaled.matmul import Operand, ScaledBudget, budget
+from harness.domains.engines.scaled.products import product_against_float64
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.conformance import scale_shape
-from harness.domains.fp8.matmul import Operand, ScaledBudget, budget, sqnr
-from harness.domains.fp8.repro import product_against_float64
 from harness.domains.repro import FailureRepro
 from harness.numerics.comparison import ElementwiseComparison, compare_within
 from harness.numerics.formats import FP32
@@ -104,79 +104,6 @@ def products(
     return out
 
 
-def over_budget(actual: torch.Tensor, reference: torch.Tensor, bud: ScaledBudget) -> float:
-    """How far a product is over its budget, as its script measures it: the worst element in units
-    of its bound, or the SQNR floor over the SQNR reached, whichever is larger (at most 1: within)."""
-    got = actual.detach().double().cpu()
-    worst = float(((got - reference).abs() / bud.bound).max())
-    measured = sqnr(got, reference)
-    return max(worst, bud.sqnr_floor_db / measured if measured > 0 else math.inf)
-
-
-@dataclass(frozen=True)
-class Localised:
-    """The first linear (in forward order) of one low-precision step whose product leaves its
-    budget: its module path, the product, the worst element over its bound, and the script (None:
-    the linear is yours, which a script cannot run)."""
-
-    module: str
-    gemm: str
-    worst: float
-    linears: int
-    repro: FailureRepro | None
-
-    def explain(self) -> str:
-        return (
-            f"first linear over its budget: {self.module} ({self.gemm}: worst element {self.worst:.3g} x its "
-            f"bound), of {self.linears} linears in one step"
-        )
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What one linear of a model saw in a step: its input and output gradient (as matrices: the
-    leading dimensions flattened), and its weight."""
-
-    path: str
-    x: torch.Tensor
-    w: torch.Tensor
-    go: torch.Tensor
-
-
-def seen_by_linears(
-    model: nn.Module, step: Callable[[], torch.Tensor], kind: type[nn.Module] = nn.Linear
-) -> list[Seen]:
-    """Run ``step`` (a forward returning the loss) and its backward on ``model``: what each module
-    of ``kind`` saw, in forward order (a module that got no gradient is left out)."""
-    seen: dict[str, dict[str, torch.Tensor]] = {}
-    handles = []
-    for path, module in model.named_modules():
-        if not isinstance(module, kind):
-            continue
-
-        def keep(mod: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor, path: str = path) -> None:
-            seen[path] = {"x": args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()}
-
-            def keep_grad(go: torch.Tensor) -> None:  # the output's gradient (a tensor hook: no module hook)
-                seen[path]["go"] = go.detach().reshape(-1, go.shape[-1]).float().cpu()
-
-            out.register_hook(keep_grad)  # type: ignore[no-untyped-call]
-
-        handles.append(module.register_forward_hook(keep))
-    try:
-        step().backward()  # type: ignore[no-untyped-call]
-    finally:
-        for h in handles:
-            h.remove()
-    modules = dict(model.named_modules())
-    out = []
-    for path, got in seen.items():
-        weight = modules[path].weight
-        if "go" in got and isinstance(weight, torch.Tensor):
-            out.append(Seen(path, got["x"], weight.detach().float().cpu(), got["go"]))
-    return out
-
-
 def script(
     name: str, product: Product, x: torch.Tensor, w: torch.Tensor, go: torch.Tensor, emulate: bool, where: str = ""
 ) -> FailureRepro:
@@ -184,6 +111,7 @@ def script(
     products taken, the failing one against the float64 product of the operands before their casts."""
     values = {"RECIPE": repr(name), "EMULATE": repr(emulate), "GEMM": repr(product.gemm)}
     return product_against_float64(
+        "fp8",
         f"torchao Float8Linear ({name}) {product.gemm}{where} against float64",
         ("float8_linear", values),
         {"x": x.detach().cpu(), "w": w.detach().cpu(), "go": go.detach().cpu()},

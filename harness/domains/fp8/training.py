@@ -9,51 +9,20 @@ meet bf16's rule (half the band); how far it departs is recorded beside every ve
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 
-from harness.domains.engines.training.loop import train
-from harness.domains.engines.training.parity import Parity
-from harness.domains.engines.training.recipes import FP32, INIT_SEED, Batch, BatchFn, Recipe, Setup, to_device
+from harness.domains.engines.scaled.localise import Localised, fp32_state_at
+from harness.domains.engines.training.recipes import INIT_SEED, Batch, BatchFn, Recipe, Setup, to_device
 from harness.domains.fp8 import linear
-from harness.domains.fp8.linear import Localised
-from harness.domains.repro import FailureRepro
-from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.platform.thirdparty import import_third_party
 
-#: float8 training must stay within this fraction of the fp32 seed band. Measured on the MLP over 16
-#: seeds per recipe (scripts/fp8_training_rates.py, docs/fp8.md): the worst checkpoint of a clean run
-#: reached 1.30 band widths (tensorwise: its e5m2 gradients), 0.95 (rowwise), 0.93 (rowwise_with_gw_hp);
-#: at 1 band, tensorwise failed 5 of 16 clean seeds. Twice the band keeps the largest clean run at
-#: 0.65 of the allowance; what it still catches is measured in the same script.
-FP8_PARITY_FRACTION = 2.0
-#: the training suite's rule for bf16 and fp16 (half the band), recorded beside as a finding
-BF16_RULE_FRACTION = 0.5
 #: the activation outlier: one sample's inputs multiplied by this at the spike step, so that the
 #: step's tensorwise amax is set by one sample (the others lose log2(8) = 3 binades of range,
 #: e4m3's 3 mantissa bits stay); fp32 takes the same spiked batch
 OUTLIER_FACTOR = 8.0
-
-
-def judge_band(metric: str, p: Parity, criterion: str, run: str, rerun: str) -> ClaimComparison:
-    """The band verdict of a float8 or block-scaled run: every checkpoint within its allowance;
-    a failure names ``run``, its worst checkpoint and ``rerun`` (the command, seed 0)."""
-    worst = max(range(len(p.ratios)), key=lambda i: p.ratios[i])
-    return compare_claim(
-        metric,
-        p.worst,
-        p.passed,
-        criterion,
-        detail=(
-            f"{run}: at step {p.steps[worst]} the evaluation loss differs from fp32 by {p.diffs[worst]:.4g}, "
-            f"allowance {p.allowances[worst]:.4g}; reproduce: seed 0, {rerun}"
-        ),
-        expected=1.0,
-        allowance=1.0,
-    )
 
 
 def float8_recipe(name: str) -> Recipe:
@@ -111,14 +80,6 @@ def linear_count(model: Any) -> int:
     return sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")
 
 
-def fp32_state_at(setup: Setup, step: int, device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], Any]:
-    """Where a low-precision run is localised: the fp32 run's weights after ``step`` (seed 0), and
-    the evaluation batch the training suite's diagnosis steps on."""
-
-    weights = train(setup, FP32, 0, torch.device(device), keep_weights_at=frozenset({step})).weights[step]
-    return weights, setup.eval_batch("cpu")
-
-
 def first_linear_over_budget(
     setup: Setup,
     recipe_name: str,
@@ -139,52 +100,3 @@ def first_linear_over_budget(
     return linear.first_linear_over_budget(
         recipe_name, model, lambda: setup.loss_on(model, inputs, targets), dev, emulate
     )
-
-
-class _Record(Protocol):
-    """What :func:`localised_row` uses of the suite's ``amp_record``: a row, and a script's tags."""
-
-    def __call__(self, metric: str, value: float, **kwargs: Any) -> Any: ...
-
-    def repro_tags(self, repro: FailureRepro | None) -> dict[str, Any]: ...
-
-
-def first_failed_step(p: Parity) -> int:
-    """The first checkpoint of a run that left its band (one that did: a failed claim)."""
-    step = p.first_failed_step
-    if step is None:
-        raise ValueError(f"{p.recipe} stayed within its band at every checkpoint: nothing to localise")
-    return step
-
-
-def localised_row(
-    record: _Record,
-    metric: str,
-    step: int,
-    locate: Callable[[], tuple[Localised | None, int]],
-    device: torch.device | str,
-    tags: dict[str, Any],
-) -> str:
-    """For a failed training claim: ``locate`` the first linear over its budget at ``step``,
-    record it as ``<metric>.first_linear_over_budget`` (the row keeps its script: ``record`` is
-    the suite's ``amp_record``) and say it in a line for the failure."""
-    try:
-        found, judged = locate()
-    except Exception as exc:  # the verdict stands; a localisation that cannot run must not hide it
-        return f"(no localisation: {type(exc).__name__}: {exc})"
-    if found is None:
-        return (
-            f"at step {step} no linear's products leave their budget ({judged} judged): what failed is not one "
-            "product's error beyond its formats' budget"
-        )
-    repro_tags = record.repro_tags(found.repro)
-    record(
-        f"{metric}.first_linear_over_budget",
-        found.worst,
-        unit="x bound",
-        allowance=1.0,
-        device=device,
-        tags={**tags, "module": found.module, "gemm": found.gemm, "step": step, **repro_tags},
-        note=found.explain(),
-    )
-    return f"at step {step}, {found.explain()}"

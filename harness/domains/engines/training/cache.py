@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from harness.domains.engines.training.loop import Run, train
@@ -15,6 +17,14 @@ class RunCache:
 
     def __init__(self) -> None:
         self._runs: dict[tuple[object, ...], Run] = {}
+
+    @classmethod
+    def of(cls, session: object) -> RunCache:
+        """The cache of test session ``session``, one for every family's fixture: the training, the
+        float8 and the block-scaled suites train the same fp32 seeds, and each run is made once in a
+        session. Held only while the session lives (a later session, such as an inner run of the
+        harness's own tests under a fault, starts empty)."""
+        return _SESSIONS.setdefault(session, cls())
 
     def __call__(
         self,
@@ -38,3 +48,7 @@ class RunCache:
 
     def get(self, setup: Setup, recipe: Recipe, seed: int, device: torch.device) -> Run | None:
         return self._runs.get((setup, recipe, seed, str(device), frozenset(), frozenset()))
+
+
+#: each live test session's cache (:meth:`RunCache.of`)
+_SESSIONS: weakref.WeakKeyDictionary[object, RunCache] = weakref.WeakKeyDictionary()

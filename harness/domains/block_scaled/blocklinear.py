@@ -4,7 +4,7 @@ A linear layer trained in a block-scaled recipe makes three products, each with 
 quantised in blocks along the contraction dimension: the output ``x @ w^T`` (x and w in blocks
 along in_features), the input gradient ``g @ w`` (g and w along out_features) and the weight
 gradient ``g^T @ x`` (both along the batch). Each is judged against float64 on the unquantised
-operands by :func:`harness.domains.fp8.matmul.budget`, with :class:`BlockOperand` supplying the
+operands by :func:`harness.domains.engines.scaled.matmul.budget`, with :class:`BlockOperand` supplying the
 per-element error of a block-scaled cast: the exact reference's decode scale of each block
 (:mod:`harness.numerics.blockscaled`, never the implementation's own), round-to-nearest within it,
 and saturation where a block's largest element exceeds the format's maximum at that scale (FLOOR
@@ -25,8 +25,8 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from harness.domains.fp8.blockquant import BlockScaling, TorchaoBlockScaling, torch_elem_dtype
-from harness.domains.fp8.matmul import ScaledBudget, budget
+from harness.domains.block_scaled.blockquant import BlockScaling, TorchaoBlockScaling, torch_elem_dtype
+from harness.domains.engines.scaled.matmul import ScaledBudget, budget
 from harness.numerics import blockscaled as B
 from harness.numerics.scaled import amax
 from harness.platform.thirdparty import import_first_of, import_third_party
@@ -265,7 +265,7 @@ def published_floor(spec: B.BlockSpec, product: str) -> PublishedFloor | None:
 
 #: each product's float64 reference, as script source over the script's tensors x, w, g
 def torchao_script(spec: B.BlockSpec, product: str) -> tuple[str, dict[str, str]]:
-    """The block of ``harness/domains/fp8/scripts/products.py`` that makes ``product`` of
+    """The block of ``harness/domains/engines/scaled/scripts/products.py`` that makes ``product`` of
     torchao's linear under ``spec`` from the script's tensors ``x``, ``w``, ``go``, and its values:
     the calls :class:`TorchaoBlockLinear` makes, with nothing of the harness."""
     if spec.scale_format == "e8m0":

@@ -4,7 +4,7 @@ Every draw is one of the input's two neighbours in the format; the share of draw
 the exact probability the input gives (unbiased), within a binomial test whose designed false-alarm
 rate is 1e-6 per run (exact binomial p-values, Bonferroni over the inputs); an input halfway between
 its neighbours draws both, two seeds draw differently, one seed draws the same
-(``harness/domains/fp8/stochastic.py``). Into bf16 the rounding is torchao's (its optimizers',
+(``harness/domains/stochastic_rounding/checks.py``). Into bf16 the rounding is torchao's (its optimizers',
 ``stochastic_rounding_under_test``); into e2m1, NVFP4's gradients, the harness's own emulation by
 default (``e2m1_stochastic_rounding_under_test``: your kernel's element rounding), where a kernel
 returning zeros is the failure one GPU generation shipped (NVIDIA/TransformerEngine PR 3281).
@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.fp8 import adapters
-from harness.domains.fp8 import stochastic as S
-from harness.domains.fp8.repro import stochastic_draws, stochastic_rounding
+from harness.domains.stochastic_rounding import checks as S
+from harness.domains.stochastic_rounding import roundings
+from harness.domains.stochastic_rounding.repro import stochastic_draws, stochastic_rounding
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("fp8")
@@ -33,7 +33,7 @@ def _under_test(request: pytest.FixtureRequest, target: S.Target) -> tuple[S.Rou
     """The rounding under test for ``target``, and whether it is torchao's bf16 rounding (which a
     failure's script can call; a rounding of your own or the harness's keeps none)."""
     rounding = request.getfixturevalue(UNDER_TEST[target.name])
-    return rounding, target is S.BF16 and rounding is adapters.torchao_stochastic_rounding()
+    return rounding, target is S.BF16 and rounding is roundings.torchao_stochastic_rounding()
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -5,7 +5,7 @@ The training suite's loop and comparison (evaluation loss at every checkpoint ag
 seed band), with the block-scaled linear under test (``block_linear_under_test``: torchao's MX
 linear, NVFP4 emulated over torchao's quantiser; or yours) in every linear whose features are whole
 blocks. The allowance is float8's measured rule scaled by the element format's unit roundoff
-(``harness/domains/fp8/blocktraining.py``). Each run's loss gap is recorded in units of the band and
+(``harness/domains/block_scaled/blocktraining.py``). Each run's loss gap is recorded in units of the band and
 against bf16 autocast's gap on the same seed: the envelope of each recipe.
 
 The band sees only gross faults; the AMP lane judges steps. From the run's kept states, each next
@@ -22,9 +22,7 @@ import dataclasses
 
 import pytest
 
-from harness.domains.engines.training.amp_lane import judge_lane, lane_steps
-from harness.domains.engines.training.parity import RecipeResult, conclusive, parity
-from harness.domains.fp8.blocktraining import (
+from harness.domains.block_scaled.blocktraining import (
     block_lane,
     block_lane_reference,
     block_linear_over_budget,
@@ -36,8 +34,11 @@ from harness.domains.fp8.blocktraining import (
     parity_fraction,
     step_conformance,
 )
-from harness.domains.fp8.nvfp4_recipe import NVFP4RecipeLinear
-from harness.domains.fp8.training import first_failed_step, judge_band, localised_row
+from harness.domains.block_scaled.nvfp4_recipe import NVFP4RecipeLinear
+from harness.domains.engines.scaled.band import judge_band
+from harness.domains.engines.scaled.localise import first_failed_step, localised_row
+from harness.domains.engines.training.amp_lane import judge_lane, lane_steps
+from harness.domains.engines.training.parity import RecipeResult, conclusive, parity
 from harness.domains.training import BF16, SETUPS, seed_band
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
@@ -117,7 +118,7 @@ def _judge(
         f"|L_{label} - L_fp32| at every evaluation checkpoint <= {fraction:g} x the fp32 seed band "
         f"(median pairwise distance of {band.seeds} seeds; float8's rule x u_elem / u_e4m3)",
         f"{setup_name} / {label} ({linear.name})",
-        f"pytest suites/fp8/test_block_training.py -k '{setup_name} and {select or spec_id}'",
+        f"pytest suites/block_scaled/test_block_training.py -k '{setup_name} and {select or spec_id}'",
     )
     if not verdict.passed:  # the first block-scaled linear over its budget at the first failed checkpoint
         line = localised_row(
@@ -235,7 +236,9 @@ def test_block_scaled_steps_are_the_specifications_up_to_float32(
         setup_name, spec_id, block_linear_under_test, train_cached, block_lane_references, amp_device
     )
     c = step_conformance(setup, spec_id, block_linear_under_test, run, reference, amp_device)
-    rerun = f"seed 0, pytest suites/fp8/test_block_training.py -k '{setup_name} and {spec_id} and specification'"
+    rerun = (
+        f"seed 0, pytest suites/block_scaled/test_block_training.py -k '{setup_name} and {spec_id} and specification'"
+    )
     tags = {"implementation": block_linear_under_test.name, "seed": 0}
     verdict = judge_conformance(c, rerun)
     if not verdict.passed:

@@ -7,7 +7,7 @@ formats and scales (standard model of rounding error).
 
 amp-harness writes a failed check's operands, bound and values over the defaults below and keeps
 the ``torchao`` block that made the product (imported where it is called;
-``harness.domains.fp8.repro.product_against_float64``). As it lies here the ``stand_in`` block
+``harness.domains.engines.scaled.products.product_against_float64``). As it lies here the ``stand_in`` block
 casts both operands of each product to e4m3 with one scale per tensor and multiplies in float32,
 with torch alone, against that recipe's bound.
 """

@@ -6,7 +6,7 @@ sequence).
 
 amp-harness writes a failed check's inputs and values over the defaults below and keeps the
 ``torchao`` block (its ``_fp32_to_bf16_sr``, imported where it is called;
-``harness.domains.fp8.repro``). As it lies here the ``stand_in`` block rounds with torch alone:
+``harness.domains.stochastic_rounding.repro``). As it lies here the ``stand_in`` block rounds with torch alone:
 a uniform 16-bit integer added below bf16's last bit, then the low bits cut.
 """
 

@@ -21,14 +21,14 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harness.domains.fp8 import known_issues
-from harness.domains.fp8.blockquant import (
+from harness.domains.block_scaled import known_issues
+from harness.domains.block_scaled.blockquant import (
     SMALLEST_SCALE_DIVISOR,
     TorchaoBlockScaling,
     TorchBlockScaling,
     check_block_scaling,
 )
-from harness.domains.fp8.repro import block_scaling_repro_of
+from harness.domains.block_scaled.repro import block_scaling_repro_of
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP32, FloatFormat

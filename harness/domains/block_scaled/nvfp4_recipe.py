@@ -16,7 +16,7 @@ of which it can switch off:
   spreads outliers over their block before the cast.
 
 torchao implements these as Triton kernels for Blackwell GPUs (SM100+) only; here each is plain torch over
-:class:`~harness.domains.fp8.blockquant.TorchBlockScaling` (checked against the exact reference),
+:class:`~harness.domains.block_scaled.blockquant.TorchBlockScaling` (checked against the exact reference),
 products of dequantised operands in float32. What a run costs against fp32 and bf16, with each
 measure on or off, is the recipe's envelope (docs/fp8.md).
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from harness.domains.fp8.blockquant import TorchBlockScaling
+from harness.domains.block_scaled.blockquant import TorchBlockScaling
 from harness.numerics import blockscaled as B
 
 #: the recipe's block: NVFP4's 16 elements per scale, and the Hadamard transform's size
@@ -66,7 +66,7 @@ class NVFP4Recipe:
 
 
 class NVFP4RecipeLinear:
-    """A :class:`~harness.domains.fp8.blocklinear.BlockLinear` running ``recipe``; ``seed`` draws
+    """A :class:`~harness.domains.block_scaled.blocklinear.BlockLinear` running ``recipe``; ``seed`` draws
     its Hadamard signs and its stochastic roundings (a run is repeatable from its seed)."""
 
     def __init__(self, recipe: NVFP4Recipe | None = None, seed: int = 0) -> None:

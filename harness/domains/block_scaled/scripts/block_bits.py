@@ -5,7 +5,7 @@ per-tensor scale, each block's scale code, each element's code).
 
 amp-harness writes a failed check's tensor and values over the defaults below and keeps the
 ``torchao`` blocks (``to_mx``, ``MXTensor.to_mx``, ``NVFP4Tensor.to_nvfp4``, imported where
-called; ``harness.domains.fp8.repro``). As it lies here the ``stand_in`` blocks quantise to
+called; ``harness.domains.block_scaled.repro``). As it lies here the ``stand_in`` blocks quantise to
 MXFP8 (e4m3 elements, FLOOR scales) with torch alone; the excused cells are those a registered
 torchao finding covers.
 """

@@ -1,7 +1,7 @@
 """Block-scaled (MX, NVFP4) linears in the training suite's loop.
 
 A model's ``nn.Linear`` modules whose in and out features are whole blocks are swapped for
-:class:`BlockScaledLinear`, whose product is a :class:`~harness.domains.fp8.blocklinear.BlockLinear`'s
+:class:`BlockScaledLinear`, whose product is a :class:`~harness.domains.block_scaled.blocklinear.BlockLinear`'s
 ``mm`` (torchao's MX linear, or NVFP4 emulated over a quantiser): the rule torchao's own
 conversion applies (a linear whose features are not whole blocks stays in high precision). The
 others run as they would in fp32, so a setup records which linears it converted.
@@ -18,10 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.domains.engines.training import amp_lane as L
-from harness.domains.engines.training.loop import Run, step_from, train
-from harness.domains.engines.training.recipes import FP32, INIT_SEED, Recipe, Setup, to_device
-from harness.domains.fp8.blocklinear import (
+from harness.domains.block_scaled.blocklinear import (
     BlockLinear,
     EmulatedBlockLinear,
     TorchaoBlockLinear,
@@ -29,10 +26,13 @@ from harness.domains.fp8.blocklinear import (
     product_budgets,
     torchao_script,
 )
-from harness.domains.fp8.blockquant import TorchBlockScaling
-from harness.domains.fp8.linear import Localised, over_budget, seen_by_linears
-from harness.domains.fp8.repro import product_against_float64
-from harness.domains.fp8.training import FP8_PARITY_FRACTION, fp32_state_at
+from harness.domains.block_scaled.blockquant import TorchBlockScaling
+from harness.domains.engines.scaled.band import FP8_PARITY_FRACTION
+from harness.domains.engines.scaled.localise import Localised, fp32_state_at, over_budget, seen_by_linears
+from harness.domains.engines.scaled.products import product_against_float64
+from harness.domains.engines.training import amp_lane as L
+from harness.domains.engines.training.loop import Run, step_from, train
+from harness.domains.engines.training.recipes import FP32, INIT_SEED, Recipe, Setup, to_device
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP8_E4M3FN
@@ -121,7 +121,7 @@ def converted(setup: Setup, spec_id: str) -> tuple[list[str], int]:
 
 def parity_fraction(spec: B.BlockSpec) -> float:
     """The fraction of the fp32 seed band a block-scaled run may move the evaluation loss: float8's
-    measured rule (:data:`~harness.domains.fp8.training.FP8_PARITY_FRACTION`, e4m3 and e5m2 casts)
+    measured rule (:data:`~harness.domains.engines.scaled.band.FP8_PARITY_FRACTION`, e4m3 and e5m2 casts)
     scaled by the element format's unit roundoff against e4m3's, as a loss perturbation is first
     order in the casts' relative error: 2 bands for MXFP8, 8 for MXFP4 and NVFP4 (e2m1's u is 4x).
     Measured false alarms and gaps: ``scripts/block_training_rates.py``, docs/fp8.md."""
@@ -130,7 +130,7 @@ def parity_fraction(spec: B.BlockSpec) -> float:
 
 # -- the AMP lane of a block-scaled recipe -----------------------------------------------------------
 #: The correctly rounded block-scaled recipe: the harness's own quantiser (the specification as code,
-#: checked against the exact reference by suites/fp8/test_block_scaling.py) with float64 products.
+#: checked against the exact reference by suites/block_scaled/test_block_scaling.py) with float64 products.
 CORRECTLY_ROUNDED = EmulatedBlockLinear(TorchBlockScaling())
 
 
@@ -292,7 +292,7 @@ def first_block_linear_over_budget(
     setup: Setup, spec_id: str, linear: BlockLinear, failed_step: int, device: torch.device | str = "cpu"
 ) -> tuple[Localised | None, int]:
     """Localise a block-scaled run that left its band: at ``failed_step``, from the fp32 run's
-    weights then, on the evaluation batch (:func:`~harness.domains.fp8.training.fp32_state_at`,
+    weights then, on the evaluation batch (:func:`~harness.domains.engines.scaled.localise.fp32_state_at`,
     :func:`block_linear_over_budget`)."""
     weights, batch = fp32_state_at(setup, failed_step, device)
     return block_linear_over_budget(setup, spec_id, linear, weights, batch, device)
@@ -308,7 +308,7 @@ def block_linear_over_budget(
 ) -> tuple[Localised | None, int]:
     """One step of ``setup`` at ``weights`` on ``batch`` with its convertible linears block-scaled
     by ``linear``: each block-scaled linear's three products taken again from what it saw, against
-    their budgets (:func:`harness.domains.fp8.blocklinear.product_budgets`). The first over its
+    their budgets (:func:`harness.domains.block_scaled.blocklinear.product_budgets`). The first over its
     budget (with torchao's script when ``linear`` is torchao's), and how many were judged."""
     spec = B.SPECS[spec_id]
     dev = torch.device(device)
@@ -325,6 +325,7 @@ def block_linear_over_budget(
             repro = None
             if type(linear) is TorchaoBlockLinear:  # a script needs nothing of the harness: torchao's calls
                 repro = product_against_float64(
+                    "block_scaled",
                     f"torchao block-scaled linear ({spec_id}) {name} of the model's linear {s.path!r} against float64",
                     torchao_script(spec, name),
                     {"x": s.x, "w": s.w, "go": s.go},

@@ -4,7 +4,7 @@ are as accurate as their formats allow, no less.
 The layer under test (``block_linear_under_test``: torchao's MX linear, ``mx_mm`` with its
 emulated matmul, and NVFP4 emulated over torchao's quantiser; or yours) runs forward and backward on
 seeded Gaussian operands. Each of its three products is compared with float64 on the unquantised
-operands, against two budgets from ``harness/domains/fp8/blocklinear.py``: an elementwise worst case
+operands, against two budgets from ``harness/domains/block_scaled/blocklinear.py``: an elementwise worst case
 (each element's cast error at the exact specification's block scale, saturation included, through
 the float32 product) and an SQNR floor (every cast at its worst, combined as the standard model of
 rounding error combines independent errors). torchao's own published floors are recorded beside.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.fp8.blocklinear import (
+from harness.domains.block_scaled.blocklinear import (
     PRODUCTS,
     TorchaoBlockLinear,
     linear_products,
@@ -23,8 +23,8 @@ from harness.domains.fp8.blocklinear import (
     published_floor,
     torchao_script,
 )
-from harness.domains.fp8.matmul import sqnr
-from harness.domains.fp8.repro import product_against_float64
+from harness.domains.engines.scaled.matmul import sqnr
+from harness.domains.engines.scaled.products import product_against_float64
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_bound, compare_within
 
@@ -68,6 +68,7 @@ def test_block_scaled_linear_output_and_gradients_are_within_budget(spec_id, blo
         )
         if type(linear) is TorchaoBlockLinear:  # a script needs nothing of the harness: torchao's calls
             repro = product_against_float64(
+                "block_scaled",
                 f"torchao block-scaled linear ({spec_id}) {name} against float64",
                 torchao_script(spec, name),
                 {"x": x, "w": w, "go": g},
