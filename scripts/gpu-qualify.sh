@@ -100,9 +100,10 @@ else
     # --amp-isolate: the tests run in a worker that is replaced when one crashes it (a segfault, an
     # illegal memory access, an abort) or hangs in native code: CRASHED / HUNG, and the run goes on.
     # --resume: a cut earlier part's finished tests are not run again, and count in the verdict.
+    # -n 1: one worker, replaced after a crash (the project's own `-n 2` is for its 2-core CPU machines).
     # shellcheck disable=SC2086
     run timeout --signal=TERM --kill-after=10 "$LEFT" amp-harness qualify --resume --report-dir "$OUT/reports" -- \
-        suites/ -p no:cacheprovider --amp-isolate --amp-device="$DEVICES" --amp-baseline-dir="$OUT/baselines" \
+        suites/ -p no:cacheprovider --amp-isolate -n 1 --amp-device="$DEVICES" --amp-baseline-dir="$OUT/baselines" \
         --amp-regen ${PYTEST_ARGS:-}
     VERDICT=$?
     if [ "$VERDICT" -eq 124 ] || [ "$VERDICT" -eq 137 ]; then

@@ -23,6 +23,9 @@ TESTS = Path(__file__).resolve().parent
 #: first-counterexample hypothesis profile of faults/__init__.py, failures listed; harness
 #: modules are imported by the outer run already, so the inner run cannot rewrite them, and the
 #: real suite modules are imported under their basenames already (hence importlib mode).
+#: what an xdist worker's environment says about it: an inner run is a serial session of its own
+#: (pytest-benchmark reads these and disables itself)
+XDIST_WORKER_ENVIRON = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 INNER_ARGS = (
     "-p",
     "no:cacheprovider",
@@ -137,7 +140,10 @@ def run_inner(pytester: pytest.Pytester, *args: str) -> InnerRun:
 
     wants_report = any(a.startswith("--amp-report-dir") for a in args)
     base = [a for a in INNER_ARGS if not (wants_report and a == "--amp-no-report")]
-    result = pytester.runpytest(*base, *args)
+    with pytest.MonkeyPatch.context() as env:  # a serial session, also inside an xdist worker
+        for name in XDIST_WORKER_ENVIRON:
+            env.delenv(name, raising=False)
+        result = pytester.runpytest(*base, *args)
     reprec = result.reprec  # type: ignore[attr-defined]
     passed, skipped, failed = reprec.listoutcomes()
     finishes = reprec.getcalls("pytest_sessionfinish")

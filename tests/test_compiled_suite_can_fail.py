@@ -124,6 +124,7 @@ def test_a_compile_only_fault_fails_the_check_named_for_it(pytester, suite_copy,
 @pytest.mark.amp_thorough  # two cold Inductor compiles, about 30 s on 2 cores; the speed gate's own
 # control (tests/test_speed_and_qualify.py) shows the same judgement failing a slowed path by default
 @pytest.mark.usefixtures("_compile_modules_imported_outside_pytester")
+@pytest.mark.amp_timing
 def test_a_compiled_amp_path_made_1_3x_slower_fails_the_calibrated_threshold(pytester, suite_copy, tmp_path):
     """Calibrated into a temporary baseline dir (so this holds on any CPU kind): the compiled-AMP
     speedup over eager AMP, with the compiled path slowed by the speed gate's DETECT_SLOWDOWN,

@@ -245,6 +245,7 @@ def test_a_hung_rank_is_killed_at_the_timeout():
 BANDWIDTH = "test_allreduce_bus_bandwidth_meets_the_floor_calibrated_for_this_worlds_shape"
 
 
+@pytest.mark.amp_timing  # calibrates and judges the loopback's bandwidth
 def test_an_all_reduce_slowed_2x_fails_the_floor_this_class_calibrated(pytester, suite_copy, capsys):
     """``amp-harness calibrate --allreduce`` places this class's floors from real launches; the same
     check then fails on an all-reduce twice as slow, confirmed by a second launch. Where this host's

@@ -24,6 +24,9 @@ from harness.platform.hardware import (
     onednn_isa_cap,
 )
 
+#: the calibrations below time their cases: under xdist each has the machine to itself
+pytestmark = pytest.mark.amp_timing
+
 #: the Intel kind with AMX (family 6 model 167), as /proc/cpuinfo lists its relevant flags
 AMX_CPU = CpuInfo(
     "Intel Xeon",

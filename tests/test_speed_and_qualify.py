@@ -39,6 +39,9 @@ from harness.platform.hardware import (
 from harness.storage import profiles
 from harness.storage import report as rp
 
+#: these tests time things, calibrate or read the host's load: under xdist each has the machine to itself
+pytestmark = pytest.mark.amp_timing
+
 #: the case the uncalibrated and pytest-benchmark tests measure: cheap on every kernel set (bf16
 #: matmul 1024 takes seconds a call where bf16 is emulated, as on AVX2-only CPUs)
 GATE = ("matmul_256", "float16")

@@ -24,6 +24,7 @@ from harness.pytest_plugin import journaling
 from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.examples import independent_of_loaded_modules
 from harness.pytest_plugin.limits import TestHung
+from harness.pytest_plugin.machine import TIMING_MARK, MachineLock, is_timing, lock_directory
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, capability_of
 from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of, suite_of
@@ -47,6 +48,8 @@ MARKERS = (
     "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
     "amp_harness: an amp-harness test that uses no amp_ fixture or marker otherwise (its hypothesis profile applies)",
     "amp_timeout(seconds): this test's time limit instead of --amp-timeout / --amp-timeout-heavy (0: none)",
+    f"{TIMING_MARK}: the test times something: under pytest-xdist no other worker runs a test beside it "
+    "(a test that uses amp_speedup or amp_interconnect is one)",
 )
 
 
@@ -78,6 +81,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    """Under several xdist workers, in a run with timing tests, each test holds the machine lock:
+    shared, and a timing test alone (:mod:`harness.pytest_plugin.machine`)."""
+    machine = state_of(item.config).machine
+    if machine is None:
+        return (yield from _under_profile(item))
+    with machine.held(alone=is_timing(item)):
+        return (yield from _under_profile(item))
+
+
+def _under_profile(item: pytest.Item) -> Generator[None, object, object]:
     """Only amp-harness tests run under its hypothesis profile; the one active before comes back.
     Under a derandomized one, hypothesis's examples do not depend on the modules loaded so far
     (:mod:`harness.pytest_plugin.examples`)."""
@@ -179,6 +192,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 cuda_reason = "" if torch.cuda.is_available() else opts.cuda_missing_reason()
             if cuda_reason:
                 item.add_marker(pytest.mark.skip(reason=cuda_reason))
+    if st.worker_count > 1 and st.machine is None and any(is_timing(i) for i in items):
+        st.machine = MachineLock(lock_directory(config))
 
 
 def _emulated_here(item: pytest.Item) -> str | None:
@@ -271,6 +286,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Baselines are renamed into place and the run report is written; neither can lose the
     other, and neither raises: what could not be written is reported and fails the session."""
     st = state_of(session.config)
+    if st.machine is not None:
+        st.machine.close()
+        st.machine = None
     launched = W.launched() if st.activated and not st.is_worker else None
     if launched is not None and launched.rank != 0:
         st.store.abandon()  # rank 0 alone writes baselines and the run report

@@ -17,6 +17,7 @@ import pytest
 
 from harness.numerics.verdict import Outcome
 from harness.platform.hardware import Fingerprint, detect
+from harness.pytest_plugin.machine import MachineLock
 from harness.pytest_plugin.options import Options, worker_threads
 from harness.storage import baselines as bl
 from harness.storage import report as rp
@@ -94,6 +95,9 @@ class State:
 
     #: xdist workers in the run (0: not under xdist)
     worker_count: int = 0
+    #: (xdist worker, in a run with timing tests) the run's machine lock: each test holds it
+    #: shared, a timing test alone (:mod:`harness.pytest_plugin.machine`)
+    machine: MachineLock | None = None
     #: what :meth:`share_cores` set, in words (None: not yet, or nothing to set)
     threads_note: str | None = None
     #: (controller) each worker's id, torch threads and CPU hardware class
