@@ -109,6 +109,10 @@ class RegistryVerdict:
     state: Lifecycle
     claim: ClaimComparison
 
+    def tags(self, **observed: object) -> dict[str, object]:
+        """What a registry check's row keeps: what was observed, and the lifecycle it leaves."""
+        return {**observed, "lifecycle": self.claim.detail[0], "lifecycle_state": self.state.value}
+
 
 def lifecycle_state(issue: KnownIssue, present: bool, listed: bool, version: str) -> Lifecycle:
     """Where one observation of ``issue`` in release ``version`` leaves its lifecycle."""

@@ -143,14 +143,5 @@ def test_registered_block_scaled_findings_match_what_this_torchao_does(issue_id,
     version = torchao_version()
     listed = issue.listed(version, "cpu")
     verdict = versions.registry_verdict(issue, present, listed, version, f"{known_issues.WHERE} ({issue_id!r})")
-    amp_record.require(
-        verdict.claim,
-        tags={
-            "torchao": version,
-            "listed_as_affected": listed,
-            "seen": seen,
-            "lifecycle": verdict.claim.detail[0],
-            "lifecycle_state": verdict.state.value,
-        },
-        note=issue.summary,
-    )
+    tags = verdict.tags(torchao=version, listed_as_affected=listed, seen=seen)
+    amp_record.require(verdict.claim, tags=tags, note=issue.summary)

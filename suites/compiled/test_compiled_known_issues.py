@@ -74,12 +74,6 @@ def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, 
         verdict.claim,
         dtype=amp_dtype,
         device=amp_device,
-        tags={
-            "torch": torch.__version__,
-            "listed_as_affected": listed,
-            "seen": seen,
-            "lifecycle": verdict.claim.detail[0],
-            "lifecycle_state": verdict.state.value,
-        },
+        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=seen),
         note=issue.summary,
     )

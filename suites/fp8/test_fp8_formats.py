@@ -273,6 +273,6 @@ def test_compiled_fp8_casts_give_the_eager_bits(fmt, amp_device, amp_record):
         verdict.claim,
         dtype=fmt.name,
         device=amp_device,
-        tags={"saturated_inputs": [values[i] for i in saturated], "lifecycle_state": verdict.state.value},
+        tags=verdict.tags(saturated_inputs=[values[i] for i in saturated]),
         note=issue.summary,
     )

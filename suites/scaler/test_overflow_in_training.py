@@ -323,12 +323,6 @@ def test_known_issue_status_matches_the_registry(issue_id, amp_device, scaler_fa
     amp_record.require(
         verdict.claim,
         device=amp_device,
-        tags={
-            "torch": torch.__version__,
-            "listed_as_affected": listed,
-            "scaler": issues.scaler_kind(scaler_factory),
-            "lifecycle": verdict.claim.detail[0],
-            "lifecycle_state": verdict.state.value,
-        },
+        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, scaler=kind),
         note=issue.summary,
     )
