@@ -23,9 +23,6 @@ TESTS = Path(__file__).resolve().parent
 #: first-counterexample hypothesis profile of faults/__init__.py, failures listed; harness
 #: modules are imported by the outer run already, so the inner run cannot rewrite them, and the
 #: real suite modules are imported under their basenames already (hence importlib mode).
-#: what an xdist worker's environment says about it: an inner run is a serial session of its own
-#: (pytest-benchmark reads these and disables itself)
-XDIST_WORKER_ENVIRON = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 INNER_ARGS = (
     "-p",
     "no:cacheprovider",
@@ -37,6 +34,9 @@ INNER_ARGS = (
     "ignore::pytest.PytestAssertRewriteWarning",
     "--import-mode=importlib",
 )
+#: what an xdist worker's environment says about it: an inner run is a serial session of its own
+#: (pytest-benchmark reads these and disables itself)
+XDIST_WORKER_ENVIRON = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 
 def conftest_source(

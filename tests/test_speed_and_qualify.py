@@ -924,6 +924,5 @@ def test_no_speed_case_is_timed_while_the_harness_compiles_in_the_background(mon
             calibrate_command="amp-harness calibrate",
             benchmark=None,
             require_speedup=False,
-            under_xdist=False,
         )
     assert timed.value.args == (False,), "a speed case was timed while the background compile ran"

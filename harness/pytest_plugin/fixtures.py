@@ -311,9 +311,6 @@ def amp_speedup(
             calibrate_command=f"{amp_calibrate_command} {calibrate_flags}".strip(),
             benchmark=benchmark,
             require_speedup=amp_require_speedup,
-            # several xdist workers share the cores, unless this test holds the machine alone (it
-            # does in a run that has the machine lock); one (--amp-isolate) times alone, as a serial run does
-            under_xdist=_shares_the_machine(request),
         )
 
     return check
@@ -376,9 +373,3 @@ def amp_baseline(request: pytest.FixtureRequest, amp_record: Recorder) -> Baseli
 
     ctx = BaselineContext(st.store, st.options.mode, key_for, provenance_for, st.primary_device, tuple(regen))
     return Baselines(ctx, request.node.nodeid, amp_record)
-
-
-def _shares_the_machine(request: pytest.FixtureRequest) -> bool:
-    """Whether this test runs beside other xdist workers' tests (no machine lock held alone)."""
-    st = state_of(request.config)
-    return st.worker_count > 1 and not (st.machine is not None and st.machine.alone)

@@ -4,8 +4,9 @@ Several xdist workers share the cores: a timing taken while another worker runs 
 that test as much as its own (the speed checks see other tenants and say NOISY, or worse, a
 slowdown that is not the stack's). So every worker of a run takes the run's machine lock for each
 test it runs: shared for an ordinary test, exclusive for a timing test (marker ``amp_timing``, or a
-test that uses ``amp_speedup`` or ``amp_interconnect``). A timing test starts once the tests running beside it have ended,
-and no other test starts until it has ended; the other workers wait, idle.
+test that uses ``amp_speedup`` or ``amp_interconnect``). A timing test starts once the tests
+running beside it have ended, and no other test starts until it has ended; the other workers
+wait, idle.
 
 A second lock, the gate, is taken on the way in and let go at once: a worker waiting for the
 machine alone holds the gate, so no new shared holder slips in ahead of it, and a timing test is
@@ -57,8 +58,6 @@ class MachineLock:
         directory.mkdir(parents=True, exist_ok=True)
         self._gate: IO[bytes] = (directory / "amp-harness-machine.gate").open("ab")
         self._machine: IO[bytes] = (directory / "amp-harness-machine.lock").open("ab")
-        #: whether this worker runs its current test with the machine to itself
-        self.alone = False
 
     @contextmanager
     def held(self, alone: bool) -> Iterator[None]:
@@ -68,11 +67,9 @@ class MachineLock:
             fcntl.flock(self._machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         finally:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
-        self.alone = alone
         try:
             yield
         finally:
-            self.alone = False
             fcntl.flock(self._machine, fcntl.LOCK_UN)
 
     def close(self) -> None:

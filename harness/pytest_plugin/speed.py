@@ -51,18 +51,11 @@ def check_speedup(
     rounds: bench.Rounds | int | None = None,
     benchmark: Any,
     require_speedup: bool,
-    under_xdist: bool,
 ) -> None:
-    """The speed check of ``workload`` in ``dtype_name`` (:class:`SpeedChecks`): skipped under
-    several xdist workers, its NOISY and NOT JUDGED outcomes skipped saying why, its pytest-benchmark
-    result filled in."""
+    """The speed check of ``workload`` in ``dtype_name`` (:class:`SpeedChecks`): its NOISY and NOT
+    JUDGED outcomes skipped saying why, its pytest-benchmark result filled in. Under several xdist
+    workers it runs with the machine to itself (:mod:`harness.pytest_plugin.machine`)."""
     __tracebackhide__ = True
-    if under_xdist:
-        _pedantic(benchmark)  # pytest-benchmark disables itself under xdist: mark its fixture used
-        pytest.skip(
-            "speed is measured one test at a time: run the speed suite without -n, or with --amp-isolate "
-            "(several xdist workers share the cores)"
-        )
     checks = SpeedChecks(
         record,
         device,
