@@ -7,7 +7,6 @@ from __future__ import annotations
 from helpers import inject, run_inner
 
 FIXTURES = {
-    "fp8_torchao": "faults.fp8.import_torchao()",
     "fp8_cast_under_test": "faults.casts.correct",
     "fp8_decode_under_test": "faults.fp8.torch_decode",
     "e8m0_cast_under_test": "faults.fp8.torch_e8m0_cast",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -45,6 +46,7 @@ __all__ = [
     "amp_record",
     "amp_require_speedup",
     "amp_speedup",
+    "amp_torchao",
     "amp_training",
 ]
 
@@ -103,6 +105,25 @@ def amp_fingerprint(request: pytest.FixtureRequest) -> Fingerprint:
             print(amp_fingerprint.torch_minor, amp_fingerprint.cpu_profile)
     """
     return _active(request).fingerprint
+
+
+@pytest.fixture(scope="session")
+def amp_torchao() -> ModuleType:
+    """torchao, or a skip that names what is missing (install: ``pip install amp-harness[fp8]``):
+    the fp8, block-scaled and stochastic-rounding suites judge torchao's code by default.
+
+    Example::
+
+        def test_my_fp8_recipe(amp_torchao):
+            config = amp_torchao.float8.Float8LinearConfig.from_recipe_name("rowwise")
+    """
+    from harness.platform import thirdparty  # lazy: imports torch
+
+    missing = thirdparty.torchao_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    module: ModuleType = thirdparty.import_third_party("torchao")
+    return module
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Fixtures of the block-scaled suite: the MX / NVFP4 quantiser and linear under test, replaceable to
-prove the suite can fail (the harness's own tests swap in broken ones), and fp8_torchao, skipped
-with the reason where it is missing."""
+prove the suite can fail (the harness's own tests swap in broken ones). torchao comes from the
+plugin's ``amp_torchao``, skipped with the reason where it is missing."""
 
 from __future__ import annotations
 
@@ -9,20 +9,10 @@ from types import ModuleType
 import pytest
 
 from harness.domains.training import RunCache
-from harness.platform import thirdparty
-
-
-@pytest.fixture(scope="session")
-def fp8_torchao() -> ModuleType:
-    """fp8_torchao, or a skip that names what is missing (install: ``pip install amp-harness[fp8]``)."""
-    missing = thirdparty.torchao_missing()
-    if missing is not None:
-        pytest.skip(missing)
-    return thirdparty.import_third_party("torchao")
 
 
 @pytest.fixture
-def block_scaling_under_test(fp8_torchao: ModuleType) -> object:
+def block_scaling_under_test(amp_torchao: ModuleType) -> object:
     """The MX / NVFP4 quantiser the block-scaling specifications judge (torchao's by default).
 
     Example, checking your own::
@@ -37,7 +27,7 @@ def block_scaling_under_test(fp8_torchao: ModuleType) -> object:
 
 
 @pytest.fixture
-def block_linear_under_test(fp8_torchao: ModuleType) -> object:
+def block_linear_under_test(amp_torchao: ModuleType) -> object:
     """The block-scaled linear layer whose three products the budgets judge (torchao's MX linear,
     and NVFP4 emulated over torchao's quantiser, by default).
 

@@ -49,7 +49,7 @@ def _mx_blocks() -> st.SearchStrategy[list[float]]:
 
 @pytest.mark.parametrize("mode", list(MxScaleMode), ids=lambda m: m.value)
 @pytest.mark.parametrize("elem_id", sorted(MX_ELEMENTS))
-def test_mx_block_scales_equal_the_reference(elem_id, mode, fp8_torchao, amp_record):
+def test_mx_block_scales_equal_the_reference(elem_id, mode, amp_torchao, amp_record):
     mx = import_third_party("torchao.prototype.mx_formats.mx_tensor")
     cfg = import_third_party("torchao.prototype.mx_formats.config")
     elem = MX_ELEMENTS[elem_id]
@@ -137,7 +137,7 @@ def _observe(issue_id: str) -> tuple[bool, str]:
 
 
 @pytest.mark.parametrize("issue_id", sorted(known_issues.KNOWN_ISSUES))
-def test_registered_block_scaled_findings_match_what_this_torchao_does(issue_id, fp8_torchao, amp_record):
+def test_registered_block_scaled_findings_match_what_this_torchao_does(issue_id, amp_torchao, amp_record):
     issue = known_issues.KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id)
     version = torchao_version()

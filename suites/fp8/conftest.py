@@ -1,6 +1,6 @@
 """Fixtures of the fp8 suite: the casts and the scaling code under test, replaceable to prove the
-suite can fail (the harness's own tests swap in broken ones), and fp8_torchao, skipped with the reason
-where it is missing."""
+suite can fail (the harness's own tests swap in broken ones). torchao comes from the plugin's
+``amp_torchao``, skipped with the reason where it is missing."""
 
 from __future__ import annotations
 
@@ -13,18 +13,8 @@ import torch
 from harness.domains.fp8 import adapters
 from harness.domains.training import RunCache
 from harness.numerics.formats import FloatFormat, cast_bits
-from harness.platform import thirdparty
 
 Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
-
-
-@pytest.fixture(scope="session")
-def fp8_torchao() -> ModuleType:
-    """fp8_torchao, or a skip that names what is missing (install: ``pip install amp-harness[fp8]``)."""
-    missing = thirdparty.torchao_missing()
-    if missing is not None:
-        pytest.skip(missing)
-    return thirdparty.import_third_party("torchao")
 
 
 @pytest.fixture
@@ -46,7 +36,7 @@ def e8m0_cast_under_test() -> Callable[[Sequence[float], torch.device], list[int
 
 
 @pytest.fixture
-def fp8_scaling_under_test(fp8_torchao: ModuleType) -> adapters.Fp8Scaling:
+def fp8_scaling_under_test(amp_torchao: ModuleType) -> adapters.Fp8Scaling:
     """The fp8 scaling code the recipe specifications judge (torchao's by default).
 
     Example, checking your own::

@@ -23,7 +23,7 @@ WORLD, ALL_GATHER_STEPS = 2, 4
 
 
 def test_float8_all_gather_under_fsdp2_trains_bit_for_bit_as_without_it(
-    fp8_torchao, float8_fsdp_shard, amp_device, amp_record
+    amp_torchao, float8_fsdp_shard, amp_device, amp_record
 ):
     """torchao casts each weight shard to float8 before FSDP2 gathers it, with the whole weight's
     amax (all-reduced), so the gathered weight is the one the forward would have cast: the losses

@@ -100,7 +100,7 @@ def _emulate(device, amp_record) -> bool:
     ],
 )
 def test_float8_mlp_training_stays_within_the_fp32_seed_band(
-    recipe_name, fp8_torchao, train_cached, amp_device, amp_record
+    recipe_name, amp_torchao, train_cached, amp_device, amp_record
 ):
     fp = train_cached.fp32(SETUPS["mlp"], SEEDS, amp_device)
     band = seed_band(fp)
@@ -132,7 +132,7 @@ def test_float8_mlp_training_stays_within_the_fp32_seed_band(
 @pytest.mark.amp_thorough_on("cpu")  # ~1 min on 2 CPU cores even with the emulated matmul
 @pytest.mark.parametrize("recipe_name", sorted(recipes.RECIPES))
 def test_float8_lm_training_stays_within_the_fp32_seed_band(
-    recipe_name, fp8_torchao, train_cached, amp_device, amp_record
+    recipe_name, amp_torchao, train_cached, amp_device, amp_record
 ):
     """The tiny LM; on the CPU with torchao's emulated matmul (the same fp8 casts, products in fp32):
     CPU fp8 kernels take minutes per run on some hardware classes (docs/fp8.md)."""
@@ -147,7 +147,7 @@ def test_float8_lm_training_stays_within_the_fp32_seed_band(
 
 @pytest.mark.parametrize("recipe_name", ["tensorwise", pytest.param("rowwise", marks=pytest.mark.amp_thorough)])
 def test_an_activation_outlier_mid_run_leaves_no_lasting_damage(
-    recipe_name, fp8_torchao, train_cached, amp_device, amp_record
+    recipe_name, amp_torchao, train_cached, amp_device, amp_record
 ):
     """One sample's inputs x OUTLIER_FACTOR at one step: that step's scale is set by the outlier;
     every later checkpoint must be within the band of fp32 runs that took the same outlier."""

@@ -192,7 +192,7 @@ def _e8m0_repro(
     return e8m0_outcomes("torch's float32 -> e8m0 casts that left this release's golden table", cases, str(device))
 
 
-def test_fp4_e2m1_codes_and_rounding_match_the_reference(fp8_torchao, amp_device, amp_record):
+def test_fp4_e2m1_codes_and_rounding_match_the_reference(amp_torchao, amp_device, amp_record):
     """torch has a packed fp4 dtype (float4_e2m1fn_x2) without casts; torchao's MX kernels are the
     casts MX training uses: decode of all 16 codes, round-to-nearest-even of every value and
     midpoint, and saturation beyond the largest value (the format has no inf or NaN)."""

@@ -86,7 +86,7 @@ EDGE_TENSORS = {
 
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))
-def test_torchaos_recipe_casts_each_operand_as_its_specification_says(name, fp8_torchao, amp_record):
+def test_torchaos_recipe_casts_each_operand_as_its_specification_says(name, amp_torchao, amp_record):
     config = import_third_party("torchao.float8").Float8LinearConfig.from_recipe_name(name)
     got = recipes.from_torchao_config(name, config)
     spec = recipes.recipe(name)
@@ -208,7 +208,7 @@ def _observe(issue_id: str) -> tuple[bool, str]:
 
 
 @pytest.mark.parametrize("issue_id", sorted(known_issues.KNOWN_ISSUES))
-def test_registered_fp8_findings_match_what_this_torchao_does(issue_id, fp8_torchao, amp_record):
+def test_registered_fp8_findings_match_what_this_torchao_does(issue_id, amp_torchao, amp_record):
     issue = known_issues.KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id)
     version = torchao_version()

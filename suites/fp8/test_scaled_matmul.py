@@ -106,7 +106,7 @@ def test_scaled_mm_is_within_its_error_budget_and_sqnr_floor(
 
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))
-def test_float8_linear_output_and_gradients_are_within_budget(name, fp8_torchao, amp_device, amp_record):
+def test_float8_linear_output_and_gradients_are_within_budget(name, amp_torchao, amp_device, amp_record):
     """Float8Linear's three matmuls against float64 on the same input, weight and output gradient,
     with the budget of the operands' casts as the recipe specifies them."""
     g = torch.Generator().manual_seed(1)

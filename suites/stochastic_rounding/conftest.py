@@ -1,6 +1,7 @@
 """Fixtures of the stochastic-rounding suite: the roundings under test, replaceable to prove the
-suite can fail (the harness's own tests swap in broken ones), and fp8_torchao (whose optimizers'
-rounding is judged by default), skipped with the reason where it is missing."""
+suite can fail (the harness's own tests swap in broken ones). torchao, whose optimizers' rounding
+is judged by default, comes from the plugin's ``amp_torchao``, skipped with the reason where it is
+missing."""
 
 from __future__ import annotations
 
@@ -11,20 +12,10 @@ import pytest
 import torch
 
 from harness.domains.stochastic_rounding import roundings
-from harness.platform import thirdparty
-
-
-@pytest.fixture(scope="session")
-def fp8_torchao() -> ModuleType:
-    """fp8_torchao, or a skip that names what is missing (install: ``pip install amp-harness[fp8]``)."""
-    missing = thirdparty.torchao_missing()
-    if missing is not None:
-        pytest.skip(missing)
-    return thirdparty.import_third_party("torchao")
 
 
 @pytest.fixture
-def stochastic_rounding_under_test(fp8_torchao: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
+def stochastic_rounding_under_test(amp_torchao: ModuleType) -> Callable[[torch.Tensor], torch.Tensor]:
     """fp32 -> bf16 stochastic rounding the statistical checks judge: torchao's (its optimizers'
     ``bf16_stochastic_round``). Return your own ``(x: fp32 tensor) -> bf16 tensor`` to judge it; it
     must draw from torch's global generator (the checks seed it)."""

@@ -126,13 +126,6 @@ def one_less(original: int) -> int:
     return original - 1
 
 
-def import_torchao() -> Any:
-    """torchao, for an injected ``torchao`` fixture."""
-    from harness.platform.thirdparty import import_third_party as imp
-
-    return imp("torchao")
-
-
 class PlainTorchScaling:
     """A user's own correct fp8 scaling in plain torch, no torchao (what the adapter docs show): it
     must pass every scaling check, power-of-two scales included (its rounding is exact)."""
