@@ -60,11 +60,19 @@ def warm_up_in_background() -> None:
     global _warm_up
     if _warm_up is not None or unavailable("cpu") is not None:
         return
+    # Every module the probe needs is imported here, on the calling thread, so that the thread
+    # imports none: an import that finishes in the background while a test runs can be undone
+    # under it (pytester's in-process runs restore sys.modules after them). Undone half-way it left
+    # setuptools' distutils shim without setuptools, and the next compile failed on setuptools'
+    # warning that distutils came first.
+    import torch.utils.cpp_extension  # noqa: F401  (setuptools: Inductor's build options import it)
+    from torch._inductor import (
+        codecache,  # noqa: F401  (the probe's build and load)
+        cpu_vec_isa,
+    )
 
     def probe() -> None:
         try:
-            from torch._inductor import cpu_vec_isa
-
             cpu_vec_isa.valid_vec_isa_list()
         except Exception:  # Inductor probes again in the compiling test and says why
             return
