@@ -7,8 +7,8 @@ Two names for a machine, for two purposes:
 * a **hardware class** (``cpu-amd-zen4-f25m17-avx512bf16-t2``, ``cuda-nvidia-h200-sm90-140g``)
   names machines whose *speed* is comparable: vendor, family/model (microarchitecture where
   known), the ISA features that change the low-precision kernels and the number of threads torch
-  uses; for GPUs the name, compute capability and memory. Speed thresholds belong to a class:
-  two CPUs with the same flags can differ several times in bf16-vs-fp32 speed
+  uses with the machine to itself (:func:`machine_threads`); for GPUs the name, compute
+  capability and memory. Speed thresholds belong to a class: two CPUs with the same flags can differ several times in bf16-vs-fp32 speed
   (docs/hardware-and-speed.md has the figures per kind).
 
 Detection reads ``/proc/cpuinfo`` and ``torch.cuda``; torch is imported only when detection runs.
@@ -370,7 +370,8 @@ class Fingerprint:
     platform: str
     hostname: str
     extra: dict[str, Any] = field(default_factory=dict)
-    #: intra-op threads torch uses (``torch.get_num_threads()``): part of a CPU's hardware class
+    #: intra-op threads torch uses with the machine to itself (:func:`machine_threads`): part of a
+    #: CPU's hardware class
     torch_threads: int = 1
 
     @property
@@ -534,8 +535,46 @@ def detect() -> Fingerprint:
         python_version=sys.version.split()[0],
         platform=platform.platform(),
         hostname=socket.gethostname(),
-        torch_threads=torch.get_num_threads(),
+        torch_threads=machine_threads(),
     )
+
+
+#: torch's thread count before a share of the cores was taken in this process (an xdist worker's,
+#: :func:`share_threads`); None while the process has not given any away
+_MACHINE_THREADS: int | None = None
+
+
+def share_threads(n: int) -> None:
+    """Give torch ``n`` intra-op threads for this process's share of the machine (an xdist worker's
+    share of the cores), remembering what it had: the hardware class keeps naming the machine."""
+    import torch
+
+    global _MACHINE_THREADS
+    if _MACHINE_THREADS is None:
+        _MACHINE_THREADS = torch.get_num_threads()
+    torch.set_num_threads(n)
+
+
+def computing_class(class_id: str) -> str:
+    """A hardware class as a key of bitwise-reproducible numerics: on the CPU, with the intra-op
+    threads torch computes on now, not the machine's (:func:`machine_threads`): a reduction split
+    over another number of threads rounds differently, so an xdist worker's one-thread results are
+    never held bitwise to a serial run's. A GPU class is unchanged."""
+    import torch
+
+    if not class_id.startswith("cpu-"):
+        return class_id
+    return re.sub(r"-t\d+$", f"-t{torch.get_num_threads()}", class_id)
+
+
+def machine_threads() -> int:
+    """The intra-op threads torch has when a process has the machine to itself: a serial run's,
+    ``amp-harness calibrate``'s. An xdist worker gives its torch a share of the cores, but its
+    timing tests hold the machine alone and time on the same threads as calibration
+    (``bench.CPU_THREADS``), so its hardware class is the machine's, and so are its thresholds."""
+    import torch
+
+    return _MACHINE_THREADS if _MACHINE_THREADS is not None else torch.get_num_threads()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness.numerics.verdict import Outcome
-from harness.platform.hardware import Fingerprint, detect
+from harness.platform.hardware import Fingerprint, detect, share_threads
 from harness.pytest_plugin.machine import MachineLock
 from harness.pytest_plugin.options import Options, worker_threads
 from harness.storage import baselines as bl
@@ -116,14 +116,16 @@ class State:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         n, why = worker_threads(self.options.worker_threads, self.worker_count, cpus, os.environ.get("OMP_NUM_THREADS"))
         if n is not None:
-            torch.set_num_threads(n)
+            share_threads(n)  # the hardware class still names the machine (machine_threads)
             with contextlib.suppress(RuntimeError):  # the inter-op pool already started: it stays
                 torch.set_num_interop_threads(n)
         self.threads_note = f"{torch.get_num_threads()} torch threads ({why})"
 
     @cached_property
     def fingerprint(self) -> Fingerprint:
-        """Detected once, when first needed (it imports torch), after the worker's core share."""
+        """Detected once, when first needed (it imports torch), after the worker's core share. Its
+        hardware class names the machine, not the worker's share of the cores (that is
+        :attr:`threads_note`, in the report's ``xdist_workers``): :func:`machine_threads`."""
         self.share_cores()
         return detect()
 

@@ -31,6 +31,7 @@ from harness.domains.engines.training.precision import (
 )
 from harness.domains.training import repro as training_repro
 from harness.numerics.comparison import compare_curves
+from harness.platform.hardware import computing_class
 from harness.storage.baselines import KeyKind
 
 pytestmark = pytest.mark.amp_capability("training parity")
@@ -39,9 +40,10 @@ CURVES = {"mlp": [T.BF16, T.FP16_SCALER], "tiny_lm": [T.BF16, T.FP16_SCALER], "c
 
 
 def _lane_key(amp_hardware_class) -> dict[str, str | None]:
-    """What the deterministic lane requires to be unchanged: hardware class and software stack."""
+    """What the deterministic lane requires to be unchanged: hardware class, with the threads torch
+    computed on (an xdist worker's share differs from a serial run's), and software stack."""
     return {
-        "hardware_class": amp_hardware_class.hardware_class,
+        "hardware_class": computing_class(amp_hardware_class.hardware_class),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
     }
