@@ -103,10 +103,17 @@ pytest_plugins = ["pytester"]
 #: tests whose output they run. The heavy ones are also ``amp_thorough``: out of the `pytest`
 #: budget on 2 cores, run by CI as `pytest tests/ -m standalone_scripts --amp-tier=thorough`.
 STANDALONE_SCRIPTS = "standalone_scripts: runs the harness's standalone scripts, or writes those that a later test runs"
+#: The tests that run what users run as they run it: the documented commands, and the project's own
+#: configuration (two xdist workers from its addopts). In the opt-in tier (each starts pytest or the
+#: CLI in fresh interpreters); CI runs them as `pytest tests/ -m as_users_run_it --amp-tier=thorough`.
+AS_USERS_RUN_IT = (
+    "as_users_run_it: runs a documented command, or the suites under the project's own configuration, as a user would"
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", STANDALONE_SCRIPTS)
+    config.addinivalue_line("markers", AS_USERS_RUN_IT)
 
 
 @pytest.hookimpl(tryfirst=True)

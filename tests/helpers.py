@@ -39,6 +39,25 @@ INNER_ARGS = (
 XDIST_WORKER_ENVIRON = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 
+def project_configuration(pytester: pytest.Pytester) -> None:
+    """The project's own pytest configuration in the scratch directory: ``[tool.pytest.ini_options]``
+    of its pyproject.toml as it stands, addopts (two xdist workers) included, less ``testpaths``
+    (a scratch project's tests are where its runs name them). A run there is a run as users start
+    one from the repository."""
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    start = text.index("[tool.pytest.ini_options]")
+    end = text.index("\n[tool.", start)
+    lines = [line for line in text[start:end].splitlines() if not line.startswith("testpaths")]
+    (pytester.path / "pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def outside_this_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child pytest started from a test is a session of its own, not a worker of this run (xdist
+    and pytest-benchmark read these variables)."""
+    for name in XDIST_WORKER_ENVIRON:
+        monkeypatch.delenv(name, raising=False)
+
+
 def conftest_source(
     *,
     fixtures: Mapping[str, str] | None = None,

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from helpers import inject
+from helpers import inject, outside_this_run, project_configuration
 
 from harness.domains.engines.ranks import world as W
 from harness.storage import report as rp
@@ -70,6 +70,36 @@ def _finish(nodes: list[subprocess.Popen[str]], timeout: float) -> list[tuple[in
 #: every torchrun test starts two pytest processes (about 9 s each on 2 cores): the opt-in tier, which
 #: .ci/run runs on its own after the default one
 pytestmark = pytest.mark.amp_thorough
+
+
+@pytest.fixture(autouse=True)
+def as_from_the_repository(pytester, monkeypatch):
+    """Every run here starts as docs/running.md's recipes do from the repository: under the project's
+    own configuration, whose addopts start two xdist workers (a launched rank must not)."""
+    project_configuration(pytester)
+    outside_this_run(monkeypatch)
+
+
+def _launched_env(monkeypatch, rank: int, world_size: int) -> None:
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    monkeypatch.setenv("LOCAL_RANK", str(rank))
+
+
+def test_a_launched_rank_runs_its_tests_itself_whatever_workers_the_addopts_ask_for(pytester, monkeypatch):
+    """Under a launcher the rank processes are the world: xdist workers inside a rank would be no
+    rank of it (the ranks waited in init_process_group until the launcher's timeout). Without the
+    launcher, the same project runs on its two workers (the negative control)."""
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    plain.stdout.fnmatch_lines(["*created: 2/2 workers*", "*1 passed*"])
+    _launched_env(monkeypatch, 1, 2)
+    ranked = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert "created:" not in ranked.stdout.str() and ranked.ret == pytest.ExitCode.OK, ranked.stdout.str()
+    ranked.stdout.fnmatch_lines(["*rank 1 of a launched world of 2: xdist is off*", "*1 passed*"])
+    isolated = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--amp-isolate")
+    assert isolated.ret == pytest.ExitCode.USAGE_ERROR
+    isolated.stderr.fnmatch_lines(["*rank 1 of a launched world of 2*drop --amp-isolate under a launcher*"])
 
 
 def test_without_a_launcher_or_with_one_rank_there_is_no_launched_world(monkeypatch):

@@ -15,7 +15,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, assert_caught, assert_clean, faulty_driver, inject, run_inner, unbound_names
+from helpers import (
+    REPO,
+    assert_caught,
+    assert_clean,
+    faulty_driver,
+    inject,
+    outside_this_run,
+    project_configuration,
+    run_inner,
+    unbound_names,
+)
 
 from harness.apps import qualify
 from harness.apps.cli import main
@@ -926,3 +936,77 @@ def test_no_speed_case_is_timed_while_the_harness_compiles_in_the_background(mon
             require_speedup=False,
         )
     assert timed.value.args == (False,), "a speed case was timed while the background compile ran"
+
+
+def _on_the_projects_workers(pytester, monkeypatch, *args: str) -> pytest.RunResult:
+    """The copied suite run as users run it from the repository: the project's configuration, so
+    its addopts' two xdist workers, in a fresh interpreter."""
+    project_configuration(pytester)
+    outside_this_run(monkeypatch)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--amp-device=cpu", "-rA", *args)
+    result.stdout.fnmatch_lines(["*created: 2/2 workers*"])  # the workers really ran it
+    return result
+
+
+@pytest.mark.amp_thorough
+@pytest.mark.as_users_run_it
+def test_on_the_projects_two_workers_a_calibrated_case_is_judged_and_a_slowed_path_fails(
+    pytester, suite_copy, calibrated, monkeypatch
+):
+    """The workers give torch a share of the cores each; calibration runs in one process. Both name
+    the machine's hardware class, so the class calibration wrote judges the workers' speed cases,
+    and a 1.3x slower AMP path fails there. Before, the workers' class ended in -t1 where
+    calibration's ended in -t2: every case NOT JUDGED, a slowed path passing."""
+    case = _judged_case(calibrated)
+    args = _speed_suite(pytester, suite_copy, bench.DETECT_SLOWDOWN, calibrated)
+    out = pytester.path / "out"
+    result = _on_the_projects_workers(
+        pytester, monkeypatch, *args, "-k", f"meets_the_class_threshold and {case}", f"--amp-report-dir={out}"
+    )
+    [report] = rp.find_runs(out)
+    run = json.loads((report / "run.json").read_text())
+    klass = detect().cpu_class.id  # what calibration wrote
+    assert run["fingerprint"]["cpu_class"]["id"] == klass
+    assert {w["hardware_class"] for w in run["xdist_workers"]} - {None} == {klass}, run["xdist_workers"]
+    rows = rp.load(report).rows
+    [speedup] = rows[rows["metric"] == f"{case.split('-')[0]}.speedup"].to_dict("records")
+    assert klass in speedup["note"] and "no calibrated speed thresholds" not in speedup["note"], speedup["note"]
+    if speedup["outcome"] == Outcome.NOISY.value:
+        pytest.skip(
+            f"the slowed case came out NOISY here: this run cannot show the catch (not a pass): {speedup['note']}"
+        )
+    assert speedup["outcome"] == Outcome.FAIL.value, result.stdout.str()[-3000:]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*AMP speedup *x is below the cpu-* threshold *x*"], consecutive=False)
+
+
+@pytest.mark.amp_thorough
+@pytest.mark.as_users_run_it
+def test_on_the_projects_two_workers_pytest_benchmark_writes_saves_and_compares_what_a_serial_run_does(
+    pytester, suite_copy, monkeypatch, tmp_path
+):
+    """pytest-benchmark turns itself off under xdist; the speed checks hold the machine alone, so
+    the harness keeps it on for them and sends their results to the controller: --benchmark-json,
+    --benchmark-autosave and --benchmark-compare see the cases a serial run sees."""
+    args = _speed_suite(pytester, suite_copy, 1.0, None, rounds=bench.MIN_ROUNDS)
+    select = ["-k", f"{GATE_ID} or layer_norm-bfloat16"]
+    serial = tmp_path / "serial.json"
+    assert_clean(run_inner(pytester, *args, *select, f"--benchmark-json={serial}"), at_least=2)
+    expected = sorted(b["fullname"] for b in json.loads(serial.read_text())["benchmarks"])
+    assert len(expected) == 2, expected
+    storage = f"--benchmark-storage={tmp_path / 'saved'}"
+    workers = tmp_path / "workers.json"
+    first = _on_the_projects_workers(
+        pytester, monkeypatch, *args, *select, f"--benchmark-json={workers}", "--benchmark-autosave", storage
+    )
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()[-3000:]
+    written = json.loads(workers.read_text())["benchmarks"]
+    assert sorted(b["fullname"] for b in written) == expected
+    assert all(b["stats"]["rounds"] == bench.MIN_ROUNDS and b["extra_info"]["clock"] for b in written)
+    [saved] = (tmp_path / "saved").rglob("0001_*.json")
+    assert sorted(b["fullname"] for b in json.loads(saved.read_text())["benchmarks"]) == expected
+    second = _on_the_projects_workers(pytester, monkeypatch, *args, *select, "--benchmark-compare", storage)
+    assert second.ret == pytest.ExitCode.OK, second.stdout.str()[-3000:]
+    both = second.stdout.str() + second.stderr.str()
+    assert "Comparing against benchmarks from" in both and "0001_" in both, both[-3000:]
+    assert "(NOW)" in both, both[-3000:]  # the comparison table holds this run's cases beside the saved ones
