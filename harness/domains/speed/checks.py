@@ -13,6 +13,7 @@ in :attr:`SpeedOutcome.skip` for the plugin to say.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -205,6 +206,11 @@ class SpeedChecks:
     ) -> SpeedOutcome:
         __tracebackhide__ = True
         name, dtype, device, timing = workload.name, getattr(torch, dtype_name), self._device, v.timing
+        unchanged = thresholds.unchanged_by_autocast(name, device, dtype) if v.outcome is Outcome.UNJUDGED else None
+        if unchanged is not None:
+            # no speed claim on this device, whatever a calibration does: not NOT JUDGED (which
+            # names the command that would judge it) but skipped, saying why
+            v = dataclasses.replace(v, outcome=Outcome.SKIP, reason=f"not a speed claim on {device.type}: {unchanged}")
         tags = {
             "workload": name,
             "baseline": workload.baseline_name,
@@ -286,7 +292,7 @@ class SpeedChecks:
             comparable=trended,
             drift=drift if trended else None,
         )
-        skip = None
+        skip = v.reason if v.outcome is Outcome.SKIP else None
         if v.outcome is Outcome.NOISY:
             skip = f"NOISY: {name}/{dtype_name} {timing.describe()}: {v.reason} (measured twice)"
         return SpeedOutcome(v, first.timing, sized, skip)

@@ -83,11 +83,20 @@ class Judged:
 
 def judge(first: float, threshold: Threshold | None, again: Callable[[], float | None], calibrate: str) -> Judged:
     """``first`` against the class's floor for this shape: UNJUDGED without one (the note says how
-    to calibrate), PASS at or above it, else measured ``again``: FAIL when that is below too, NOISY
-    when it is not."""
-    if threshold is None or not threshold.judged or threshold.min_speedup is None:
-        why = "no floor calibrated for this world's shape" if threshold is None else threshold.origin
+    to calibrate), NOISY where calibration could place none (its runs scattered too much), PASS at
+    or above it, else measured ``again``: FAIL when that is below too, NOISY when it is not."""
+    if threshold is None:
+        why = "no floor calibrated for this world's shape"
         return Judged(Outcome.UNJUDGED, (first,), None, f"measured, not judged: {why}; calibrate with `{calibrate}`")
+    if not threshold.judged or threshold.min_speedup is None:
+        # calibrated, and the calibration found the runs too scattered to place a floor: the host's
+        # noise, not a missing calibration (NOT JUDGED would ask again for the one just made)
+        return Judged(
+            Outcome.NOISY,
+            (first,),
+            None,
+            f"measured, no verdict: {threshold.origin}; a quieter host of the class can place a floor (`{calibrate}`)",
+        )
     floor = threshold.min_speedup
     if first >= floor:
         return Judged(Outcome.PASS, (first,), floor, threshold.origin)
