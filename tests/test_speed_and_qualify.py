@@ -991,7 +991,8 @@ def test_on_the_projects_two_workers_pytest_benchmark_writes_saves_and_compares_
     args = _speed_suite(pytester, suite_copy, 1.0, None, rounds=bench.MIN_ROUNDS)
     select = ["-k", f"{GATE_ID} or layer_norm-bfloat16"]
     serial = tmp_path / "serial.json"
-    assert_clean(run_inner(pytester, *args, *select, f"--benchmark-json={serial}"), at_least=2)
+    # layer_norm is no speed claim on the CPU (skipped, saying so), yet timed: pytest-benchmark has both
+    assert_clean(run_inner(pytester, *args, *select, f"--benchmark-json={serial}"), at_least=1)
     expected = sorted(b["fullname"] for b in json.loads(serial.read_text())["benchmarks"])
     assert len(expected) == 2, expected
     storage = f"--benchmark-storage={tmp_path / 'saved'}"
