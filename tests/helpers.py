@@ -160,8 +160,7 @@ def run_inner(pytester: pytest.Pytester, *args: str) -> InnerRun:
     wants_report = any(a.startswith("--amp-report-dir") for a in args)
     base = [a for a in INNER_ARGS if not (wants_report and a == "--amp-no-report")]
     with pytest.MonkeyPatch.context() as env:  # a serial session, also inside an xdist worker
-        for name in XDIST_WORKER_ENVIRON:
-            env.delenv(name, raising=False)
+        outside_this_run(env)
         result = pytester.runpytest(*base, *args)
     reprec = result.reprec  # type: ignore[attr-defined]
     passed, skipped, failed = reprec.listoutcomes()

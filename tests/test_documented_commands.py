@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import REPO, XDIST_WORKER_ENVIRON
+from helpers import REPO, outside_this_run
+
+pytestmark = pytest.mark.as_users_run_it
 
 #: the pages whose fenced shell blocks are the commands users copy
 PAGES = ("README.md", "docs/running.md", "docs/release.md", "docs/qualify.md")
@@ -151,19 +153,20 @@ def test_every_test_named_as_a_proof_exists():
 # -- run as written ----------------------------------------------------------------------------
 @pytest.fixture
 def repository(tmp_path, monkeypatch) -> Path:
-    """A copy of the repository as a clone has it (no reports, caches or environments), its own
-    git history of one commit, and this environment's commands first on PATH."""
+    """A copy of the repository as a clone of this checkout has it (no reports, caches or
+    environments), its own git history of one commit, and this environment's commands first on PATH."""
     copy = tmp_path / "repo"
-    shutil.copytree(
-        REPO,
-        copy,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", ".tox", "amp-reports", "__pycache__", ".hypothesis", ".benchmarks", "*.egg-info",
-            ".mypy_cache", ".ruff_cache", ".pytest_cache", ".release-env",
-        ),
-    )  # fmt: skip
-    for name in XDIST_WORKER_ENVIRON:  # a command started from a test is no worker of this run
-        monkeypatch.delenv(name, raising=False)
+    listed = subprocess.run(  # what a clone holds, with this checkout's changes: git's own rules of what to leave out
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file():  # a file deleted in the checkout but still tracked is not there
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, copy / name)
+    outside_this_run(monkeypatch)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run([*git, "init", "-q"], cwd=copy, check=True)
@@ -177,9 +180,6 @@ def _as_written(repository: Path, command: str, timeout: float) -> subprocess.Co
     return subprocess.run(
         ["bash", "-c", command], cwd=repository, capture_output=True, text=True, timeout=timeout, check=False
     )
-
-
-pytestmark = [pytest.mark.as_users_run_it]
 
 
 @pytest.mark.amp_thorough

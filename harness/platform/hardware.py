@@ -8,8 +8,8 @@ Two names for a machine, for two purposes:
   names machines whose *speed* is comparable: vendor, family/model (microarchitecture where
   known), the ISA features that change the low-precision kernels and the number of threads torch
   uses with the machine to itself (:func:`machine_threads`); for GPUs the name, compute
-  capability and memory. Speed thresholds belong to a class: two CPUs with the same flags can differ several times in bf16-vs-fp32 speed
-  (docs/hardware-and-speed.md has the figures per kind).
+  capability and memory. Speed thresholds belong to a class: two CPUs with the same flags can
+  differ several times in bf16-vs-fp32 speed (docs/hardware-and-speed.md has the figures per kind).
 
 Detection reads ``/proc/cpuinfo`` and ``torch.cuda``; torch is imported only when detection runs.
 """

@@ -13,7 +13,6 @@ in :attr:`SpeedOutcome.skip` for the plugin to say.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -206,11 +205,6 @@ class SpeedChecks:
     ) -> SpeedOutcome:
         __tracebackhide__ = True
         name, dtype, device, timing = workload.name, getattr(torch, dtype_name), self._device, v.timing
-        unchanged = thresholds.unchanged_by_autocast(name, device, dtype) if v.outcome is Outcome.UNJUDGED else None
-        if unchanged is not None:
-            # no speed claim on this device, whatever a calibration does: not NOT JUDGED (which
-            # names the command that would judge it) but skipped, saying why
-            v = dataclasses.replace(v, outcome=Outcome.SKIP, reason=f"not a speed claim on {device.type}: {unchanged}")
         tags = {
             "workload": name,
             "baseline": workload.baseline_name,

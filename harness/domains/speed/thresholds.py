@@ -47,9 +47,14 @@ GPU_CASES: tuple[tuple[str, str], ...] = (("transformer_step", "bfloat16"),)
 MAX_CALIBRATION_SCATTER = DETECT_SLOWDOWN**0.5
 
 
+#: ``Threshold.expect`` of a workload that is no speed claim on the device (:func:`for_device`)
+NO_CLAIM = "none"
+
+
 @dataclass(frozen=True)
 class Threshold:
-    """``expect``: "judge" (``min_speedup`` applies) or "record" (calibration too noisy to judge)."""
+    """``expect``: "judge" (``min_speedup`` applies), "record" (calibration too noisy to judge) or
+    "none" (no speed claim on the device: autocast leaves the workload as it is, :func:`for_device`)."""
 
     expect: str
     min_speedup: float | None
@@ -175,14 +180,15 @@ def unchanged_by_autocast(workload: str, device: torch.device, dtype: torch.dtyp
 def for_device(
     threshold: Threshold | None, workload: str, device: torch.device, dtype: torch.dtype
 ) -> Threshold | None:
-    """The threshold as it applies on ``device``: recorded only where autocast does not change the
-    workload there (:func:`unchanged_by_autocast`). Calibration and the suite both go through this."""
+    """The threshold as it applies on ``device``: no claim (``expect="none"``, skipped) where autocast
+    does not change the workload there (:func:`unchanged_by_autocast`). Calibration and the suite
+    both go through this."""
     if threshold is None:
         return None
     unchanged = unchanged_by_autocast(workload, device, dtype)
     if unchanged is None:
         return threshold
-    return dataclasses.replace(threshold, expect="record", min_speedup=None, origin=unchanged)
+    return dataclasses.replace(threshold, expect=NO_CLAIM, min_speedup=None, origin=unchanged)
 
 
 def pays_off_claim(

@@ -25,7 +25,7 @@ from harness.domains.engines.bench.bench import (
     is_noisy,
 )
 from harness.domains.engines.bench.sizing import Floor
-from harness.domains.speed.thresholds import Threshold
+from harness.domains.speed.thresholds import NO_CLAIM, Threshold
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome, RowKind
 
@@ -132,6 +132,10 @@ def judge(
             f"(thresholds of other classes never judge it); calibrate it: {calibrate_command}"
         )
         return SpeedVerdict(workload, dtype, hardware_class, timing, None, Outcome.UNJUDGED, reason)
+    if threshold.expect == NO_CLAIM:
+        # no calibration would judge it: skipped, not NOT JUDGED (which names the command to run)
+        reason = f"not a speed claim here: {threshold.origin}"
+        return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.SKIP, reason)
     if not threshold.judged:
         return SpeedVerdict(workload, dtype, hardware_class, timing, threshold, Outcome.UNJUDGED, threshold.origin)
     limit = threshold.min_speedup
