@@ -98,13 +98,15 @@ def _speed_suite(
     *,
     rounds: int | None = None,
     patches: dict[str, str] | None = None,
+    kernels: tuple[str, ...] = (),
 ) -> list[str]:
     """The speed suite in the scratch directory, its AMP path slowed ``slowdown`` times, each
     measurement ``rounds`` rounds (None: adaptive, as users run it); ``patches``: a faulty stack
-    (``faults.stacks``) for the suite's run."""
+    (``faults.stacks``) for the suite's run; ``kernels``: faulty dispatcher kernels
+    (``faults.stacks.KERNELS``)."""
     suite_copy("speed/test_amp_speed.py", conftest=False)
     fixtures = {"_amp_slowdown": repr(slowdown), "_amp_speed_rounds": repr(rounds)}
-    inject(pytester, "speed", fixtures=fixtures, patches=patches)
+    inject(pytester, "speed", fixtures=fixtures, patches=patches, kernels=kernels)
     root = pytester.path / "baselines"
     if baseline_dir is not None:
         shutil.copytree(baseline_dir, root, dirs_exist_ok=True)
@@ -190,6 +192,25 @@ def test_a_slower_amp_kernel_fails_its_speed_check_and_keeps_a_benchmark_script(
     assert "# Produced on: torch" in text and detect().cpu_class.id in text  # where it failed
     assert not unbound_names(text), "every name the benchmark reads is bound in it (imports included)"
     slow_kernel_script["path"] = script
+
+
+def test_a_low_precision_gemm_twice_as_slow_fails_though_the_probe_slows_with_it(pytester, suite_copy, calibrated):
+    """A stack whose bf16 and fp16 GEMM kernel (aten::mm on the CPU) takes twice its time: the AMP
+    matmul and the contention probe, the same kind of kernel, both slow 2x, past CONTENDED. It used
+    to read as contention in every round (NOISY, exit 0); the fp32 baseline of the same rounds ran
+    at its calibrated speed, so it is the kernel's, and the case fails saying so."""
+    case = _judged_case(calibrated)
+    if not case.startswith("matmul"):
+        pytest.skip(f"the fault slows aten::mm, and the judged case here is {case}")
+    args = _speed_suite(pytester, suite_copy, 1.0, calibrated, kernels=("lowp_gemm_twice_as_slow",))
+    out = pytester.path / "out"
+    run = run_inner(pytester, *args, "-k", f"meets_the_class_threshold and {case}", f"--amp-report-dir={out}")
+    assert_caught(run, _speed_pattern(case))
+    rows = rp.load(rp.find_runs(out)[0]).rows
+    speedup = rows[rows["metric"] == f"{case.split('-')[0]}.speedup"].iloc[0]
+    probe, baseline = json.loads(speedup["tags"])["slow_kernel"]
+    assert probe > bench.CONTENDED and baseline <= bench.BASELINE_SLOWED, speedup["note"]
+    run.stdout.fnmatch_lines(["*the low-precision kernel itself is slower*"], consecutive=False)
 
 
 @pytest.mark.amp_thorough  # a fresh interpreter importing torch, then three interleaved measurements
@@ -450,15 +471,56 @@ def test_a_speedup_below_its_threshold_on_a_busy_machine_is_no_verdict():
 
 #: The two modes measured on the Intel kind with AMX (bf16 matmul 512, idle, docs/hardware-and-speed.md):
 #: uncontended rounds had the probe at 1.0-1.1x its fastest and a 3.46x speedup; contended rounds,
-#: with another tenant of the host on the physical core, the probe at 2.1-2.6x and a 2.4x speedup.
-UNCONTENDED, CONTENDED_ROUND = (1.0, 3.46), (2.3, 2.4)
+#: with another tenant of the host on the physical core, the probe at 2.1-2.6x, the fp32 baseline
+#: at 1.3x and a 2.4x speedup. (probe over its reference, speedup, baseline over its reference)
+UNCONTENDED, CONTENDED_ROUND = (1.0, 3.46, 1.0), (2.3, 2.4, 1.3)
 
 
-def _rounds(*modes: tuple[float, float], amp_slowdown: float = 1.0, probe_ref: float | None = 1.0) -> bench.Timing:
-    """A Timing of one round per (probe over its reference, speedup) in ``modes``."""
-    fp32 = tuple(1.0 for _ in modes)
-    amp = tuple(amp_slowdown / speedup for _, speedup in modes)
-    return bench.Timing(fp32, amp, probe_s=tuple(p for p, _ in modes), probe_ref_s=probe_ref)
+def _rounds(
+    *modes: tuple[float, ...],
+    amp_slowdown: float = 1.0,
+    probe_ref: float | None = 1.0,
+    baseline_ref: float | None = None,
+) -> bench.Timing:
+    """A Timing of one round per (probe over its reference, speedup[, baseline over its reference])
+    in ``modes``; ``baseline_ref``: the calibrated baseline time (None: a profile without it)."""
+    fp32 = tuple(m[2] if len(m) > 2 else 1.0 for m in modes)
+    amp = tuple(base * amp_slowdown / m[1] for base, m in zip(fp32, modes, strict=True))
+    return bench.Timing(
+        fp32, amp, probe_s=tuple(m[0] for m in modes), probe_ref_s=probe_ref, baseline_ref_s=baseline_ref
+    )
+
+
+def test_a_low_precision_kernel_twice_as_slow_is_judged_not_taken_for_contention():
+    """The probe is a low-precision matmul, the AMP path's own kind of kernel: a release whose bf16
+    GEMM is 2x slower slows it past CONTENDED in every round. Without the calibrated baseline time
+    (profiles before it) that reads as contention, NOISY: the escape. With it, the fp32 baseline
+    of the same rounds ran at its calibrated speed, so the rounds are judged and it FAILS, saying
+    the kernel is slower. A neighbour on the core (the Intel modes: the baseline at 1.3x) is still
+    contention, and a clean run through it still passes."""
+    th = dataclasses.replace(thresholds.threshold_from_calibration([3.46, 3.4, 3.5]), probe_s=1.0)
+    kernel = [(2.0, 3.46 / 2.0, 1.0)] * 12  # the probe and the AMP path's GEMMs at half speed
+    escaped = speed.judge("m", "bf16", "c", _rounds(*kernel), th, "CMD")
+    assert escaped.outcome is Outcome.NOISY and escaped.abstained is speed.Abstention.CONTENDED
+    th = dataclasses.replace(th, baseline_s=1.0)
+    slow = _rounds(*kernel, baseline_ref=1.0)
+    assert slow.rounds == 12 and slow.slow_kernel == (2.0, 1.0)
+    v = speed.judge("m", "bf16", "c", slow, th, "CMD")
+    assert v.outcome is Outcome.FAIL, v.reason
+    assert "the low-precision kernel itself is slower" in " ".join(v.claim().detail)
+    # another tenant on the core: probe and baseline slowed together, those rounds are not judged
+    clean = [UNCONTENDED] * 7 + [CONTENDED_ROUND] * 20
+    contended = _rounds(*clean, baseline_ref=1.0)
+    assert (contended.rounds, contended.slow_kernel) == (7, None)
+    assert speed.judge("m", "bf16", "c", contended, th, "CMD").outcome is Outcome.PASS
+    assert speed.judge("m", "bf16", "c", _rounds(*[CONTENDED_ROUND] * 20, baseline_ref=1.0), th, "C").outcome is (
+        Outcome.NOISY
+    )
+    # the line between: the baseline just inside its margin is the kernel's, just outside the host's
+    at = [(2.0, 3.46 / 2.0, bench.BASELINE_SLOWED * 0.99)] * 12
+    assert _rounds(*at, baseline_ref=1.0).slow_kernel is not None
+    beyond = [(2.0, 3.46 / 2.0, bench.BASELINE_SLOWED * 1.01)] * 12
+    assert _rounds(*beyond, baseline_ref=1.0).slow_kernel is None
 
 
 def test_rounds_contended_by_another_tenant_are_not_judged():

@@ -459,6 +459,22 @@ def register_mm_autocast_one_ulp_off() -> Any:
     return _autocast_kernel("mm", mm)
 
 
+def register_lowp_gemm_twice_as_slow() -> Any:
+    """aten::mm's CPU kernel taking twice its time on bfloat16 and float16 operands (each product
+    computed twice through ``mm.out``), its result unchanged; float32 untouched: a low-precision
+    GEMM kernel that regressed in speed only, below every Python API, autocast and the speed
+    gate's contention probe (a low-precision matmul too) alike."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
+        out = a.new_empty((a.shape[0], b.shape[1]))
+        torch.ops.aten.mm.out(a, b, out=out)
+        if a.dtype in (torch.bfloat16, torch.float16):
+            torch.ops.aten.mm.out(a, b, out=out)
+        return out
+
+    return _kernel("mm", mm, "CPU")
+
+
 def register_mm_autocast_casting_float64() -> Any:
     """aten::mm's autocast kernel casting every floating input, float64 too, to low precision."""
 
@@ -507,6 +523,7 @@ KERNELS: dict[str, tuple[str, Callable[[], Any]]] = {
     "layer_norm_autocast_lowp": ("layer_norm", register_layer_norm_autocast_lowp),
     "mm_autocast_one_ulp_off": ("mm", register_mm_autocast_one_ulp_off),
     "mm_autocast_casting_float64": ("mm", register_mm_autocast_casting_float64),
+    "lowp_gemm_twice_as_slow": ("mm", register_lowp_gemm_twice_as_slow),
     "mm_autocast_in_fp32": ("mm", register_mm_autocast_in_fp32),
     "linear_autocast_uncached": ("linear", register_linear_autocast_uncached),
     "gelu_autocast_registered": ("gelu", register_gelu_autocast_kernel),

@@ -123,6 +123,7 @@ class SpeedChecks:
             rounds = bench.Rounds.unjudged()
         probe_ref = th.probe_s if th is not None else None
         probe_side = th.probe_side if th is not None else None
+        baseline_ref = th.baseline_s if th is not None else None
 
         def decide(t: bench.Timing) -> speed.SpeedVerdict:
             return speed.judge(name, dtype_name, self._cls.hardware_class, t, th, self._calibrate, floor)
@@ -139,6 +140,7 @@ class SpeedChecks:
                     probe_ref_s=probe_ref,
                     probe=not unjudged,
                     probe_side=probe_side,
+                    baseline_ref_s=baseline_ref,
                     # one warm-up call where nothing is judged and nothing compiles: a bf16 matmul
                     # 1024 takes seconds a call where bf16 is emulated
                     warmup=1 if unjudged and not workload.compiled_paths else 2,
@@ -159,6 +161,7 @@ class SpeedChecks:
                         rounds,
                         probe_ref_s=probe_ref,
                         probe_side=probe_side,
+                        baseline_ref_s=baseline_ref,
                     )
                 )
         except bench.Capped as capped:
@@ -211,6 +214,8 @@ class SpeedChecks:
             "rounds": timing.rounds,
             "rounds_contended": timing.contended,
             "probe_contention": timing.contention,
+            # (probe, baseline) over their calibrated times where the probe's slowness was the kernel's
+            "slow_kernel": list(timing.slow_kernel) if timing.slow_kernel is not None else None,
             "stopped": timing.stopped,
             "clock": timing.clock,
             "interval": list(timing.interval),

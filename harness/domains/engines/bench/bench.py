@@ -192,7 +192,8 @@ class Timing:
     by the judging ``clock``; the same blocks by wall clock; the first call of each path (its
     warm-up, where a compiled path traces and compiles); why the rounds stopped; per round, the
     contention probe's seconds per iteration, and the calibrated probe time it is judged against
-    (rounds contended beyond CONTENDED are taken but not judged)."""
+    (rounds contended beyond CONTENDED are taken but not judged, unless the baseline of the same
+    rounds ran at its calibrated speed: :attr:`slow_kernel`)."""
 
     fp32_s: tuple[float, ...]
     amp_s: tuple[float, ...]
@@ -209,14 +210,41 @@ class Timing:
     probe_s: tuple[float, ...] = ()
     #: the class's calibrated uncontended probe time (None: no round is dropped)
     probe_ref_s: float | None = None
+    #: the class's calibrated baseline seconds per iteration (``Threshold.baseline_s``; None: every
+    #: round whose probe ran over CONTENDED is taken for contention, as before it was stored)
+    baseline_ref_s: float | None = None
+
+    def _probe_slowed(self) -> list[int]:
+        """Rounds whose probe ran over CONTENDED times its calibrated time (none without both)."""
+        if self.probe_ref_s is None or not self.probe_s:
+            return []
+        limit = self.probe_ref_s * CONTENDED
+        return [i for i, p in enumerate(self.probe_s) if p > limit]
+
+    @property
+    def slow_kernel(self) -> tuple[float, float] | None:
+        """(probe, baseline) medians over their calibrated times in the rounds whose probe ran over
+        CONTENDED, when the baseline of those same rounds ran within BASELINE_SLOWED of its own
+        calibrated time; None otherwise. A neighbour on the core slows the fp32 baseline too (1.3x
+        while the probe slowed 2x, on the Intel kind with AMX), a low-precision kernel that
+        regressed slows the probe alone: the probe is the same kind of kernel as the AMP path's, so
+        without this a kernel more than CONTENDED slower read as contention and was never judged."""
+        slowed = self._probe_slowed()
+        if not slowed or self.baseline_ref_s is None or self.baseline_ref_s <= 0 or self.probe_ref_s is None:
+            return None
+        baseline = statistics.median(self.fp32_s[i] for i in slowed) / self.baseline_ref_s
+        if baseline > BASELINE_SLOWED:
+            return None
+        return statistics.median(self.probe_s[i] for i in slowed) / self.probe_ref_s, baseline
 
     @property
     def kept(self) -> list[int]:
-        """Indices of the judged rounds: those whose probe ran within CONTENDED of the reference."""
-        if self.probe_ref_s is None or not self.probe_s:
+        """Indices of the judged rounds: those whose probe ran within CONTENDED of the reference;
+        every round where the probe's slowness is the kernel's own (:attr:`slow_kernel`)."""
+        slowed = self._probe_slowed()
+        if not slowed or self.slow_kernel is not None:
             return list(range(len(self.fp32_s)))
-        limit = self.probe_ref_s * CONTENDED
-        return [i for i, p in enumerate(self.probe_s) if p <= limit]
+        return [i for i in range(len(self.fp32_s)) if i not in set(slowed)]
 
     @property
     def taken(self) -> int:
@@ -316,6 +344,13 @@ class Timing:
         )
         if self.probe_s:
             dropped += f"; probe median {statistics.median(self.probe_s) * 1e3:.3g} ms"
+        kernel = self.slow_kernel
+        if kernel is not None:
+            dropped += (
+                f"; the contention probe (a low-precision matmul) ran {kernel[0]:.3g}x its calibrated time while the "
+                f"fp32 baseline of the same rounds ran at {kernel[1]:.3g}x its own: the low-precision kernel itself is "
+                "slower, not the host, so those rounds are judged"
+            )
         return (
             f"speedup {self.speedup:.3g}x by {self.clock}, {CONFIDENCE:.0%} interval [{lo:.3g}, {hi:.3g}] "
             f"over {self.rounds} rounds{dropped} ({self.stopped}){by_wall}{load}"
@@ -555,12 +590,14 @@ def interleaved(
     pedantic: Pedantic | None = None,
     probe: Fn | None = None,
     probe_ref_s: float | None = None,
+    baseline_ref_s: float | None = None,
 ) -> Timing:
     """Warm both up, then time the baseline and AMP alternately (fp32, AMP, fp32, AMP ...), as many
     rounds as ``rounds`` says (default: adaptive, :class:`Rounds`); ``number`` iterations per block
     (default: enough for BLOCK_S of each path). With a ``probe`` (:func:`contention_probe`), each
     round times it between the two blocks, PROBE_BLOCK_S of it; rounds whose probe ran over
-    CONTENDED times ``probe_ref_s`` are taken but not judged.
+    CONTENDED times ``probe_ref_s`` are taken but not judged, unless their baseline ran within
+    BASELINE_SLOWED of ``baseline_ref_s`` (:attr:`Timing.slow_kernel`).
 
     With ``pedantic`` (pytest-benchmark), the first ``rounds.least`` AMP blocks are pytest-benchmark's
     result: each round's baseline block runs in its untimed ``setup`` and the AMP block is its timed
@@ -596,6 +633,7 @@ def interleaved(
             load,
             tuple(probe_j),
             probe_ref_s if probe is not None else None,
+            baseline_ref_s if probe is not None else None,
         )
 
     def time_base() -> None:
@@ -642,6 +680,7 @@ def measure(
     probe: bool = True,
     probe_side: int | None = None,
     warmup: int = 2,
+    baseline_ref_s: float | None = None,
 ) -> Timing:
     """A workload's AMP speedup over its baseline on ``device``: the one measurement that
     ``amp-harness calibrate`` and the speed checks both make. ``slowdown`` slows the AMP path by
@@ -649,13 +688,23 @@ def measure(
     contention-probe time (rounds contended beyond CONTENDED of it are not judged); ``probe``:
     False leaves the probe out (an unjudged speedup: no reference to read it against);
     ``probe_side``: the calibrated probe's side (PROBE_N where None); ``warmup``: calls of each
-    path before the rounds (one is enough for an eager path nothing is judged against)."""
+    path before the rounds (one is enough for an eager path nothing is judged against);
+    ``baseline_ref_s``: the class's calibrated baseline time, which tells a slower low-precision
+    kernel from contention (:attr:`Timing.slow_kernel`)."""
     fp32, amp = workload.pair(device, dtype)
     if slowdown != 1.0:
         amp = slowed(amp, slowdown, _probe_s(amp, device), device)
     probe_fn = contention_probe(device, dtype, probe_side) if probe else None
     return interleaved(
-        fp32, amp, device, rounds, warmup=warmup, pedantic=pedantic, probe=probe_fn, probe_ref_s=probe_ref_s
+        fp32,
+        amp,
+        device,
+        rounds,
+        warmup=warmup,
+        pedantic=pedantic,
+        probe=probe_fn,
+        probe_ref_s=probe_ref_s,
+        baseline_ref_s=baseline_ref_s,
     )
 
 
