@@ -1,5 +1,7 @@
 """Negative controls of the optimizer-implementation and clipping checks: a fused kernel that
-ignores GradScaler's ``found_inf``, a lossy foreach kernel, and three broken ``clip_grad_norm_``
+ignores GradScaler's ``found_inf``, a lossy foreach kernel, a fused kernel that leaves bf16 and
+fp16 parameters as they were, torch 2.13's own fused CPU SGD on them (a real bug, unregistered),
+and three broken ``clip_grad_norm_``
 (a bf16 reduction, a -1 sentinel for a non-finite norm, ``error_if_nonfinite`` ignored) each fail
 exactly the checks named for them (the real suite file, run in a scratch directory with the fault
 patched into torch)."""
@@ -12,6 +14,8 @@ from helpers import assert_caught, assert_clean, inject, run_inner
 FILE = "scaler/test_optimizer_implementations.py"
 STEP = "test_every_step_without_overflow_is_the_optimizers_update_in_float64"
 OVERFLOW = "test_an_overflow_leaves_parameters_and_state_untouched_and_backs_the_scale_off"
+LOW = "test_every_step_of_low_precision_parameters_is_the_update_in_float64_within_their_roundings"
+LOW_IDS = ("bfloat16-gradscaler", "bfloat16", "float16")
 
 
 def _run(pytester, suite_copy, patches):
@@ -21,7 +25,31 @@ def _run(pytester, suite_copy, patches):
 
 
 def test_the_suite_passes_on_torchs_own_optimizers(pytester, suite_copy):
-    assert_clean(_run(pytester, suite_copy, None), at_least=24)
+    assert_clean(_run(pytester, suite_copy, None), at_least=24 + 33)
+
+
+def test_a_fused_kernel_that_leaves_low_precision_parameters_fails_their_check_only(pytester, suite_copy):
+    """fp32 parameters step as before, so only the bf16 and fp16 cases of fused Adam fail."""
+    run = _run(pytester, suite_copy, {"torch._fused_adam_": "faults.scalers.fused_adam_keeping_low_precision_params"})
+    assert_caught(run, *(f"*::{LOW}[[]cpu-Adam-fused-{p}]" for p in LOW_IDS))
+    run.stdout.fnmatch_lines(["*|fused Adam on bfloat16 parameters - float64| <= budget*"], consecutive=False)
+
+
+def test_torch_2_13s_fused_sgd_on_low_precision_parameters_fails_without_its_registry_entry(pytester, suite_copy):
+    """Real history: on a release with the bug (2.4 to 2.13), the low-precision check judges fused
+    SGD once the registry no longer lists it, and fails it; with the entry it is KNOWN."""
+    import torch
+
+    from harness.domains.scaler import optimizers
+
+    if not optimizers.fused_sgd_skips_low_precision_vector_blocks(torch.device("cpu")):
+        pytest.skip(f"torch {torch.__version__}'s fused CPU SGD steps bf16 and fp16 parameters: nothing to catch")
+    registry = {
+        "harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scalers.fused_sgd_low_precision_fixed_in_this_release"
+    }
+    run = _run(pytester, suite_copy, registry)
+    assert_caught(run, *(f"*::{LOW}[[]cpu-SGD-fused-{p}]" for p in LOW_IDS))
+    run.stdout.fnmatch_lines(["*SGD.fused.bf16_params.step_vs_float64: FAILED*"], consecutive=False)
 
 
 def test_a_fused_kernel_ignoring_found_inf_fails_the_overflow_check(pytester, suite_copy):
@@ -34,7 +62,13 @@ def test_a_fused_kernel_ignoring_found_inf_fails_the_overflow_check(pytester, su
 
 def test_a_lossy_foreach_kernel_fails_the_float64_step_check(pytester, suite_copy):
     run = _run(pytester, suite_copy, {"torch._foreach_addcdiv_": "faults.scalers.foreach_addcdiv_rounding_to_bf16"})
-    assert_caught(run, *(f"*::{STEP}[[]cpu-{name}-foreach]" for name in ("Adam", "AdamW", "Adagrad")))
+    # fp32 parameters, and fp16 ones (rounded to bf16's 8 bits); bf16 parameters lose nothing
+    names = ("Adam", "AdamW", "Adagrad")
+    assert_caught(
+        run,
+        *(f"*::{STEP}[[]cpu-{name}-foreach]" for name in names),
+        *(f"*::{LOW}[[]cpu-{name}-foreach-float16]" for name in names),
+    )
     run.stdout.fnmatch_lines(["*|foreach Adam - float64| <= budget*"], consecutive=False)
 
 

@@ -19,6 +19,7 @@ from harness.domains.scaler import known_issues as issues
 from harness.domains.scaler import optimizers as opt
 from harness.domains.scaler.repro import optimizer_repro_of
 from harness.numerics.comparison import compare_claim, compare_within
+from harness.numerics.formats import format_of
 from harness.numerics.verdict import Outcome
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
@@ -54,47 +55,68 @@ def test_every_step_without_overflow_is_the_optimizers_update_in_float64(
 ):
     name, impl = case
     run = _run(case, amp_device, optimizer_factory, amp_record)
-    actual: list[torch.Tensor] = []
-    expected: list[torch.Tensor] = []
-    budget: list[torch.Tensor] = []
-    first_over: opt.Step | None = None  # the first step over its budget: its script
-    for step in run.steps:
-        if step.overflow:
-            continue
-        start = len(actual)
-        for i, (before, after, grad) in enumerate(
-            zip(step.params_before, step.params_after, step.grads_unscaled, strict=True)
-        ):
-            ref = opt.reference_step(name, before, grad, step.state_before.get(i, {}))
-            actual.append(after.flatten().cpu())
-            expected.append(ref.param.flatten())
-            budget.append(ref.param_budget.flatten())
-            for key, value in ref.state.items():
-                got = step.state_after.get(i, {}).get(key)
-                if got is None:
-                    got = torch.full_like(value, float("nan"))  # a state tensor the step should have kept
-                actual.append(got.flatten().cpu())
-                expected.append(value.flatten())
-                budget.append(ref.state_budget[key].expand_as(value).flatten())
-        errors = (torch.cat(actual[start:]).double() - torch.cat(expected[start:])).abs()
-        if first_over is None and not bool((errors <= torch.cat(budget[start:])).all()):
-            first_over = step
+    seen = opt.against_float64(name, run)
     # torch's optimizers (the default): a script can build them; an optimizer of your own keeps none
-    script = first_over is not None and optimizer_factory is opt.make
+    script = seen.first_over is not None and optimizer_factory is opt.make
     amp_record.require(
         compare_within(
             f"{name}.{impl}.step_vs_float64",
-            torch.cat(actual),
-            torch.cat(expected),
-            torch.cat(budget),
+            seen.actual,
+            seen.expected,
+            seen.budget,
             f"the update in float64 from the same parameters, state and gradients; gamma_k(2^-24) times the "
-            f"update on magnitudes, k = {opt.ROUNDINGS[name]} roundings of torch's {name} formula (state: "
-            f"its own roundings; step counts exact)",
+            f"update on magnitudes, k = {opt.ROUNDINGS[name]} roundings of torch's {name} formula, and "
+            f"gamma_{opt.PARAM_ROUNDINGS}(2^-24) times |p| (state: its own roundings; step counts exact)",
             what=f"|{impl} {name} - float64|",
         ),
         device=amp_device,
         tags={"optimizer": name, "implementation": impl, "steps": opt.STEPS},
-        repro=optimizer_repro_of(name, impl, first_over, amp_device) if script and first_over is not None else None,
+        repro=optimizer_repro_of(name, impl, seen.first_over, amp_device)
+        if script and seen.first_over is not None
+        else None,
+    )
+
+
+LOW_PRECISION = [(fmt.name, scaled) for fmt, scaled in opt.LOW_PRECISION]
+
+
+@pytest.mark.parametrize("params", LOW_PRECISION, ids=lambda c: f"{c[0]}{'-gradscaler' if c[1] else ''}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_every_step_of_low_precision_parameters_is_the_update_in_float64_within_their_roundings(
+    case, params, amp_device, amp_record, optimizer_factory
+):
+    """Pure low-precision training: the parameters (and so the state) in bf16 or fp16, stepped by
+    the optimizer alone and, for bf16, by GradScaler. Each step is the float64 update from the same
+    parameters, state and gradients within the roundings of the parameters' own format."""
+    name, impl = case
+    dtype, scaled = params
+    fmt = format_of(dtype)
+    why = opt.missing(name, impl, amp_device, dtype)
+    if why is not None:
+        pytest.skip(why)
+    metric = f"{name}.{impl}.{fmt.short}_params{'_gradscaler' if scaled else ''}.step_vs_float64"
+    issue = issues.KNOWN_ISSUES[opt.FUSED_SGD_LOW_PRECISION]
+    if (name, impl) == ("SGD", "fused") and issue.applies(torch.__version__, torch.amp.GradScaler, amp_device.type):
+        # the registry check observes it on every run (test_overflow_in_training.py), so a release
+        # that fixes it is noticed there; here it is what it is, not a new finding
+        amp_record(metric, True, outcome=Outcome.KNOWN, device=amp_device, note=f"{issue.id}: {issue.summary}")
+        pytest.skip(f"KNOWN on torch {torch.__version__}: {issue.id} ({issue.reference})")
+    run = opt.run_low_precision(name, impl, amp_device, fmt, scaled, optimizer_factory)
+    seen = opt.against_float64(name, run, fmt)
+    amp_record.require(
+        compare_within(
+            metric,
+            seen.actual,
+            seen.expected,
+            seen.budget,
+            f"the update in float64 from the same {dtype} parameters, state and gradients; "
+            f"gamma_k(u = {fmt.unit_roundoff:.3g}, {dtype}'s unit roundoff) times the update on magnitudes, "
+            f"k = {opt.ROUNDINGS[name]} roundings of torch's {name} formula, and gamma_{opt.PARAM_ROUNDINGS}(u) "
+            f"times |p| (state: its own roundings; step counts exact)",
+            what=f"|{impl} {name} on {dtype} parameters - float64|",
+        ),
+        device=amp_device,
+        tags={"optimizer": name, "implementation": impl, "param_dtype": dtype, "gradscaler": scaled},
     )
 
 

@@ -302,6 +302,8 @@ def _observe(issue_id: str, device: torch.device, scaler_cls: type[torch.amp.Gra
         return False
     if issue_id == optimizers.FUSED_SGD_FIRST_STEP:
         return optimizers.first_step_overflow_uses_uninitialised_momentum(device, scaler_cls)
+    if issue_id == optimizers.FUSED_SGD_LOW_PRECISION:
+        return optimizers.fused_sgd_skips_low_precision_vector_blocks(device)
     raise KeyError(issue_id)
 
 

@@ -238,6 +238,38 @@ def foreach_addcdiv_rounding_to_bf16(original: Any) -> Any:
     return broken
 
 
+def fused_adam_keeping_low_precision_params(original: Any) -> Any:
+    """``torch._fused_adam_`` that steps its state but writes nothing back to bf16 or fp16
+    parameters: a fused kernel's low-precision store path lost (the shape of torch 2.13's fused CPU
+    SGD bug, in another optimizer)."""
+
+    def broken(params: Any, *args: Any, **kwargs: Any) -> Any:
+        low = [p for p in params if p.dtype in (torch.bfloat16, torch.float16)]
+        kept = [p.detach().clone() for p in low]
+        out = original(params, *args, **kwargs)
+        with torch.no_grad():
+            for p, before in zip(low, kept, strict=True):
+                p.copy_(before)
+        return out
+
+    return broken
+
+
+def fused_sgd_low_precision_fixed_in_this_release(original: Any) -> Any:
+    """A registry that says fused CPU SGD's low-precision bug was fixed in the running release: on
+    a release that still has it (2.4 to 2.13) the low-precision check judges it, as it would
+    without the entry."""
+    from harness.platform.versions import minor
+
+    return _registry_with(
+        original,
+        "fused-sgd-cpu-skips-low-precision-vector-blocks",
+        first="2.0",
+        verified="2.0",
+        fixed=minor(torch.__version__),
+    )
+
+
 def never_present(original: Any) -> Any:
     """An observation of a known issue that never finds it: a release that fixed it."""
 

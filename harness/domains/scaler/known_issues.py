@@ -73,6 +73,17 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         # seen on CUDA in the first GPU qualification (torch 2.11, H200); no later release has run on a GPU yet
         device_lifecycles=(("cuda", "2.11", None, "2.11"),),
     ),
+    "fused-sgd-cpu-skips-low-precision-vector-blocks": KnownIssue(
+        "fused-sgd-cpu-skips-low-precision-vector-blocks",
+        "SGD(fused=True) on the CPU leaves every whole SIMD block of a bfloat16 or float16 parameter unchanged (only "
+        "the remainder steps; with momentum the buffer takes garbage too): pure low-precision training with fused SGD "
+        "does not train, silently",
+        first="2.4",
+        fixed="2.14",
+        verified="2.13",
+        reference="pytorch/pytorch#191763, fixed by pytorch/pytorch#192545 (aten/src/ATen/native/cpu/FusedSGDKernel.cpp)",
+        devices=("cpu",),
+    ),
 }
 
 
@@ -106,6 +117,12 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "harness.domains.scaler",
             ("torch",),
             ("momentum=0.9, fused=True)", "momentum=0.9, fused=False)"),
+        ),
+        Reproduction(
+            "fused-sgd-cpu-skips-low-precision-vector-blocks",
+            "harness.domains.scaler",
+            ("torch",),
+            ("lr=0.1, fused=True)", "lr=0.1, fused=False)"),
         ),
     )
 }

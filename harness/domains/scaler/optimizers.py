@@ -11,6 +11,12 @@ non-finite gradient element planted at chosen steps, and every step is checked:
   within a budget of the update's roundings (:func:`reference_step`);
 * a step with overflow: parameters, optimizer state and step counts bitwise as they were, and the
   scale backed off.
+
+Pure low-precision training (the parameters themselves in bf16 or fp16, as many fine-tuning
+recipes run) takes other kernels: every implementation steps such parameters too
+(:func:`run_low_precision`), against the same float64 update within the roundings of the
+parameters' own format. torch 2.13's fused CPU SGD left whole vector blocks of bf16 and fp16
+parameters unchanged, and a check of fp32 parameters alone passed it.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 import torch
 
 from harness.domains.engines.state import differences, state_of
-from harness.numerics.formats import FP32
+from harness.numerics.formats import BF16, FP16, FP32, FloatFormat
 from harness.numerics.tolerance import gamma
 from harness.platform.kernels import first_line
 
@@ -45,6 +51,12 @@ HYPER: dict[str, dict[str, Any]] = {
 #: (4), sqrt, / sqrt(bc2), + eps (3), lr / bc1 (1), m / denom, x step, p - (3);
 #: Adagrad: g + wd p (2), sum + g g (2), sqrt, + eps (2), lr / (1 + ...) (1), g / std, x clr, p - (3).
 ROUNDINGS = {"SGD": 6, "Adam": 16, "AdamW": 16, "Adagrad": 10}
+#: Of those, the roundings at the parameter's own magnitude (the rest are at the update's): the
+#: final ``p - update`` and AdamW's decay ``p (1 - lr wd)``. The budget charges these to ``|p|`` and
+#: the others to the update's magnitude, so that a step whose update is far below ``|p|``, as in
+#: bf16 (unit roundoff 2^-8, a parameter of 0.5 and an Adam update of 0.01), is still bounded
+#: tighter than the update itself: a step that changed nothing exceeds it.
+PARAM_ROUNDINGS = 2
 #: Roundings of each state tensor's update: momentum buffer (g + wd p, b m + g), exp_avg
 #: (decay, lerp), exp_avg_sq (decay, square, scale, add), Adagrad's sum (decay, square, add).
 STATE_ROUNDINGS = {"momentum_buffer": 4, "exp_avg": 5, "exp_avg_sq": 6, "sum": 4}
@@ -71,15 +83,16 @@ def make(name: str, implementation: str, params: list[torch.nn.Parameter]) -> to
     return optimizer
 
 
-def missing(name: str, implementation: str, device: torch.device) -> str | None:
-    """Why this stack has no ``implementation`` of ``name`` on ``device``, or None."""
-    p = torch.nn.Parameter(torch.ones(4, device=device))
+def missing(name: str, implementation: str, device: torch.device, dtype: str = "float32") -> str | None:
+    """Why this stack has no ``implementation`` of ``name`` for ``dtype`` parameters on ``device``, or None."""
+    p = torch.nn.Parameter(torch.ones(4, device=device, dtype=getattr(torch, dtype)))
     try:
         opt = make(name, implementation, [p])
         p.grad = torch.ones_like(p)
         opt.step()
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
-        return f"torch {torch.__version__} has no {implementation} {name} on {device.type}: {first_line(e)}"
+        of = "" if dtype == "float32" else f" for {dtype} parameters"
+        return f"torch {torch.__version__} has no {implementation} {name}{of} on {device.type}: {first_line(e)}"
     return None
 
 
@@ -180,16 +193,15 @@ class Expected:
     state_budget: dict[str, torch.Tensor]
 
 
-def _u() -> float:
-    return FP32.unit_roundoff
-
-
-def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[str, torch.Tensor]) -> Expected:
+def reference_step(
+    name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[str, torch.Tensor], fmt: FloatFormat = FP32
+) -> Expected:
     """One step of ``name`` (torch's documented update, :data:`HYPER`) in float64 from the
     parameter ``p``, unscaled gradient ``g`` and state before the step. The budgets are the running
-    error bound: gamma_k (k the roundings of :data:`ROUNDINGS`) times the update evaluated on
-    magnitudes, plus fp32's rounding of the result."""
-    h, u = HYPER[name], _u()
+    error bound in ``fmt`` (the parameters' format, which the state shares): gamma_k of ``fmt``'s
+    unit roundoff (k the roundings of :data:`ROUNDINGS`) times the update evaluated on magnitudes,
+    plus gamma_PARAM_ROUNDINGS times ``|p|`` for the roundings at the parameter's magnitude."""
+    h, u = HYPER[name], fmt.unit_roundoff
     # on the CPU, whatever the device under test (optimizers keep their step counts on the CPU)
     p, g = p.to(torch.float64).cpu(), g.to(torch.float64).cpu()
     prev = {k: v.to(torch.float64).cpu() for k, v in state.items()}
@@ -203,10 +215,9 @@ def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[s
         else:
             b, b_abs = h["momentum"] * buf + d, h["momentum"] * buf.abs() + d_abs
         new = p - h["lr"] * b
-        mag = p.abs() + h["lr"] * b_abs
         return Expected(
             new,
-            gamma(ROUNDINGS[name], u) * mag,
+            _budget(name, u, p, h["lr"] * b_abs),
             {"momentum_buffer": b},
             {"momentum_buffer": gamma(STATE_ROUNDINGS["momentum_buffer"], u) * b_abs},
         )
@@ -225,10 +236,9 @@ def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[s
         denom = v.sqrt() / math.sqrt(1 - b2**step) + h["eps"]
         step_size = h["lr"] / (1 - b1**step)
         new = decayed - step_size * m / denom
-        mag = p.abs() + step_size * m_abs / denom
         return Expected(
             new,
-            gamma(ROUNDINGS[name], u) * mag,
+            _budget(name, u, p, step_size * m_abs / denom),
             {"exp_avg": m, "exp_avg_sq": v, "step": torch.tensor(step, dtype=torch.float64)},
             {
                 "exp_avg": gamma(STATE_ROUNDINGS["exp_avg"], u) * m_abs,
@@ -245,14 +255,140 @@ def reference_step(name: str, p: torch.Tensor, g: torch.Tensor, state: Mapping[s
         clr = h["lr"] / (1 + (step - 1) * h["lr_decay"])
         std = s.sqrt() + h["eps"]
         new = p - clr * gd / std
-        mag = p.abs() + clr * gd_abs / std
         return Expected(
             new,
-            gamma(ROUNDINGS[name], u) * mag,
+            _budget(name, u, p, clr * gd_abs / std),
             {"sum": s, "step": torch.tensor(step, dtype=torch.float64)},
             {"sum": gamma(STATE_ROUNDINGS["sum"], u) * s_abs, "step": torch.tensor(0.0, dtype=torch.float64)},
         )
     raise ValueError(f"no float64 reference for optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
+
+
+def _budget(name: str, u: float, p: torch.Tensor, update_abs: torch.Tensor) -> torch.Tensor:
+    """The new parameter's error bound: PARAM_ROUNDINGS roundings at ``|p|``, and all of the
+    update's roundings at the update evaluated on magnitudes (the final rounding touches both)."""
+    return gamma(PARAM_ROUNDINGS, u) * p.abs() + gamma(ROUNDINGS[name], u) * update_abs
+
+
+@dataclass(frozen=True)
+class AgainstFloat64:
+    """Every non-overflow step of a run beside its float64 reference, flattened (parameters, then
+    each state tensor, step by step) with an error budget per element; the first step over its
+    budget (its script reproduces it), None when every step kept within."""
+
+    actual: torch.Tensor
+    expected: torch.Tensor
+    budget: torch.Tensor
+    first_over: Step | None
+
+
+def against_float64(name: str, run: Run, fmt: FloatFormat = FP32) -> AgainstFloat64:
+    """Each step of ``run`` that took no overflow, against :func:`reference_step` from the same
+    parameters, state and unscaled gradients in ``fmt``'s roundings. A state tensor the reference
+    has and the step did not keep counts as NaN (never within a budget)."""
+    actual: list[torch.Tensor] = []
+    expected: list[torch.Tensor] = []
+    budget: list[torch.Tensor] = []
+    first_over: Step | None = None
+    for step in run.steps:
+        if step.overflow:
+            continue
+        start = len(actual)
+        for i, (before, after, grad) in enumerate(
+            zip(step.params_before, step.params_after, step.grads_unscaled, strict=True)
+        ):
+            ref = reference_step(name, before, grad, step.state_before.get(i, {}), fmt)
+            actual.append(after.flatten().cpu().double())
+            expected.append(ref.param.flatten())
+            budget.append(ref.param_budget.flatten())
+            for key, value in ref.state.items():
+                got = step.state_after.get(i, {}).get(key)
+                if got is None:
+                    got = torch.full_like(value, float("nan"))
+                actual.append(got.flatten().cpu().double())
+                expected.append(value.flatten())
+                budget.append(ref.state_budget[key].expand_as(value).flatten())
+        errors = (torch.cat(actual[start:]) - torch.cat(expected[start:])).abs()
+        if first_over is None and not bool((errors <= torch.cat(budget[start:])).all()):
+            first_over = step
+    return AgainstFloat64(torch.cat(actual), torch.cat(expected), torch.cat(budget), first_over)
+
+
+#: The parameter formats of pure low-precision training, each with whether GradScaler steps it.
+#: GradScaler refuses to unscale fp16 gradients ("Attempting to unscale FP16 gradients"), so fp16
+#: parameters step alone; bf16 ones both ways (a fused optimizer then receives ``grad_scale``).
+LOW_PRECISION: tuple[tuple[FloatFormat, bool], ...] = ((BF16, True), (BF16, False), (FP16, False))
+
+#: Shapes of the low-precision parameters: 131 elements (whole vector blocks of every SIMD width a
+#: CPU kernel uses, 8 to 64 lanes, and a remainder), 16 x 8 (whole blocks only), 7 (a remainder
+#: only) and 1. torch 2.13's fused CPU SGD skipped exactly the whole blocks.
+LOW_PRECISION_SHAPES: tuple[tuple[int, ...], ...] = ((131,), (16, 8), (7,), (1,))
+
+#: Magnitudes of the synthetic parameters and gradients, each drawn uniformly with a random sign.
+#: Gradients of at least 0.5 keep every intermediate of every update a normal number of fp16:
+#: Adam's (1 - beta2) g^2 >= 2.5e-4 beside fp16's smallest normal 6.1e-5, Adagrad's sum >= 0.25;
+#: eps (1e-8, which fp16 rounds to zero) is then below 1e-7 of every denominator. Parameters of at
+#: most 1 keep each update above the bf16 spacing of the parameter it changes.
+PARAM_RANGE = (0.25, 1.0)
+GRAD_RANGE = (0.5, 2.0)
+
+
+def _signed_uniform(shape: tuple[int, ...], lo: float, hi: float, g: torch.Generator) -> torch.Tensor:
+    magnitude = lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float64)
+    sign = torch.where(torch.rand(shape, generator=g, dtype=torch.float64) < 0.5, -1.0, 1.0)
+    return magnitude * sign
+
+
+def run_low_precision(
+    name: str,
+    implementation: str,
+    device: torch.device,
+    fmt: FloatFormat,
+    scaled: bool,
+    factory: Factory = make,
+) -> Run:
+    """Step parameters held in ``fmt`` (:data:`LOW_PRECISION_SHAPES`) STEPS times with the
+    optimizer ``factory`` makes, each step's gradients drawn afresh (seeded) within GRAD_RANGE and
+    produced by backward of ``sum(p * g)`` (so that the gradient is ``g`` exactly, scaled by a power
+    of two where ``scaled``: GradScaler steps it)."""
+    dtype = getattr(torch, fmt.name)
+    gen = torch.Generator().manual_seed(2)
+    params = [
+        torch.nn.Parameter(_signed_uniform(shape, *PARAM_RANGE, gen).to(dtype).to(device))
+        for shape in LOW_PRECISION_SHAPES
+    ]
+    opt = factory(name, implementation, params)
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=GROWTH_INTERVAL) if scaled else None
+    out = Run(name, implementation)
+    for t in range(STEPS):
+        targets = [_signed_uniform(tuple(p.shape), *GRAD_RANGE, gen).to(dtype).to(device) for p in params]
+        opt.zero_grad(set_to_none=True)
+        loss = torch.stack([(p * g).sum() for p, g in zip(params, targets, strict=True)]).sum()
+        scale = float(scaler.get_scale()) if scaler is not None else 1.0
+        (scaler.scale(loss) if scaler is not None else loss).backward()  # type: ignore[no-untyped-call]
+        before = [p.detach().clone() for p in params]
+        scaled_grads = [p.grad.detach().clone() for p in params if p.grad is not None]
+        state_before = state_of(opt, params)
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        out.steps.append(
+            Step(
+                t,
+                False,
+                scale,
+                float(scaler.get_scale()) if scaler is not None else 1.0,
+                before,
+                [p.detach().clone() for p in params],
+                [g.to(torch.float64) / scale for g in scaled_grads],
+                state_before,
+                state_of(opt, params),
+                scaled_grads,
+            )
+        )
+    return out
 
 
 def changed(step: Step) -> list[str]:
@@ -287,3 +423,25 @@ def first_step_overflow_uses_uninitialised_momentum(
                 return False  # no buffer kept: the next step starts it
             buf.fill_(math.nan)
     return bool(p.detach().isnan().any())
+
+
+FUSED_SGD_LOW_PRECISION = "fused-sgd-cpu-skips-low-precision-vector-blocks"
+
+
+def fused_sgd_skips_low_precision_vector_blocks(device: torch.device) -> bool:
+    """Whether one step of fused SGD (no momentum, lr 0.1, a gradient of ones) leaves any element of
+    a 131-element bf16 or fp16 parameter exactly as it was: the step changes every one (0.1 is
+    above every spacing of values in [0.25, 1] in both formats), so an unchanged element is a
+    skipped one. False where the stack has no fused SGD for the format."""
+    for dtype in (torch.bfloat16, torch.float16):
+        start = torch.linspace(0.25, 1.0, 131, dtype=torch.float64).to(dtype).to(device)
+        p = torch.nn.Parameter(start.clone())
+        try:
+            sgd = torch.optim.SGD([p], lr=0.1, fused=True)
+            p.grad = torch.ones_like(p)
+            sgd.step()
+        except (RuntimeError, ValueError, TypeError, NotImplementedError):
+            continue
+        if bool((p.detach() == start).any()):
+            return True
+    return False
