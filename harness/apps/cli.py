@@ -568,6 +568,12 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
+def _cmd_burn_in(args: argparse.Namespace) -> int:
+    from harness.apps import burn_in  # lazy: the burn-in imports torch
+
+    return burn_in.main(args.minutes, args.device, Path(args.baseline_dir), Path(args.report_dir))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="amp-harness", description=__doc__)
     parser.add_argument("--version", action="version", version=f"amp-harness {__version__}")
@@ -707,6 +713,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="CAP[,CAP...]",
         help="the capabilities that decide the exit status (default: all for suites/, else those your tests decide)",
     )
+    bi = sub.add_parser(
+        "burn-in",
+        help="loop the known answers for a time budget, bitwise against a healthy card's (exit 1: a mismatch)",
+    )
+    bi.add_argument("--minutes", type=float, required=True, help="how long to loop (e.g. 1, 10, 60)")
+    bi.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    bi.add_argument("--baseline-dir", default="baselines", help="where the recorded answers are (default baselines)")
+    bi.add_argument("--report-dir", default="amp-reports/burn-in", help="journal and scripts go here")
+    bi.set_defaults(func=_cmd_burn_in)
     rl = sub.add_parser(
         "release",
         help="qualify a torch release: suites in an isolated environment and here, one release report (exit 1: a regression)",

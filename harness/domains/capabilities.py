@@ -20,6 +20,7 @@ CAPABILITIES: tuple[str, ...] = (
     "distributed",
     "compiled AMP",
     "fp8",
+    "known answers",
 )
 
 #: A test that uses one of these fixtures decides that capability without a marker (a user's own

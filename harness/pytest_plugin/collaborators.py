@@ -64,6 +64,21 @@ class Baselines:
     def regen_command(self) -> str:
         return " ".join(["pytest", shlex.quote(self._nodeid), "--amp-regen", *self._ctx.regen_options])
 
+    def has(self, name: str, *, key: bl.KeyKind = bl.KeyKind.STACK, device: str | None = None) -> bool:
+        """Whether :meth:`check` of ``name`` would judge this run: this key holds the baseline, or
+        the run records it (``--amp-regen`` / ``--amp-accept-all``). A claim that only a baseline
+        of its own key can judge (bitwise known answers) is NOT JUDGED without one, never held to
+        another key's and never created silently.
+
+        Example::
+
+            if not amp_baseline.has("answers_of_this_card"):
+                pytest.skip("NOT JUDGED: record them with --amp-regen")
+        """
+        dev = device or self._ctx.primary_device
+        path = self._ctx.store.path_for(self._record.suite, self._ctx.key_for(key, dev), name)
+        return self._ctx.mode is not bl.Mode.CHECK or path.exists()
+
     def reference(
         self, name: str, *, key: bl.KeyKind = bl.KeyKind.PROFILE, device: str | None = None
     ) -> tuple[str, Any] | None:
