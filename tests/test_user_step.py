@@ -43,7 +43,7 @@ def gan_batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     ]
 
 
-def gan_step(o, batch, precision, *, ignore_d_overflow=False):
+def gan_step(o, batch, precision, *, ignore_d_overflow=False, update_each=False):
     z, real = batch
     scaler = precision.scaler
     with precision.autocast():
@@ -56,6 +56,8 @@ def gan_step(o, batch, precision, *, ignore_d_overflow=False):
         o["opt_d"].step()
     else:
         scaler.step(o["opt_d"])
+    if update_each:  # the bug: the scale updated after each optimizer, twice an iteration
+        scaler.update()
     with precision.autocast():
         g_loss = bce(o["disc"](fake), torch.ones(BATCH, 1))
     o["opt_g"].zero_grad()
@@ -76,6 +78,7 @@ def test_a_gan_step_passes_clean_with_every_loss_and_optimizer_judged(training_c
     assert sorted(v.name.rsplit(".", 1)[1] for v in overflow) == ["opt_d", "opt_g"]
     for kind in (VerdictKind.PRECISION, VerdictKind.MASTER_WEIGHTS, VerdictKind.MODULE_LANE, VerdictKind.RESUME):
         assert len(result.of(kind)) == 2, kind
+    assert len(result.of(VerdictKind.SCALER_CONTRACT)) == 1  # fp16 + GradScaler; bf16 takes no scaler
     assert len(result.of(VerdictKind.DETERMINISM)) == 2
 
 
@@ -87,6 +90,54 @@ def test_a_gan_step_that_ignores_one_optimizers_overflow_fails_naming_that_optim
     failures = failed.value.result.failures
     assert [(v.kind, v.name) for v in failures] == [(VerdictKind.OVERFLOW, "gan.fp16+scaler.overflow.opt_d")]
     assert "opt_d changed its parameters or state on the step with a non-finite gradient" in str(failed.value)
+
+
+def test_a_gan_step_that_updates_the_scale_after_each_optimizer_fails_the_scalers_contract(training_checks):
+    """update() twice an iteration grows the scale twice as fast (and backs it off twice): the run
+    still trains, parity and overflow pass, and the contract names the step and the calls."""
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_step(
+            gan, functools.partial(gan_step, update_each=True), [FP16_SCALER], batches=gan_batches, name="gan",
+            resume_at=8,
+        )  # fmt: skip
+    failures = failed.value.result.failures
+    assert [(v.kind, v.name) for v in failures] == [(VerdictKind.SCALER_CONTRACT, "gan.fp16+scaler.scaler_contract")]
+    assert "step 0: update() called 2 times in an iteration whose scaler stepped opt_d, opt_g" in str(failed.value)
+
+
+def test_each_rule_of_the_scalers_contract_names_its_violation():
+    """On recorded calls: unscale_ twice, unscale_ after step, step after update, no update, and a
+    scale the reference state machine does not give; a clean sequence (growth after the interval,
+    a back-off on a non-finite gradient) has none."""
+    from harness.domains.training.step_checks import scaler_contract_violations as violations
+    from harness.domains.training.user_step import ScalerCall as C
+    from harness.domains.training.user_step import Trace
+
+    rule = (2.0, 0.5, 2)
+
+    def run(*steps):
+        t = Trace(0, "fp16")
+        t.scaler_calls = dict(enumerate(steps))
+        return violations(t)
+
+    clean = run(
+        [C("step", "a"), C("update", "", False, 8, 8, rule)],
+        [C("unscale_", "a"), C("step", "a"), C("update", "", False, 8, 16, rule)],
+        [C("step", "a"), C("update", "", True, 16, 8, rule)],
+    )
+    assert clean == []
+    assert run([C("unscale_", "a"), C("unscale_", "a"), C("step", "a"), C("update", "", False, 8, 8, rule)]) == [
+        "step 0: unscale_(a) called 2 times (at most once per optimizer per step)"
+    ]
+    assert (
+        "unscale_(a) after scaler.step(a)"
+        in run([C("step", "a"), C("unscale_", "a"), C("update", "", False, 8, 8, rule)])[0]
+    )
+    assert (
+        "scaler.step(b) after update()" in run([C("step", "a"), C("update", "", False, 8, 8, rule), C("step", "b")])[0]
+    )
+    assert "update() called 0 times" in run([C("step", "a")])[0]
+    assert "the reference state machine" in run([C("step", "a"), C("update", "", True, 8, 8, rule)])[0]
 
 
 # -- distillation: a frozen teacher in bf16, a student in AMP -----------------------------------

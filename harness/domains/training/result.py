@@ -54,6 +54,9 @@ class Kind(str, Enum):
     MASTER_WEIGHTS = "master_weights"
     #: the code ran under autocast in the dtype it was handed (a user's step, a trainer)
     PRECISION = "precision"
+    #: the GradScaler used as its contract says: update() once per iteration, after every scaled
+    #: step, and the scale each iteration leaves the reference state machine's
+    SCALER_CONTRACT = "scaler_contract"
 
 
 @dataclass(frozen=True)

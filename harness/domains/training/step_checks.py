@@ -264,6 +264,75 @@ def judge_resume(name: str, recipe: Recipe, at: int, whole: Trace, back: Trace) 
     )
 
 
+def scaler_contract_violations(run: Trace) -> list[str]:
+    """Where the code broke GradScaler's contract, step by step: ``update()`` once per iteration in
+    which the scaler stepped an optimizer, after every such ``step`` (PyTorch's AMP examples: "a
+    single update() per iteration, after all optimizers used this iteration have been stepped");
+    ``unscale_`` at most once per optimizer and before its ``step`` (torch's own scaler raises on
+    both; a scaler of the code's own may not); and the scale each iteration leaves equal to the reference state machine's (back off on a
+    non-finite gradient, grow after ``growth_interval`` clean iterations) fed the same found-inf."""
+    out: list[str] = []
+    scale: float | None = None
+    tracker = 0
+    for k in sorted(run.scaler_calls):
+        calls = run.scaler_calls[k]
+        steps = [i for i, c in enumerate(calls) if c.kind == "step"]
+        updates = [i for i, c in enumerate(calls) if c.kind == "update"]
+        if steps and len(updates) != 1:
+            out.append(
+                f"step {k}: update() called {len(updates)} times in an iteration whose scaler stepped "
+                f"{', '.join(calls[i].optimizer for i in steps)} (once per iteration, after every optimizer's step)"
+            )
+        for opt in dict.fromkeys(c.optimizer for c in calls if c.kind == "unscale_"):
+            at = [i for i, c in enumerate(calls) if c.kind == "unscale_" and c.optimizer == opt]
+            stepped = [i for i, c in enumerate(calls) if c.kind == "step" and c.optimizer == opt]
+            if len(at) > 1:
+                out.append(f"step {k}: unscale_({opt}) called {len(at)} times (at most once per optimizer per step)")
+            if stepped and at[-1] > stepped[0]:
+                out.append(f"step {k}: unscale_({opt}) after scaler.step({opt}) (unscale_ comes before step)")
+        if updates and steps and steps[-1] > updates[0]:
+            late = calls[steps[-1]].optimizer
+            out.append(f"step {k}: scaler.step({late}) after update(): its step ran at a scale the update had moved")
+        done = [calls[i] for i in updates]
+        if not done or any(c.explicit for c in done):
+            scale = None  # the code set the scale itself (or took no scaled step): start again from what it is
+            continue
+        found = any(c.found_inf for c in done)
+        growth, backoff, interval = done[0].growth
+        if scale is None:
+            scale, tracker = done[0].scale_before, 0
+        if found:
+            scale, tracker = scale * backoff, 0
+        else:
+            tracker += 1
+            if tracker == interval:
+                scale, tracker = scale * growth, 0
+        seen = done[-1].scale_after
+        if seen != scale:
+            out.append(
+                f"step {k}: the scale after the iteration is {seen:g}; the reference state machine fed this "
+                f"iteration's {'non-finite' if found else 'finite'} gradients gives {scale:g}"
+            )
+            scale, tracker = seen, 0
+    return out
+
+
+def judge_scaler_contract(name: str, recipe: Recipe, run: Trace) -> ClaimComparison:
+    """The code used GradScaler as its contract says, every step (:func:`scaler_contract_violations`)."""
+    found = scaler_contract_violations(run)
+    return compare_claim(
+        f"{name}.{recipe.metric_id}.scaler_contract",
+        len(found),
+        not found,
+        "GradScaler: update() once per iteration, after every optimizer it stepped; the scale each iteration "
+        "leaves is the reference state machine's fed that iteration's found-inf",
+        detail=tuple(found[:5]) + ((f"... {len(found) - 5} more",) if len(found) > 5 else ()) or ("no violation",),
+        expected=0,
+        allowance=0,
+        unit="violations",
+    )
+
+
 @dataclass
 class Judged:
     """One verdict and what the caller records with it."""
@@ -378,6 +447,8 @@ def judge_all(
                 ML.tags(errors),
             )
         scaled = bool(amp.scales)
+        if any(c.kind == "step" for calls in amp.scaler_calls.values() for c in calls):
+            yield Judged("scaler_contract", recipe.name, judge_scaler_contract(name, recipe, amp), {})
         if overflow and scaled:
             at = plant_step(amp)
             for opt in sorted(amp.stepped):

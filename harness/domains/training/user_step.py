@@ -272,6 +272,22 @@ class Observed:
     finite_before: dict[str, bool] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ScalerCall:
+    """One call the code made on a GradScaler in a step: ``unscale_`` (its own, not the one
+    ``step`` makes), ``step`` or ``update``; the optimizer's name; for ``update``, whether any
+    optimizer stepped since the last update found a non-finite gradient, the scale before and
+    after, the scaler's growth rule, and whether the code set the scale itself."""
+
+    kind: str
+    optimizer: str = ""
+    found_inf: bool = False
+    scale_before: float = math.nan
+    scale_after: float = math.nan
+    growth: tuple[float, float, int] = (2.0, 0.5, 2000)
+    explicit: bool = False
+
+
 @dataclass
 class Trace:
     """One run of the user's code: its losses per step, which optimizer stepped when, the scale."""
@@ -290,6 +306,8 @@ class Trace:
     found: list[str] = field(default_factory=list)
     #: parameter (``model.path``) -> its dtype at the end: fp32 master weights stay fp32 under autocast
     param_dtypes: dict[str, torch.dtype] = field(default_factory=dict)
+    #: step -> the GradScaler calls the code made in it, in order
+    scaler_calls: dict[int, list[ScalerCall]] = field(default_factory=dict)
 
     def skipped(self, optimizer: str) -> list[int]:
         took = set(self.stepped.get(optimizer, []))
@@ -327,6 +345,7 @@ class Loop:
         self._finite_before: dict[str, bool] = {}
         self._planted = False
         self._unpatch: Callable[[], None] | None = None
+        self._unrecord: Callable[[], None] | None = None
 
     @property
     def steps_done(self) -> int:
@@ -354,11 +373,58 @@ class Loop:
             self._before = _snapshot(self.found)
             self._finite_before = {n: _finite(self.found, n) for n in self.found.optimizers}
             self._scale_before = self._scale()
+        self._record_scaler_calls(k)
         if self.plant is not None and k == self.plant.step:
             self._plant(self.plant)
         if self._observe is not None:
             self._observing = contextlib.ExitStack()
             self._observing.enter_context(self._observe(k, self.found))
+
+    def _name_of(self, optimizer: torch.optim.Optimizer) -> str:
+        inner = unwrap_optimizer(optimizer)
+        return next((n for n, o in self.found.optimizers.items() if o is inner), type(optimizer).__name__)
+
+    def _record_scaler_calls(self, k: int) -> None:
+        """Record step ``k``'s calls on any GradScaler (the harness's, the code's, a trainer's) in
+        ``trace.scaler_calls``, through the class's methods, while the step runs."""
+        calls = self.trace.scaler_calls.setdefault(k, [])
+        cls = torch.amp.GradScaler
+        originals = (cls.unscale_, cls.step, cls.update)
+        loop, inside = self, [0]
+
+        def unscale_(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> None:
+            if not inside[0] and scaler.is_enabled():
+                calls.append(ScalerCall("unscale_", loop._name_of(optimizer)))
+            originals[0](scaler, optimizer)
+
+        def step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            if scaler.is_enabled():
+                calls.append(ScalerCall("step", loop._name_of(optimizer)))
+            inside[0] += 1
+            try:
+                return originals[1](scaler, optimizer, *args, **kwargs)
+            finally:
+                inside[0] -= 1
+
+        def update(scaler: torch.amp.GradScaler, new_scale: Any = None) -> None:
+            if not scaler.is_enabled():
+                originals[2](scaler, new_scale)
+                return
+            states = getattr(scaler, "_per_optimizer_states", {}).values()
+            found = any(float(v) > 0 for st in states for v in st.get("found_inf_per_device", {}).values())
+            before = float(scaler.get_scale()) if getattr(scaler, "_scale", None) is not None else math.nan
+            originals[2](scaler, new_scale)
+            rule = (scaler.get_growth_factor(), scaler.get_backoff_factor(), scaler.get_growth_interval())
+            calls.append(
+                ScalerCall("update", "", found, before, float(scaler.get_scale()), rule, new_scale is not None)
+            )
+
+        cls.unscale_, cls.step, cls.update = unscale_, step, update  # type: ignore[method-assign,assignment]
+
+        def restore() -> None:
+            cls.unscale_, cls.step, cls.update = originals  # type: ignore[method-assign]
+
+        self._unrecord = restore
 
     def _scale(self) -> float | None:
         """The scale of the GradScaler the code uses: one among its objects, else the harness's
@@ -405,6 +471,9 @@ class Loop:
         if self._unpatch is not None:
             self._unpatch()
             self._unpatch = None
+        if self._unrecord is not None:
+            self._unrecord()
+            self._unrecord = None
         if self.plant is not None and k == self.plant.step and self._before is not None:
             after = _snapshot(self.found)
             self.trace.planted = Observed(
@@ -441,6 +510,9 @@ class Loop:
         if self._unpatch is not None:
             self._unpatch()
             self._unpatch = None
+        if self._unrecord is not None:
+            self._unrecord()
+            self._unrecord = None
         for h in self._handles:
             h.remove()
         self._handles = []
