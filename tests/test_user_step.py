@@ -140,6 +140,39 @@ def test_each_rule_of_the_scalers_contract_names_its_violation():
     assert "the reference state machine" in run([C("step", "a"), C("update", "", True, 8, 8, rule)])[0]
 
 
+def test_a_model_built_in_bf16_has_no_fp32_reference_and_the_verdict_says_so(training_checks):
+    """The fp32 run trains bf16 parameters too: not "the AMP run equals the fp32 run" (INCONCLUSIVE),
+    but a FAIL that there is no fp32 reference, naming the bf16 parameters."""
+
+    def built_in_bf16(seed):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 1)).to(torch.bfloat16)
+        return {"model": model, "opt": torch.optim.SGD(model.parameters(), 1e-2)}
+
+    def step(o, batch, precision):
+        x, y = batch
+        with precision.autocast():
+            loss = nn.functional.mse_loss(o["model"](x.to(torch.bfloat16)).float(), y)
+        o["opt"].zero_grad()
+        loss.backward()
+        o["opt"].step()
+        return loss
+
+    def batches(seed):
+        g = torch.Generator().manual_seed(seed)
+        return [(torch.randn(32, 16, generator=g), torch.randn(32, 1, generator=g)) for _ in range(6)]
+
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_step(built_in_bf16, step, [BF16], batches=batches, name="bf16_built")
+    [failure] = failed.value.result.failures
+    assert (failure.kind, failure.name) == (
+        VerdictKind.MASTER_WEIGHTS,
+        "bf16_built.bf16.fp32_reference_params_not_fp32",
+    )
+    assert "no fp32 reference: 4 of 4 trained parameters are bfloat16 in the run handed fp32" in str(failed.value)
+    assert "model.0.weight bfloat16" in str(failed.value)
+
+
 # -- distillation: a frozen teacher in bf16, a student in AMP -----------------------------------
 def distillation(seed: int) -> dict[str, object]:
     torch.manual_seed(12345)  # one teacher for every seed: what differs between seeds is the student

@@ -222,6 +222,37 @@ def judge_master_weights(name: str, recipe: Recipe, amp: Trace, ref: Trace) -> C
     )
 
 
+#: the parameter dtypes an fp32 reference run may train (anything narrower is no fp32 reference)
+REFERENCE_DTYPES = (torch.float32, torch.float64)
+
+
+def judge_reference(name: str, recipe: Recipe, ref: Trace) -> ClaimComparison | None:
+    """None when the fp32 reference run trains fp32 (or wider) parameters (those an optimizer of the
+    code steps: a frozen bf16 teacher is no part of it); else the FAIL saying that there is no fp32
+    reference, naming the parameters that are low-precision in it (a model
+    built or cast in bf16 before the code was handed a precision: comparing the AMP run with it
+    would hold one low-precision run to another)."""
+    low = {p: d for p, d in ref.param_dtypes.items() if p in ref.trained and d not in REFERENCE_DTYPES}
+    if not low:
+        return None
+    return compare_claim(
+        f"{name}.{recipe.metric_id}.fp32_reference_params_not_fp32",
+        len(low),
+        False,
+        "the fp32 reference run trains fp32 parameters (else there is no fp32 reference to judge the recipe against)",
+        detail=(
+            f"{name} / {recipe.name}: no fp32 reference: {len(low)} of {len(ref.trained)} trained parameters are "
+            f"{', '.join(sorted({str(d).removeprefix('torch.') for d in low.values()}))} in the run handed fp32 "
+            f"(the model is built or cast in low precision before the precision applies): "
+            + ", ".join(f"{p} {str(d).removeprefix('torch.')}" for p, d in list(low.items())[:4])
+            + (f" ... {len(low) - 4} more" if len(low) > 4 else ""),
+        ),
+        expected=0,
+        allowance=0,
+        unit="parameters",
+    )
+
+
 def judge_determinism(name: str, recipe: Recipe, a: Trace, b: Trace) -> ClaimComparison:
     def same(x: dict[str, float], y: dict[str, float]) -> bool:
         return x.keys() == y.keys() and all(x[k] == y[k] or (math.isnan(x[k]) and math.isnan(y[k])) for k in x)
@@ -425,6 +456,13 @@ def judge_all(
         ref = trace(program, 0, make(None)(), undo=skips) if skips else fp32[0]
         applied = judge_precision(name, recipe, dtypes)
         yield Judged("precision", recipe.name, applied, {"autocast_dtypes": sorted(str(d) for d in dtypes)})
+        no_reference = judge_reference(name, recipe, fp32[0])
+        if no_reference is not None:
+            # parity against a low-precision "reference" would hold one low-precision run to another
+            yield Judged(
+                "master_weights", recipe.name, no_reference, {"reference": "fp32 run, low-precision parameters"}
+            )
+            continue
         if not applied.passed or same_run(amp, ref):
             # what follows would judge another recipe (or fp32) under this one's name
             if applied.passed:

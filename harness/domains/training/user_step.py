@@ -308,6 +308,8 @@ class Trace:
     param_dtypes: dict[str, torch.dtype] = field(default_factory=dict)
     #: step -> the GradScaler calls the code made in it, in order
     scaler_calls: dict[int, list[ScalerCall]] = field(default_factory=dict)
+    #: the parameters (``model.path``) some optimizer of the code trains (a frozen teacher's are not)
+    trained: set[str] = field(default_factory=set)
 
     def skipped(self, optimizer: str) -> list[int]:
         took = set(self.stepped.get(optimizer, []))
@@ -520,8 +522,11 @@ class Loop:
             self.trace.final[name] = torch.cat(
                 [p.detach().float().flatten() for p in m.parameters()] or [torch.zeros(0)]
             )
+            optimized = {id(q) for o in self.found.optimizers.values() for g in o.param_groups for q in g["params"]}
             for pname, p in m.named_parameters():
                 self.trace.param_dtypes[f"{name}.{pname}"] = p.dtype
+                if id(p) in optimized:
+                    self.trace.trained.add(f"{name}.{pname}")
         self.trace.names = sorted({n for s in self.trace.losses for n in s})
         self.trace.found = [*self.found.models, *self.found.optimizers]
         return self.trace
