@@ -7,6 +7,7 @@ package is missing."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -104,6 +105,45 @@ def test_a_trainer_that_casts_the_model_to_bf16_fails_the_master_weights_rule(tr
     with pytest.raises(TrainingCheckFailed) as failed:
         training_checks.check_program(gpt2_program(), [BF16], seeds=3)
     assert VerdictKind.MASTER_WEIGHTS in {v.kind for v in failed.value.result.failures}
+
+
+def bf16_cross_entropy(outputs, labels, num_items_in_batch=None):
+    """The planted bug: the loss of bf16 logits, outside autocast (its log-softmax, value and
+    gradient in bf16, where autocast keeps cross_entropy in fp32)."""
+    logits = outputs.logits[:, :-1].to(torch.bfloat16)
+    return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels[:, 1:].reshape(-1))
+
+
+@_needs("transformers", "hf")
+def test_a_loss_computed_in_bf16_fails_through_compute_loss_func_and_a_trainer_subclass(training_checks):
+    """The same bf16 loss, given to the Trainer as ``compute_loss_func`` and as a subclass's own
+    ``compute_loss`` (the way most users customise the loss): parity passes it over 8 steps, the loss
+    precision rule names it."""
+    tf = _transformers()
+
+    class MyTrainer(tf.Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            outputs = model(input_ids=inputs["input_ids"])
+            loss = bf16_cross_entropy(outputs, inputs["labels"])
+            return (loss, outputs) if return_outputs else loss
+
+    for program in (
+        dataclasses.replace(gpt2_program(), trainer={"compute_loss_func": bf16_cross_entropy}),
+        dataclasses.replace(gpt2_program(), trainer_class=MyTrainer),
+    ):
+        with pytest.raises(TrainingCheckFailed) as failed:
+            training_checks.check_program(program, [BF16], seeds=3)
+        assert [(v.kind, v.name) for v in failed.value.result.failures] == [
+            (VerdictKind.LOSS_PRECISION, "hf_gpt2.bf16.losses_in_low_precision")
+        ], str(failed.value)
+        assert "loss 'loss' returned in bfloat16" in str(failed.value)
+
+
+def test_a_trainer_class_that_is_no_trainer_is_refused(training_checks):
+    if not available("transformers"):
+        pytest.skip("transformers is not installed: pip install 'amp-harness[hf]'")
+    with pytest.raises(TypeError, match=r"a subclass of transformers\.Trainer"):
+        training_checks.check_program(dataclasses.replace(gpt2_program(), trainer_class=dict), [BF16], seeds=2)
 
 
 # -- Accelerate: tiny Llama ------------------------------------------------------------------------

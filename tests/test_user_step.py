@@ -173,6 +173,76 @@ def test_a_model_built_in_bf16_has_no_fp32_reference_and_the_verdict_says_so(tra
     assert "model.0.weight bfloat16" in str(failed.value)
 
 
+def test_a_loss_computed_in_bf16_fails_naming_the_loss_and_a_float_loss_passes(training_checks):
+    """A classifier whose cross-entropy is taken of its bf16 logits outside autocast (value and
+    gradient rounded to 8 bits): the loss precision rule names it, whatever parity says of the run
+    (here it drifts out of the band too; on the HF Trainer over 8 steps it does not)."""
+
+    def classifier(seed):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 10))
+        return {"model": model, "opt": torch.optim.SGD(model.parameters(), 0.05)}
+
+    def step(o, batch, precision, *, low_loss):
+        x, y = batch
+        with precision.autocast():
+            logits = o["model"](x)
+        loss = nn.functional.cross_entropy(logits if low_loss else logits.float(), y)
+        o["opt"].zero_grad()
+        loss.backward()
+        o["opt"].step()
+        return loss
+
+    def batches(seed):
+        g = torch.Generator().manual_seed(seed)
+        return [(torch.randn(32, 16, generator=g), torch.randint(0, 10, (32,), generator=g)) for _ in range(8)]
+
+    clean = training_checks.check_step(
+        classifier, functools.partial(step, low_loss=False), [BF16], batches=batches, name="clf", overflow=False
+    )
+    assert [v.outcome for v in clean.of(VerdictKind.LOSS_PRECISION)] == [Outcome.PASS]
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_step(
+            classifier, functools.partial(step, low_loss=True), [BF16], batches=batches, name="clf"
+        )
+    failures = [(v.kind, v.name) for v in failed.value.result.failures]
+    assert (VerdictKind.LOSS_PRECISION, "clf.bf16.losses_in_low_precision") in failures, failures
+    assert "loss 'loss' returned in bfloat16" in str(failed.value)
+
+
+def test_code_that_raises_under_one_recipe_is_that_recipes_verdict_and_the_others_are_judged(training_checks):
+    """A step that feeds bf16 inputs to an fp32 model only when handed bf16 (no autocast: a mixed
+    dtype error): bf16's verdict names the recipe, the step and the exception; fp16 is still judged."""
+
+    def step(o, batch, precision):
+        x, y = batch
+        if precision.dtype is torch.bfloat16:
+            x = x.to(torch.bfloat16)  # the bug: a cast outside autocast
+        loss = nn.functional.mse_loss(o["model"](x).float(), y)
+        o["opt"].zero_grad()
+        precision.scaler.scale(loss).backward()
+        precision.scaler.step(o["opt"])
+        precision.scaler.update()
+        return loss
+
+    def build(seed):
+        torch.manual_seed(seed)
+        model = nn.Linear(16, 1)
+        return {"model": model, "opt": torch.optim.SGD(model.parameters(), 1e-2)}
+
+    def batches(seed):
+        g = torch.Generator().manual_seed(seed)
+        return [(torch.randn(8, 16, generator=g), torch.randn(8, 1, generator=g)) for _ in range(4)]
+
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_step(build, step, [BF16, FP16_SCALER], batches=batches, name="raiser", overflow=False)
+    result = failed.value.result
+    raised = result.of(VerdictKind.RAISED)
+    assert [(v.recipe, v.outcome) for v in raised] == [("bf16", Outcome.FAIL)]
+    assert "the code raised at step 0 under bf16: RuntimeError" in str(failed.value)
+    assert {v.recipe for v in result.verdicts} == {"bf16", "fp16+scaler"}  # fp16 still judged
+
+
 # -- distillation: a frozen teacher in bf16, a student in AMP -----------------------------------
 def distillation(seed: int) -> dict[str, object]:
     torch.manual_seed(12345)  # one teacher for every seed: what differs between seeds is the student
@@ -532,7 +602,7 @@ def test_the_module_lane_fails_a_linear_that_accumulates_in_bf16():
 
 
 def test_a_step_that_raises_leaves_no_hook_or_patch_behind(training_checks):
-    unscale = torch.amp.GradScaler.unscale_
+    scaler_methods = (torch.amp.GradScaler.unscale_, torch.amp.GradScaler.step, torch.amp.GradScaler.update)
     apply = torch.autograd.Function.apply
 
     def failing(o, batch, precision):
@@ -540,9 +610,16 @@ def test_a_step_that_raises_leaves_no_hook_or_patch_behind(training_checks):
             raise RuntimeError("the user's step broke")
         return regression_step(o, batch, precision)
 
-    with pytest.raises(RuntimeError, match="the user's step broke"):
+    with pytest.raises(TrainingCheckFailed, match="the code raised at step 0 under fp16\\+scaler: RuntimeError"):
         training_checks.check_step(regression, failing, [FP16_SCALER], batches=regression_batches)
-    assert torch.amp.GradScaler.unscale_ is unscale and torch.autograd.Function.apply == apply
+    assert (torch.amp.GradScaler.unscale_, torch.amp.GradScaler.step, torch.amp.GradScaler.update) == scaler_methods
+    assert torch.autograd.Function.apply == apply
+
+    def always(o, batch, precision):
+        raise RuntimeError("the user's step broke")
+
+    with pytest.raises(RuntimeError, match="the user's step broke"):  # raising in fp32 too: its own error
+        training_checks.check_step(regression, always, [FP16_SCALER], batches=regression_batches)
 
 
 def test_the_module_lane_fails_when_torch_itself_drops_a_cast_inputs_declaration(monkeypatch):

@@ -54,6 +54,10 @@ class Kind(str, Enum):
     MASTER_WEIGHTS = "master_weights"
     #: the code ran under autocast in the dtype it was handed (a user's step, a trainer)
     PRECISION = "precision"
+    #: the code raised under the recipe (its step and exception named; the other recipes still judged)
+    RAISED = "raised"
+    #: every loss the code returns under autocast is computed in float32 or wider
+    LOSS_PRECISION = "loss_precision"
     #: the GradScaler used as its contract says: update() once per iteration, after every scaled
     #: step, and the scale each iteration leaves the reference state machine's
     SCALER_CONTRACT = "scaler_contract"

@@ -31,6 +31,7 @@ from harness.domains.engines.training import module_lane as ML
 from harness.domains.engines.training.parity import MIN_TAKEN_SHARE, PARITY_FRACTION
 from harness.domains.engines.training.recipes import Recipe
 from harness.domains.training.user_step import (
+    CodeRaised,
     Found,
     Plant,
     Precision,
@@ -219,6 +220,45 @@ def judge_master_weights(name: str, recipe: Recipe, amp: Trace, ref: Trace) -> C
         expected=0,
         allowance=0,
         unit="parameters",
+    )
+
+
+#: loss dtypes that round a loss's value and gradient to a low-precision format
+LOW_LOSS_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def judge_loss_precision(name: str, recipe: Recipe, amp: Trace) -> ClaimComparison | None:
+    """Under an autocast recipe every loss the code returns is computed in fp32 or wider: autocast
+    runs the losses (cross_entropy, mse_loss, nll_loss, log_softmax ...) in float32, so a loss in
+    bf16 was computed outside autocast on low-precision logits, its value and gradient rounded to
+    8 bits. Parity over a short run cannot see it (the rounding is far inside the seed band). None
+    where the code returns its losses as numbers (no dtype to judge)."""
+    if recipe.dtype is None or not amp.loss_dtypes:
+        return None
+    low = {
+        k: sorted(str(d).removeprefix("torch.") for d in ds if d in LOW_LOSS_DTYPES)
+        for k, ds in amp.loss_dtypes.items()
+    }
+    low = {k: v for k, v in low.items() if v}
+    return compare_claim(
+        f"{name}.{recipe.metric_id}.losses_in_low_precision",
+        len(low),
+        not low,
+        "every loss the code returns under autocast is computed in float32 or wider (autocast's fp32 list holds the "
+        "losses: a loss in bf16 or fp16 rounds its value and its gradient to the low-precision format)",
+        detail=(
+            f"{name} / {recipe.name}: "
+            + (
+                "; ".join(f"loss {k!r} returned in {', '.join(v)}" for k, v in sorted(low.items()))
+                + ": computed outside autocast on low-precision outputs (e.g. a cross-entropy of bf16 logits); "
+                "compute it under autocast, or on .float() outputs"
+                if low
+                else f"losses {sorted(amp.loss_dtypes)} in float32 or wider"
+            ),
+        ),
+        expected=0,
+        allowance=0,
+        unit="losses",
     )
 
 
@@ -437,7 +477,10 @@ def judge_all(
     def make(recipe: Recipe | None) -> Callable[[], Precision]:
         return lambda: precision_of(recipe, device, init_scale)
 
-    fp32 = [trace(program, s, make(None)()) for s in range(seeds)]
+    try:
+        fp32 = [trace(program, s, make(None)()) for s in range(seeds)]
+    except CodeRaised as raised:  # the code fails without any recipe: its own error, as it raised it
+        raise raised.error from None
     if not fp32[0].losses:
         raise ValueError(f"{name}: the run took no step (no batches, or begin/end never called)")
     if not fp32[0].found:
@@ -448,79 +491,120 @@ def judge_all(
         )
     band = band_of(fp32)
     for recipe in recipes:
-        regions: list[list[ML.RegionError]] = []
-        dtypes: set[torch.dtype] = set()
-        observe = _lane_observer(recipe, device, fp32_modules, regions, dtypes)
-        amp = trace(program, 0, make(recipe)(), observe=observe)
-        skips = skipped_steps(amp)
-        ref = trace(program, 0, make(None)(), undo=skips) if skips else fp32[0]
-        applied = judge_precision(name, recipe, dtypes)
-        yield Judged("precision", recipe.name, applied, {"autocast_dtypes": sorted(str(d) for d in dtypes)})
-        no_reference = judge_reference(name, recipe, fp32[0])
-        if no_reference is not None:
-            # parity against a low-precision "reference" would hold one low-precision run to another
-            yield Judged(
-                "master_weights", recipe.name, no_reference, {"reference": "fp32 run, low-precision parameters"}
+        try:
+            yield from _judge_recipe(
+                program, recipe, device, fp32, band, make, overflow, determinism, module_lane, resume_at, fp32_modules
             )
-            continue
-        if not applied.passed or same_run(amp, ref):
-            # what follows would judge another recipe (or fp32) under this one's name
-            if applied.passed:
-                yield Judged("parity", recipe.name, judge_parity(name, recipe, amp.names[0], amp, ref, band), {})
-            continue
-        for loss in amp.names:
+        except CodeRaised as raised:
+            yield Judged("raised", recipe.name, judge_raised(name, recipe, raised), {"step": raised.step})
+
+
+def judge_raised(name: str, recipe: Recipe, raised: CodeRaised) -> ClaimComparison:
+    """The code raised under ``recipe``: the recipe's verdict, naming the step and the exception."""
+    return compare_claim(
+        f"{name}.{recipe.metric_id}.code_raised",
+        1,
+        False,
+        "the code trains under the recipe without raising",
+        detail=(f"{name} / {recipe.name}: {raised}",),
+        expected=0,
+        allowance=0,
+        unit="exceptions",
+    )
+
+
+def _judge_recipe(
+    program: Program,
+    recipe: Recipe,
+    device: torch.device,
+    fp32: list[Trace],
+    band: StepBand,
+    make: Callable[[Recipe | None], Callable[[], Precision]],
+    overflow: bool,
+    determinism: bool,
+    module_lane: bool,
+    resume_at: int | None,
+    fp32_modules: Sequence[str],
+) -> Iterator[Judged]:
+    """Every verdict on one recipe, as it is decided (the fp32 runs and their band given)."""
+    name = program.name
+    regions: list[list[ML.RegionError]] = []
+    dtypes: set[torch.dtype] = set()
+    observe = _lane_observer(recipe, device, fp32_modules, regions, dtypes)
+    amp = trace(program, 0, make(recipe)(), observe=observe)
+    skips = skipped_steps(amp)
+    ref = trace(program, 0, make(None)(), undo=skips) if skips else fp32[0]
+    applied = judge_precision(name, recipe, dtypes)
+    yield Judged("precision", recipe.name, applied, {"autocast_dtypes": sorted(str(d) for d in dtypes)})
+    loss_precision = judge_loss_precision(name, recipe, amp)
+    if loss_precision is not None and applied.passed:
+        yield Judged(
+            "loss_precision",
+            recipe.name,
+            loss_precision,
+            {"loss_dtypes": {k: sorted(map(str, v)) for k, v in amp.loss_dtypes.items()}},
+        )
+    no_reference = judge_reference(name, recipe, fp32[0])
+    if no_reference is not None:
+        # parity against a low-precision "reference" would hold one low-precision run to another
+        yield Judged("master_weights", recipe.name, no_reference, {"reference": "fp32 run, low-precision parameters"})
+        return
+    if not applied.passed or same_run(amp, ref):
+        # what follows would judge another recipe (or fp32) under this one's name
+        if applied.passed:
+            yield Judged("parity", recipe.name, judge_parity(name, recipe, amp.names[0], amp, ref, band), {})
+        return
+    for loss in amp.names:
+        yield Judged(
+            "parity",
+            recipe.name,
+            judge_parity(name, recipe, loss, amp, ref, band),
+            {"loss": loss, "skipped": {k: v for k, v in skips.items()}, "steps": len(amp.losses)},
+        )
+    yield Judged("master_weights", recipe.name, judge_master_weights(name, recipe, amp, ref), {})
+    if regions and module_lane:
+        errors = regions[0]
+        yield Judged(
+            "module_lane",
+            recipe.name,
+            ML.judge(name, recipe.metric_id, errors),
+            ML.tags(errors),
+        )
+    scaled = bool(amp.scales)
+    if any(c.kind == "step" for calls in amp.scaler_calls.values() for c in calls):
+        yield Judged("scaler_contract", recipe.name, judge_scaler_contract(name, recipe, amp), {})
+    if overflow and scaled:
+        at = plant_step(amp)
+        for opt in sorted(amp.stepped):
+            planted = trace(program, 0, make(recipe)(), plant=Plant(opt, at))
             yield Judged(
-                "parity",
+                "overflow",
                 recipe.name,
-                judge_parity(name, recipe, loss, amp, ref, band),
-                {"loss": loss, "skipped": {k: v for k, v in skips.items()}, "steps": len(amp.losses)},
+                judge_overflow(name, recipe, opt, at, planted),
+                {"step": at, "optimizer": opt},
             )
-        yield Judged("master_weights", recipe.name, judge_master_weights(name, recipe, amp, ref), {})
-        if regions and module_lane:
-            errors = regions[0]
+    if determinism:
+        again = trace(program, 0, make(recipe)())
+        yield Judged("determinism", recipe.name, judge_determinism(name, recipe, amp, again), {})
+    if resume_at is not None:
+        if isinstance(program, StepProgram):
+            back = resumed(program, 0, make(recipe), resume_at)
+            whole = trace(program, 0, make(recipe)())
+            yield Judged("resume", recipe.name, judge_resume(name, recipe, resume_at, whole, back), {"at": resume_at})
+        else:
             yield Judged(
-                "module_lane",
+                "resume",
                 recipe.name,
-                ML.judge(name, recipe.metric_id, errors),
-                ML.tags(errors),
+                compare_claim(
+                    f"{name}.{recipe.metric_id}.resume_differences",
+                    math.nan,
+                    False,
+                    "saved mid-run and resumed, the run continues bit for bit",
+                    detail=(f"{name}: {program.resumable}",),
+                    inconclusive=True,
+                ),
+                {},
             )
-        scaled = bool(amp.scales)
-        if any(c.kind == "step" for calls in amp.scaler_calls.values() for c in calls):
-            yield Judged("scaler_contract", recipe.name, judge_scaler_contract(name, recipe, amp), {})
-        if overflow and scaled:
-            at = plant_step(amp)
-            for opt in sorted(amp.stepped):
-                planted = trace(program, 0, make(recipe)(), plant=Plant(opt, at))
-                yield Judged(
-                    "overflow",
-                    recipe.name,
-                    judge_overflow(name, recipe, opt, at, planted),
-                    {"step": at, "optimizer": opt},
-                )
-        if determinism:
-            again = trace(program, 0, make(recipe)())
-            yield Judged("determinism", recipe.name, judge_determinism(name, recipe, amp, again), {})
-        if resume_at is not None:
-            if isinstance(program, StepProgram):
-                back = resumed(program, 0, make(recipe), resume_at)
-                whole = trace(program, 0, make(recipe)())
-                yield Judged(
-                    "resume", recipe.name, judge_resume(name, recipe, resume_at, whole, back), {"at": resume_at}
-                )
-            else:
-                yield Judged(
-                    "resume",
-                    recipe.name,
-                    compare_claim(
-                        f"{name}.{recipe.metric_id}.resume_differences",
-                        math.nan,
-                        False,
-                        "saved mid-run and resumed, the run continues bit for bit",
-                        detail=(f"{name}: {program.resumable}",),
-                        inconclusive=True,
-                    ),
-                    {},
-                )
 
 
 def validate_program(program: object, seeds: object, resume_at: object) -> None:

@@ -196,19 +196,28 @@ def find(objects: object) -> Found:
     return found
 
 
+def _named(value: object) -> list[tuple[str, object]]:
+    """A step's return value as (name, value) pairs, as :func:`losses_of` names them."""
+    if isinstance(value, torch.Tensor | float | int) and not isinstance(value, bool):
+        return [("loss", value)]
+    if isinstance(value, Mapping):
+        return [(str(k), v) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return [(f"loss{i}", v) for i, v in enumerate(value)]
+    if value is not None and hasattr(value, "loss"):
+        return [("loss", value.loss)]
+    return []
+
+
+def loss_dtypes_of(value: object) -> dict[str, torch.dtype]:
+    """The dtype of each loss a step returned as a tensor (a number has none to judge)."""
+    return {k: v.dtype for k, v in _named(value) if isinstance(v, torch.Tensor) and v.numel() == 1}
+
+
 def losses_of(value: object, step: int) -> dict[str, float]:
     """A step's return value as named losses: a tensor or number is ``loss``; a dict its items; a
     tuple or list ``loss0``, ``loss1``, ... (a trainer's output's ``loss`` is read too)."""
-    if isinstance(value, torch.Tensor | float | int) and not isinstance(value, bool):
-        items: list[tuple[str, object]] = [("loss", value)]
-    elif isinstance(value, Mapping):
-        items = [(str(k), v) for k, v in value.items()]
-    elif isinstance(value, list | tuple):
-        items = [(f"loss{i}", v) for i, v in enumerate(value)]
-    elif value is not None and hasattr(value, "loss"):
-        items = [("loss", value.loss)]
-    else:
-        items = []
+    items = _named(value)
     out: dict[str, float] = {}
     for k, v in items:
         if isinstance(v, torch.Tensor) and v.numel() == 1:
@@ -308,6 +317,8 @@ class Trace:
     param_dtypes: dict[str, torch.dtype] = field(default_factory=dict)
     #: step -> the GradScaler calls the code made in it, in order
     scaler_calls: dict[int, list[ScalerCall]] = field(default_factory=dict)
+    #: loss name -> the dtypes it was returned in (as a tensor), over the run
+    loss_dtypes: dict[str, set[torch.dtype]] = field(default_factory=dict)
     #: the parameters (``model.path``) some optimizer of the code trains (a frozen teacher's are not)
     trained: set[str] = field(default_factory=set)
 
@@ -458,13 +469,16 @@ class Loop:
         torch.amp.GradScaler.unscale_ = unscale_  # type: ignore[method-assign,assignment]
         self._unpatch = lambda: setattr(torch.amp.GradScaler, "unscale_", original)
 
-    def end(self, returned: object) -> None:
-        """Step ``k`` ended, returning ``returned`` (its losses)."""
+    def end(self, returned: object, dtypes: Mapping[str, torch.dtype] | None = None) -> None:
+        """Step ``k`` ended, returning ``returned`` (its losses); ``dtypes``: the dtype each loss was
+        computed in, where ``returned`` no longer says (a trainer's losses summed as numbers)."""
         k = self.step
         if self._observing is not None:
             self._observing.close()
             self._observing = None
         self.trace.losses.append(losses_of(returned, k))
+        for loss, dtype in (loss_dtypes_of(returned) if dtypes is None else dtypes).items():
+            self.trace.loss_dtypes.setdefault(loss, set()).add(dtype)
         scale = self._scale()
         if scale is not None:
             self.trace.scales.append(scale)
@@ -591,11 +605,24 @@ class StepProgram:
         return None
 
 
+class CodeRaised(Exception):
+    """The user's code raised during a run: which precision, at which step (the steps begun), and
+    the exception itself (``__cause__``). A result for the recipe, not an error of the harness."""
+
+    def __init__(self, precision: str, step: int, error: BaseException) -> None:
+        self.precision, self.step, self.error = precision, step, error
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        super().__init__(f"the code raised at step {step} under {precision}: {type(error).__name__}: {first}")
+
+
 def trace(program: Program, seed: int, precision: Precision, **loop: Any) -> Trace:
-    """One observed run of ``program``."""
+    """One observed run of ``program``; :class:`CodeRaised` when the code raises (a step that
+    raises under one recipe is that recipe's result)."""
     observed = Loop(precision, seed, **loop)
     try:
         program.run(seed, precision, observed)
+    except Exception as error:  # the user's code: any exception is what it did
+        raise CodeRaised(precision.name, max(observed.step, 0), error) from error
     finally:
         # hooks and the planting patch come off even when the user's code raises
         trace_of_run = observed.finish()

@@ -8,6 +8,9 @@ Example::
                                args={"learning_rate": 1e-3, "per_device_train_batch_size": 8})
     amp_training.check_program(program, [BF16, FP16_SCALER])
 
+    # your own Trainer, as you train it: its compute_loss, training_step, create_optimizer
+    HFTrainerProgram("gpt2", model=tiny_gpt2, dataset=examples, steps=16, trainer_class=MyTrainer)
+
 The Trainer's AMP is Accelerate's: on a CPU its ``fp16=True`` trains in fp32 (INCONCLUSIVE here).
 """
 
@@ -36,8 +39,11 @@ class HFTrainerProgram:
     dataset: Sequence[Any] | Callable[[int], Sequence[Any]]
     steps: int
     args: dict[str, Any] = field(default_factory=dict)
-    #: more ``Trainer`` keywords (a data collator, ...)
+    #: more ``Trainer`` keywords (a data collator, ``compute_loss_func``, ...)
     trainer: dict[str, Any] = field(default_factory=dict)
+    #: your ``Trainer`` subclass (its own ``compute_loss``, ``training_step``, ``create_optimizer``);
+    #: ``transformers.Trainer`` when None
+    trainer_class: type | None = None
 
     @property
     def resumable(self) -> str | None:
@@ -48,7 +54,11 @@ class HFTrainerProgram:
         reset_state()
 
         callback: Any = transformers.TrainerCallback
-        base: Any = transformers.Trainer
+        base: Any = self.trainer_class or transformers.Trainer
+        if not (isinstance(base, type) and issubclass(base, transformers.Trainer)):
+            raise TypeError(
+                f"trainer_class={base!r}: a subclass of transformers.Trainer (your Trainer as you train it)"
+            )
 
         class Watch(callback):  # type: ignore[misc]
             trainer: Any = None
@@ -62,7 +72,8 @@ class HFTrainerProgram:
             def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 # the step's loss: its micro-batches' losses as training_step returns them (each
                 # already divided by the accumulation steps), summed
-                loop.end(sum(float(x) for x in self.trainer.micro_losses))
+                losses = self.trainer.micro_losses
+                loop.end(sum(float(x) for x in losses), {"loss": losses[0].dtype} if losses else None)
 
         class Recording(base):  # type: ignore[misc]
             def training_step(self, *args: Any, **kwargs: Any) -> Any:
