@@ -243,7 +243,7 @@ def test_a_baseline_copied_to_another_key_is_detected(tmp_path):
     assert Path(dst).read_text() == src.read_text()
 
 
-# -- a release with no baselines of its own: judged against the nearest earlier release ---------
+# -- a release with no baselines of its own: judged against the nearest other release ------------
 def _stack_store(tmp_path: Path, releases: dict[str, object]) -> bl.BaselineStore:
     store = bl.BaselineStore(tmp_path)
     for key, data in releases.items():
@@ -296,14 +296,26 @@ def test_regen_writes_the_new_release_s_own_baseline(tmp_path):
     assert _check_stack(store, "torch-2.15", {"x": 3}).status is bl.Status.MATCHED
 
 
-def test_only_earlier_releases_are_references_and_without_one_the_baseline_is_missing(tmp_path):
-    store = _stack_store(tmp_path, {"torch-2.16": {"x": 1}, "nvidia-h200__torch-2.14": {"x": 1}})
-    out = _check_stack(store, "torch-2.15", {"x": 1})
-    assert not out.passed and out.status is bl.Status.MISSING  # 2.16 is later, the h200 key another profile
+def test_an_older_release_than_any_baseline_is_judged_against_the_nearest_later_one(tmp_path):
+    """Earlier releases first, then later ones, each nearest first: torch 2.4 with baselines from
+    2.11 on is judged against 2.11's, saying so; another profile's key is never a reference, and
+    with no other release at all the baseline is missing."""
+    store = _stack_store(
+        tmp_path, {"torch-2.16": {"x": 1}, "torch-2.12": {"x": 2}, "nvidia-h200__torch-2.14": {"x": 1}}
+    )
+    out = _check_stack(store, "torch-2.4", {"x": 2})
+    assert out.passed and out.status is bl.Status.INHERITED
+    assert "nearest later release's" in out.message and "torch-2.12/n.json" in out.message
+    assert store.other_releases("s", "n", "torch-2.15") == [
+        (store.path_for("s", "torch-2.12", "n"), False),
+        (store.path_for("s", "torch-2.16", "n"), True),
+    ]
     assert store.earlier_releases("s", "n", "nvidia-h200__torch-2.15") == [
         store.path_for("s", "nvidia-h200__torch-2.14", "n")
     ]
     assert store.earlier_releases("s", "n", "any") == []
+    alone = _stack_store(tmp_path / "alone", {"nvidia-h200__torch-2.14": {"x": 1}})
+    assert _check_stack(alone, "torch-2.15", {"x": 1}).status is bl.Status.MISSING
 
 
 @pytest.mark.parametrize(

@@ -286,18 +286,25 @@ class BaselineStore:
 
     def earlier_releases(self, suite: str, name: str, key: str) -> list[Path]:
         """The same baseline stored for the releases before ``key``'s (a stack key ``torch-2.15``,
-        or ``<profile>__torch-2.15``), the nearest first: what a release with no baseline of its
-        own is judged against. Empty for a key that names no release."""
+        or ``<profile>__torch-2.15``), the nearest first. Empty for a key that names no release."""
+        return [p for p, later in self.other_releases(suite, name, key) if not later]
+
+    def other_releases(self, suite: str, name: str, key: str) -> list[tuple[Path, bool]]:
+        """The same baseline stored for other releases than ``key``'s, with whether each is later:
+        the earlier ones nearest first, then the later ones nearest first. What a release with no
+        baseline of its own is judged against (an old release, older than any baseline, by the
+        oldest later one). Empty for a key that names no release."""
         prefix, release_of = _release_of(key)
         suite_dir = self.root / suite
         if release_of is None or not suite_dir.is_dir():
             return []
-        earlier = []
+        earlier, later = [], []
         for p in suite_dir.glob(f"*/{name}{SUFFIX}"):
             other_prefix, other = _release_of(p.parent.name)
-            if other is not None and other_prefix == prefix and other < release_of:
-                earlier.append((other, p))
-        return [p for _, p in sorted(earlier, reverse=True)]
+            if other is None or other_prefix != prefix or other == release_of:
+                continue
+            (earlier if other < release_of else later).append((other, p))
+        return [(p, False) for _, p in sorted(earlier, reverse=True)] + [(p, True) for _, p in sorted(later)]
 
     def references(self, suite: str, name: str, key: str) -> list[Path]:
         """The same baseline stored under other keys (other hardware profiles or stacks), sorted:
@@ -332,9 +339,9 @@ class Status(Enum):
 
     MATCHED = "matched"
     #: no baseline of this release's own; the nearest earlier release's matched
-    INHERITED = "matched an earlier release"
+    INHERITED = "matched another release"
     #: no baseline of this release's own; the nearest earlier release's differs
-    CHANGED_SINCE = "changed since an earlier release"
+    CHANGED_SINCE = "changed since another release"
     CREATED = "created"
     MISSING = "missing"
     MISMATCHED = "mismatched"
@@ -453,12 +460,12 @@ def _against_earlier_release(
     display: Callable[[Path], str],
     comparator: Callable[[Any, Any], DataComparison] | None,
 ) -> _Finding | None:
-    """A release with no baseline of its own, judged against the nearest earlier release's (as a
-    new hardware class is judged against a reference class): equal passes, naming that baseline;
-    different fails with the difference and leaves this release's obtained file. None where no
-    earlier release has a readable one (the baseline is then missing)."""
+    """A release with no baseline of its own, judged against the nearest release's that has one,
+    earlier first, then later (as a new hardware class is judged against a reference class): equal
+    passes, naming that baseline; different fails with the difference and leaves this release's
+    obtained file. None where no other release has a readable one (the baseline is then missing)."""
     hint = f"Regenerate: {regen_command}"
-    for earlier in store.earlier_releases(doc.suite, doc.name, doc.key):
+    for earlier, is_later in store.other_releases(doc.suite, doc.name, doc.key):
         try:
             reference = store.read(earlier, hint)
         except BaselineError:
@@ -473,7 +480,8 @@ def _against_earlier_release(
         obtained = store.obtained_path(path)
         judged = (
             f"Baseline {display(path)} does not exist: this release ({doc.key}) was judged against the nearest "
-            f"earlier release's, {display(earlier)} ({_describe_provenance(reference.provenance)})"
+            f"{'later' if is_later else 'earlier'} release's, {display(earlier)} "
+            f"({_describe_provenance(reference.provenance)})"
         )
         if result.passed:
             store.queue_remove(obtained)
