@@ -204,3 +204,12 @@ def test_a_family_missing_a_part_of_the_template_is_named(tmp_path):
         "patterns": ["repro.py"],
         "scaler": ["known_issues.py beside issue_scripts/ (both or neither)"],
     }
+
+
+#: the plugin's entry module: hooks only, at most this many lines (issue #80)
+HOOKS_LINES = 300
+
+
+def test_the_plugin_entry_module_stays_a_list_of_hooks():
+    lines = (REPO / "harness" / "pytest_plugin" / "hooks.py").read_text(encoding="utf-8").count("\n")
+    assert lines <= HOOKS_LINES, f"harness/pytest_plugin/hooks.py has {lines} lines: move helpers beside it"

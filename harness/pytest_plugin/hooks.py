@@ -19,38 +19,18 @@ import pytest
 from harness.domains.capabilities import CAPABILITIES, capability_of_fixtures
 from harness.domains.engines.ranks import world as W
 from harness.numerics.verdict import Outcome
-from harness.platform.hardware import detect_cpu, emulated
 from harness.pytest_plugin import journaling
 from harness.pytest_plugin import options as opts
 from harness.pytest_plugin.examples import independent_of_loaded_modules
 from harness.pytest_plugin.limits import TestHung
-from harness.pytest_plugin.machine import TIMING_MARK, MachineLock, is_timing, lock_directory
+from harness.pytest_plugin.machine import MachineLock, is_timing, lock_directory
+from harness.pytest_plugin.markers import DEVICE_TYPES, MARKERS, tier_of
 from harness.pytest_plugin.ownership import apply_profile_to_given, hypothesis_profile_of_ours, is_ours
 from harness.pytest_plugin.recording import CAPABILITY_PROPERTY, capability_of
 from harness.pytest_plugin.state import STATE, WORKER_KEY, State, selected_devices, state_of, suite_of
 from harness.pytest_plugin.summary import run_metadata, terminal_lines
 from harness.storage import baselines as bl
 from harness.storage import report as rp
-
-#: the device types a marker may single out (amp_thorough_on, amp_thorough_dtypes(on=...))
-DEVICE_TYPES = ("cpu", "cuda")
-
-MARKERS = (
-    "amp_quick: part of the quick tier (runs in every tier)",
-    "amp_thorough: heavy check, runs only with --amp-tier=thorough",
-    "amp_thorough_dtypes(*names, on=None): the check's amp_dtype parameters with these names (bf16, fp16) are "
-    "amp_thorough (the others stay in the default tier); on='cpu' limits that to one device type",
-    "amp_thorough_on(*device_types): heavy on these device types (cpu, cuda) only: thorough there, default elsewhere",
-    "amp_thorough_where_emulated(*names): heavy where these dtypes (bf16, fp16) have no native CPU kernels (AVX2-only "
-    "kernel sets): thorough on such a CPU, default elsewhere and on CUDA",
-    "amp_cuda: needs a CUDA device; skipped with the reason when none is present",
-    "amp_suite(name): the suite name used for baselines and report rows (default: the directory under suites/)",
-    "amp_capability(name): the qualification capability a suite file's tests decide (amp-harness qualify)",
-    "amp_harness: an amp-harness test that uses no amp_ fixture or marker otherwise (its hypothesis profile applies)",
-    "amp_timeout(seconds): this test's time limit instead of --amp-timeout / --amp-timeout-heavy (0: none)",
-    f"{TIMING_MARK}: the test times something: under pytest-xdist no other worker runs a test beside it "
-    "(a test that uses amp_speedup or amp_interconnect is one)",
-)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -172,16 +152,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             inferred = capability_of_fixtures(getattr(item, "fixturenames", ()))
             if inferred is not None:
                 item.user_properties.append((CAPABILITY_PROPERTY, inferred))
-        tier = (
-            "thorough"
-            if item.get_closest_marker("amp_thorough") or _thorough_on_this_device(item)
-            else "quick"
-            if item.get_closest_marker("amp_quick")
-            else "default"
-        )
-        emulated = _emulated_here(item) if tier != "thorough" else None
-        if emulated is not None:
-            tier = "thorough"
+        tier, emulated = tier_of(item)
         if opts.TIERS.index(tier) > rank:
             why = f" where {emulated}" if emulated is not None else ""
             item.add_marker(pytest.mark.skip(reason=f"{tier} tier{why}: run with --amp-tier={tier}"))
@@ -194,48 +165,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=cuda_reason))
     if st.worker_count > 1 and st.machine is None and any(is_timing(i) for i in items):
         st.machine = MachineLock(lock_directory(config))
-
-
-def _emulated_here(item: pytest.Item) -> str | None:
-    """For ``amp_thorough_where_emulated(*names)`` on a CPU check: why the first named dtype the
-    kernels in force emulate is emulated (the item is thorough here); None where all run natively."""
-    marker = item.get_closest_marker("amp_thorough_where_emulated")
-    if marker is None or _device_type(item) not in (None, "cpu"):
-        return None
-    cpu = detect_cpu()
-    try:
-        return next((why for why in (emulated(str(n), cpu) for n in marker.args) if why is not None), None)
-    except ValueError as error:
-        raise pytest.UsageError(f"{item.nodeid}: amp_thorough_where_emulated: {error}") from None
-
-
-def _device_type(item: pytest.Item) -> str | None:
-    """The device type (cpu, cuda) of an item parametrized by ``amp_device``; None for another item."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return str(params["amp_device"]).split(":")[0] if "amp_device" in params else None
-
-
-def _thorough_on_this_device(item: pytest.Item) -> bool:
-    """``amp_thorough_on("cpu")``, or ``amp_thorough_dtypes(..., on="cpu")`` for this item's dtype:
-    the item is thorough on its device type."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    device_type = _device_type(item)
-    if device_type is None:
-        return False
-    whole = item.get_closest_marker("amp_thorough_on")
-    if whole is not None:
-        unknown = [a for a in whole.args if a not in DEVICE_TYPES]
-        if unknown:
-            raise pytest.UsageError(
-                f"{item.nodeid}: amp_thorough_on({', '.join(map(repr, unknown))}): choose cpu or cuda"
-            )
-        if device_type in whole.args:
-            return True
-    marker = item.get_closest_marker("amp_thorough_dtypes")
-    on = marker.kwargs.get("on") if marker is not None else None
-    if marker is None or on is None or "amp_dtype" not in params:
-        return False
-    return str(params["amp_dtype"]) in marker.args and device_type == on
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

@@ -298,7 +298,8 @@ class BaselineStore:
         suite_dir = self.root / suite
         if release_of is None or not suite_dir.is_dir():
             return []
-        earlier, later = [], []
+        earlier: list[tuple[tuple[int, int], Path]] = []
+        later: list[tuple[tuple[int, int], Path]] = []
         for p in suite_dir.glob(f"*/{name}{SUFFIX}"):
             other_prefix, other = _release_of(p.parent.name)
             if other is None or other_prefix != prefix or other == release_of:
