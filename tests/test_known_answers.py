@@ -122,3 +122,40 @@ def test_a_mismatch_is_classified_by_its_replays():
 def test_bad_burn_in_options_are_usage_errors(capsys, tmp_path):
     assert main(["burn-in", "--minutes", "0", "--report-dir", str(tmp_path)]) == 2
     assert "--minutes must be positive" in capsys.readouterr().err
+
+
+def test_the_fleet_rule_names_the_host_that_disagrees_with_the_majority():
+    from harness.domains.known_answers.fleet import Observation, outliers
+
+    def seen(host, started, digest):
+        return Observation("cls", "torch-2.13", "linear_bf16", host, started, digest)
+
+    found = outliers([seen("a", "1", "x"), seen("b", "1", "x"), seen("c", "1", "y"), seen("c", "2", "y"),
+                      seen("d", "1", "y"), seen("d", "2", "x")])  # fmt: skip
+    assert [(o.host, o.majority, o.hosts_agreeing, o.hosts, o.runs_disagreeing, o.runs) for o in found] == [
+        ("c", "x", 3, 4, 2, 2)  # d's latest answer agrees: its old disagreement is history, not an outlier now
+    ]
+    two = outliers([seen("a", "1", "x"), seen("b", "1", "y")])
+    assert [(o.host, o.majority) for o in two] == [("a", None), ("b", None)]  # no majority: undecided
+    assert outliers([seen("a", "1", "x")]) == []
+
+
+@pytest.mark.amp_thorough  # three runs of the suite: about 11 s
+def test_the_dashboard_lists_the_card_with_a_stuck_lane_among_its_fleet(pytester, suite_copy, recorded, tmp_path):
+    """Three hosts of one class publish their known answers; the one with a stuck bf16 lane is the
+    dashboard's outlier, computation by computation."""
+    from harness.apps import dashboard as db
+
+    reports = []
+    for host, kernels in (("node-a", ()), ("node-b", ()), ("node-c", ("bf16_gemm_stuck_lane",))):
+        _suite(pytester, suite_copy, kernels=kernels)
+        out = tmp_path / host
+        run_inner(pytester, f"--amp-baseline-dir={recorded}", f"--amp-report-dir={out}")
+        [run] = [d for d in out.iterdir() if d.is_dir()]
+        meta = json.loads((run / "run.json").read_text())
+        meta["fingerprint"]["hostname"] = host
+        (run / "run.json").write_text(json.dumps(meta))
+        reports.append(run)
+    odd = db.known_answer_outliers(db.load_reports(reports))
+    assert set(odd["host"]) == {"node-c"} and set(odd["computation"]) == set(BF16_GEMMS)
+    assert set(odd["hosts agreeing"]) == {"2 of 3"}

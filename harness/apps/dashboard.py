@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import math
 import os
 import statistics
@@ -141,6 +142,7 @@ def _collect(
             "schema": meta.get("schema_version"),
             "verdict": run_verdict(df, results, meta).label,
             "rows": len(df),
+            "host": fp.get("hostname"),
         }
     )
 
@@ -175,6 +177,7 @@ def _loaded(
             "schema",
             "verdict",
             "rows",
+            "host",
         ],
     )
     nonempty = [t for t in tests if len(t)]
@@ -705,6 +708,49 @@ def _drill_downs(loaded: Loaded) -> str:
     return "\n".join(parts)
 
 
+def known_answer_outliers(loaded: Loaded) -> pd.DataFrame:
+    """The known answers' fleet outliers (:func:`harness.domains.known_answers.fleet.outliers`) of
+    the loaded runs: each row of a known answer carries its digest and computation in its tags."""
+    from harness.domains.known_answers import fleet as ka_fleet  # lazy: the rule, on plain records
+
+    rows = loaded.rows
+    if not len(rows) or "tags" not in rows.columns:
+        return pd.DataFrame()
+    runs: dict[str, dict[Any, Any]] = {str(r["run_id"]): r for r in loaded.runs.to_dict("records")}
+    seen = []
+    for r in rows[rows["metric"].astype(str).str.startswith("baseline.")].itertuples():
+        tags = json.loads(str(r.tags)) if isinstance(r.tags, str) and r.tags else {}
+        run = runs.get(str(r.run_id))
+        if "sha256" not in tags or "computation" not in tags or run is None:
+            continue
+        seen.append(
+            ka_fleet.Observation(
+                str(tags.get("hardware_class") or run.get("profile")),
+                str(run.get("torch")),
+                str(tags["computation"]),
+                str(run.get("host") or "unknown"),
+                str(run.get("started")),
+                str(tags["sha256"]),
+            )
+        )
+    found = ka_fleet.outliers(seen)
+    return pd.DataFrame(
+        [
+            {
+                "hardware_class": o.hardware_class,
+                "torch": o.stack,
+                "computation": o.computation,
+                "host": o.host,
+                "digest": o.digest[:12],
+                "majority": o.majority[:12] if o.majority else "no majority",
+                "hosts agreeing": f"{o.hosts_agreeing} of {o.hosts}",
+                "runs disagreeing": f"{o.runs_disagreeing} of {o.runs}",
+            }
+            for o in found
+        ]
+    )
+
+
 def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY, max_plots: int = MAX_PLOTS) -> str:
     ser = series(loaded.rows, loaded.runs)
     fl = flags(ser, window, min_history)
@@ -760,6 +806,12 @@ def render(loaded: Loaded, window: int = WINDOW, min_history: int = MIN_HISTORY,
         f"<h2>Regression flags (comparable metrics: median of the previous {window} runs, any change of a "
         "deterministic value or a move beyond a statistic's drift; 2 violating points in a row = regression)</h2>",
         _table(flagged.sort_values(["flag", "metric_id"]), "flags") if len(flagged) else "<p>none</p>",
+    ]
+    odd = known_answer_outliers(loaded)
+    parts += [
+        "<h2>Known-answer outliers (per hardware class and stack: hosts whose latest known answers disagree with "
+        "the majority of hosts, and how many of their runs disagreed)</h2>",
+        _table(odd, "outliers") if len(odd) else "<p>none: every host gives its class's majority answers</p>",
     ]
     rates = achieved_rates(loaded.rows, loaded.runs)
     parts += [
