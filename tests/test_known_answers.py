@@ -159,3 +159,32 @@ def test_the_dashboard_lists_the_card_with_a_stuck_lane_among_its_fleet(pytester
     odd = db.known_answer_outliers(db.load_reports(reports))
     assert set(odd["host"]) == {"node-c"} and set(odd["computation"]) == set(BF16_GEMMS)
     assert set(odd["hosts agreeing"]) == {"2 of 3"}
+
+
+def test_an_audit_names_the_odd_device_and_two_devices_need_the_recorded_answers_to_decide():
+    """Three devices, one with a stuck bf16 lane (its answers computed here with the fault in force):
+    the odd one by majority. Two devices that disagree are undecided; the recorded answers decide."""
+    from harness.apps.audit import RECORDED, judge
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import faults.stacks
+
+    cpu = torch.device("cpu")
+    healthy = {n: ka.digest(ka.answer(n, cpu)) for n in BF16_GEMMS}
+    lib = faults.stacks.KERNELS["bf16_gemm_stuck_lane"][1]()
+    try:
+        stuck = {n: ka.digest(ka.answer(n, cpu)) for n in BF16_GEMMS}
+    finally:
+        lib._destroy()
+    odd = judge("cls", "torch-2.13", {"cuda:0": healthy, "cuda:1": stuck, "cuda:2": healthy})
+    assert {(o.host, o.computation) for o in odd} == {("cuda:1", n) for n in BF16_GEMMS}
+    assert {o.host for o in judge("cls", "torch-2.13", {"cuda:0": healthy, "cuda:1": stuck})} == {"cuda:0", "cuda:1"}
+    decided = judge("cls", "torch-2.13", {"cuda:0": healthy, "cuda:1": stuck, RECORDED: healthy})
+    assert {o.host for o in decided} == {"cuda:1"}
+
+
+@pytest.mark.amp_thorough  # two spawned processes importing torch: about 10 s
+def test_an_audit_of_two_cpu_processes_on_disjoint_cores_agrees(capsys):
+    assert main(["audit", "--processes", "2"]) == 0
+    assert "AGREE" in capsys.readouterr().out
+    assert main(["audit", "--processes", "999"]) == 2

@@ -568,6 +568,13 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from harness.apps import audit  # lazy: the audit imports torch
+
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    return audit.main(devices, args.processes, Path(args.baseline_dir))
+
+
 def _cmd_burn_in(args: argparse.Namespace) -> int:
     from harness.apps import burn_in  # lazy: the burn-in imports torch
 
@@ -722,6 +729,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     bi.add_argument("--baseline-dir", default="baselines", help="where the recorded answers are (default baselines)")
     bi.add_argument("--report-dir", default="amp-reports/burn-in", help="journal and scripts go here")
     bi.set_defaults(func=_cmd_burn_in)
+    au = sub.add_parser(
+        "audit",
+        help="the known answers on several devices at once: the odd one out by majority (exit 1: an odd device)",
+    )
+    au.add_argument("--devices", default="cpu", help="comma-separated: cuda:0,cuda:1 ... or cpu (default cpu)")
+    au.add_argument("--processes", type=int, default=2, help="on the CPU: processes on disjoint cores (default 2)")
+    au.add_argument("--baseline-dir", default="baselines", help="the recorded answers break a tie of two devices")
+    au.set_defaults(func=_cmd_audit)
     rl = sub.add_parser(
         "release",
         help="qualify a torch release: suites in an isolated environment and here, one release report (exit 1: a regression)",
