@@ -1,12 +1,12 @@
-# Reproduces fused-sgd-first-step-overflow-keeps-uninitialised-momentum (torch 2.11 on, open (last verified 2.15); cpu, cuda).
+# Reproduces fused-sgd-first-step-overflow-keeps-uninitialised-momentum (torch 2.4 on, open (last verified 2.15); cpu, cuda).
 # SGD(momentum, fused=True) allocates its momentum buffers with empty_like before its first step;
 # when GradScaler skips that step for an overflow (found_inf), the kernel returns without writing
 # them, and the next step reads the uninitialised memory as momentum: parameters jumped by 2.6e14
 # in one step
 # Where: torch/optim/sgd.py: _fused_sgd() (is_first_step, empty_like) and _fused_sgd_'s found_inf
 # early return. Registered in amp-harness harness/domains/scaler/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
-# amp-harness 0.1.0, 2026-12-06.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-07.
 # Needs only torch. Run: python fused_sgd_first_step_overflow_keeps_uninitialised_momentum.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

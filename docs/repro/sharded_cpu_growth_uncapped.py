@@ -1,11 +1,11 @@
-# Reproduces sharded-cpu-growth-uncapped (torch 2.11 on, open (last verified 2.15); cpu).
+# Reproduces sharded-cpu-growth-uncapped (torch 2.4 on, open (last verified 2.15); cpu).
 # ShardedGradScaler's CPU update (_amp_update_scale_cpu_) multiplies the scale by the growth
 # factor without the float32 cap GradScaler applies: the scale becomes inf and stays there (inf x
 # backoff = inf), so every later step is skipped
 # Where: torch/distributed/fsdp/sharded_grad_scaler.py: _amp_update_scale_cpu_ (vs
 # torch._amp_update_scale_). Registered in amp-harness harness/domains/scaler/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
-# amp-harness 0.1.0, 2026-12-06.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-07.
 # Needs only torch. Run: python sharded_cpu_growth_uncapped.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

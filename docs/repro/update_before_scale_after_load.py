@@ -1,10 +1,10 @@
-# Reproduces update-before-scale-after-load (torch 2.11 on, open (last verified 2.15); cpu, cuda).
+# Reproduces update-before-scale-after-load (torch 2.4 on, open (last verified 2.15); cpu, cuda).
 # a GradScaler restored with load_state_dict() creates its scale tensor lazily at the next
 # scale(); update(new_scale) before that raises AssertionError ('_scale is None')
 # Where: torch/amp/grad_scaler.py: _check_scale_growth_tracker() in update(). Registered in
 # amp-harness harness/domains/scaler/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
-# amp-harness 0.1.0, 2026-12-06.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-07.
 # Needs only torch. Run: python update_before_scale_after_load.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

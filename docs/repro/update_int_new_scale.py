@@ -1,10 +1,10 @@
-# Reproduces update-int-new-scale (torch 2.11 on, open (last verified 2.15); cpu, cuda).
+# Reproduces update-int-new-scale (torch 2.4 on, open (last verified 2.15); cpu, cuda).
 # GradScaler.update(new_scale) accepts a float or a tensor; a Python int falls into the tensor
 # branch and raises AttributeError ('int' object has no attribute 'device')
 # Where: torch/amp/grad_scaler.py: update(): isinstance(new_scale, float) else tensor checks.
 # Registered in amp-harness harness/domains/scaler/known_issues.py.
-# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen3-f25m1-avx2-t2,
-# amp-harness 0.1.0, 2026-12-06.
+# Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
+# amp-harness 0.1.0, 2026-12-07.
 # Needs only torch. Run: python update_int_new_scale.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from harness.apps.burn_in import recorded_answers
 from harness.domains.known_answers.fleet import Observation, Outlier, outliers
+from harness.platform.hardware import detect
 
 RECORDED = "recorded answers"
 
@@ -46,9 +48,7 @@ def main(devices: Sequence[str], processes: int, baseline_dir: Path, out: TextIO
     out = out or sys.stdout
     import torch
 
-    from harness.apps.burn_in import recorded_answers
     from harness.domains.known_answers import answers as ka  # lazy: imports torch
-    from harness.platform.hardware import detect
 
     cuda = [d for d in devices if d.startswith("cuda")]
     if cuda and not torch.cuda.is_available():

@@ -27,15 +27,30 @@ def ddp_hook() -> dict[str, str]:
     return {"fp16": f"{_TORCH_HOOKS}:fp16_compress_hook", "bf16": f"{_TORCH_HOOKS}:bf16_compress_hook"}
 
 
+def _fsdp2_here() -> None:
+    """Skip, naming the release and the feature, where FSDP2 does not run on these ranks' devices
+    (the CPU ranks of gloo; on two GPUs NCCL's ranks run it)."""
+    import torch
+
+    from harness.domains.engines.ranks import ranks
+
+    if torch.cuda.device_count() < 2:
+        why = ranks.fsdp2_missing()
+        if why is not None:
+            pytest.skip(why)
+
+
 @pytest.fixture
 def sharded_scaler() -> str:
     """The gradient scaler of sharded (FSDP2) training."""
+    _fsdp2_here()
     return "harness.domains.engines.ranks.ranks:sharded_grad_scaler"
 
 
 @pytest.fixture
 def fsdp2_shard() -> str:
     """FSDP2's sharding function, applied with the declared mixed-precision policy."""
+    _fsdp2_here()
     return "torch.distributed.fsdp:fully_shard"
 
 

@@ -20,12 +20,20 @@ from harness.numerics.comparison import compare_claim
 pytestmark = pytest.mark.amp_capability("training parity")
 
 
+def _needs(variant: str) -> None:
+    """Skip, naming the release and the feature, a variant this torch does not have."""
+    why = C.missing(variant)
+    if why is not None:
+        pytest.skip(why)
+
+
 def _scale(dtype: torch.dtype) -> float:
     return C.SCALE if dtype == torch.float16 else 1.0
 
 
 @pytest.mark.parametrize("variant", C.VARIANTS)
 def test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit(variant, amp_device, amp_dtype, amp_record):
+    _needs(variant)
     reference, unstable = repeated(lambda: C.gradients(None, amp_device, amp_dtype, _scale(amp_dtype)), C.differing)
     amp_record.require_repeatable("checkpoint.reference_unrepeatable", unstable, device=amp_device, dtype=amp_dtype)
     checked = C.gradients(variant, amp_device, amp_dtype, _scale(amp_dtype))
@@ -50,6 +58,7 @@ def test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit(variant, 
 
 @pytest.mark.parametrize("variant", C.VARIANTS)
 def test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once(variant, amp_device, amp_record):
+    _needs(variant)
     step = C.overflow_in_a_recomputed_block(variant, amp_device, torch.float16)
     problems = (
         [f"raised {step.error}"]
@@ -93,6 +102,9 @@ def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit
     """Two ranks (gloo on the CPU, NCCL on two GPUs), FSDP2 over every Linear: the checkpointed
     pairs' averaged gradient shards must equal those of the same FSDP2 model without checkpointing."""
     from harness.domains.engines.ranks import ranks
+
+    if torch.cuda.device_count() < 2 and ranks.fsdp2_missing() is not None:
+        pytest.skip(ranks.fsdp2_missing())
 
     key = (ranks.CHECKPOINT, dtype)  # read here: the negative controls swap the checkpoint function
     if key not in _FSDP2:
@@ -163,6 +175,7 @@ def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_grad
     blocks, AOTAutograd with Inductor's decompositions and min-cut partitioner decides what the
     backward recomputes, and both graphs run on eager kernels. Against the same model compiled so
     without checkpointing, bit for bit where that reference repeats (every device; no C++)."""
+    _needs(variant)
     backend = C.PARTITION_BACKEND  # read here: the negative controls swap it
 
     def run(v):
@@ -205,6 +218,7 @@ def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_
     Inductor is registered to elide eager's roundings (``inductor-elides-eager-roundings``) its
     fusions differ between the two graphs in the last bits, so there both compile under that issue's
     remedy (``emulate_precision_casts``)."""
+    _needs(variant)
     import contextlib
 
     from harness.domains.compiled import toolchain

@@ -47,6 +47,14 @@ def _selective_policy(ctx: object, op: object, *args: object, **kwargs: object) 
     return ckpt.CheckpointPolicy.MUST_SAVE if op in saved else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def missing(variant: str) -> str | None:
+    """Why this torch has no ``variant`` of checkpointing (None where it has): selective
+    checkpointing's ``create_selective_checkpoint_contexts`` came after torch 2.4."""
+    if variant == "selective" and not hasattr(ckpt, "create_selective_checkpoint_contexts"):
+        return f"torch {torch.__version__} has no selective checkpointing (torch.utils.checkpoint.create_selective_checkpoint_contexts)"
+    return None
+
+
 def forward(m: nn.Sequential, x: torch.Tensor, variant: str | None) -> torch.Tensor:
     """``m`` on ``x`` with its blocks checkpointed in ``variant`` (None: not checkpointed)."""
     blocks, head = list(m)[:-1], m[-1]

@@ -34,12 +34,14 @@ def scaler_kind(cls: type) -> str:
     return cls.__name__
 
 
+#: ``first`` is the first release each issue was observed in by running its script: the floor of
+#: the declared range, 2.4, for every one of these (docs/releases/record.md lists the releases run).
 KNOWN_ISSUES: dict[str, KnownIssue] = {
     "update-int-new-scale": KnownIssue(
         "update-int-new-scale",
         "GradScaler.update(new_scale) accepts a float or a tensor; a Python int falls into the tensor branch and "
         "raises AttributeError ('int' object has no attribute 'device')",
-        first="2.11",
+        first="2.4",
         verified="2.15",
         reference="torch/amp/grad_scaler.py: update(): isinstance(new_scale, float) else tensor checks",
     ),
@@ -47,7 +49,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "update-before-scale-after-load",
         "a GradScaler restored with load_state_dict() creates its scale tensor lazily at the next scale(); "
         "update(new_scale) before that raises AssertionError ('_scale is None')",
-        first="2.11",
+        first="2.4",
         verified="2.15",
         reference="torch/amp/grad_scaler.py: _check_scale_growth_tracker() in update()",
     ),
@@ -56,7 +58,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "ShardedGradScaler's CPU update (_amp_update_scale_cpu_) multiplies the scale by the growth factor without "
         "the float32 cap GradScaler applies: the scale becomes inf and stays there (inf x backoff = inf), so every "
         "later step is skipped",
-        first="2.11",
+        first="2.4",
         verified="2.15",
         reference="torch/distributed/fsdp/sharded_grad_scaler.py: _amp_update_scale_cpu_ (vs torch._amp_update_scale_)",
         scalers=("ShardedGradScaler",),
@@ -67,7 +69,7 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "SGD(momentum, fused=True) allocates its momentum buffers with empty_like before its first step; when "
         "GradScaler skips that step for an overflow (found_inf), the kernel returns without writing them, and the "
         "next step reads the uninitialised memory as momentum: parameters jumped by 2.6e14 in one step",
-        first="2.11",
+        first="2.4",
         verified="2.15",
         reference="torch/optim/sgd.py: _fused_sgd() (is_first_step, empty_like) and _fused_sgd_'s found_inf early return",
         # seen on CUDA in the first GPU qualification (torch 2.11, H200); no later release has run on a GPU yet

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from harness.domains.engines.training.recipes import Recipe, Setup, tree_map
+from harness.platform.compat import force_eager
 
 
 def _dtypes(output: Any) -> tuple[str, ...]:
@@ -109,13 +110,12 @@ def _uncompiled(model: nn.Module) -> tuple[nn.Module, list[str]]:
     return model, compiled
 
 
-def _eager() -> contextlib.AbstractContextManager[None]:
+def _eager() -> contextlib.AbstractContextManager[object]:
     """Every ``torch.compile`` directive ignored (a function compiled inside the model's forward too),
     where Dynamo has been imported at all."""
     if "torch._dynamo" not in sys.modules:
         return contextlib.nullcontext()
-    stance: contextlib.AbstractContextManager[None] = torch.compiler.set_stance("force_eager")  # set until exited
-    return stance
+    return force_eager()  # set until exited
 
 
 def observe(setup: Setup, recipe: Recipe, device: torch.device) -> Recomputation:

@@ -43,6 +43,7 @@ from harness.domains.training.user_step import (
     trace,
 )
 from harness.numerics.comparison import ClaimComparison, compare_claim
+from harness.platform.compat import force_eager
 
 
 @dataclass(frozen=True)
@@ -450,7 +451,7 @@ def _lane_observer(
             yield None
             return
         observer = ML.Observer(found.models, device.type, fp32_modules)
-        with observer, torch.compiler.set_stance("force_eager"):
+        with observer, force_eager():
             yield observer
         dtypes.update(observer.autocast_dtypes)
         into.append(observer.errors(recipe.dtype))

@@ -27,7 +27,10 @@ WORLD = 2  # ranks, forked from this process (they see its torch as it is): gloo
 
 def resolve(spec: str) -> Callable[..., Any]:  # "module:function" -> the function
     module, _, name = spec.partition(":")
-    found: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    found: Callable[..., Any] | None = getattr(importlib.import_module(module), name, None)
+    if found is None and module == "torch.distributed.fsdp":  # before torch 2.6 FSDP2 lived here
+        found = getattr(importlib.import_module("torch.distributed._composable.fsdp"), name)
+    assert found is not None, spec
     return found
 
 
@@ -61,8 +64,7 @@ REDUCE_DTYPE = torch.bfloat16  # the declared reduce dtype
 def rank_program(rank: int) -> Any:  # FSDP2 (bf16 parameters, the reduce dtype) and the same bf16 computation unsharded
     import dataclasses
 
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
+    MixedPrecisionPolicy = resolve("torch.distributed.fsdp:MixedPrecisionPolicy")
     x, y = batch(rank)
     local = model().to(torch.bfloat16)
     torch.autograd.backward(F.mse_loss(local(x.to(torch.bfloat16)).float(), y))
@@ -82,8 +84,7 @@ SCALER = "torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler"  # the s
 
 def rank_program(rank: int) -> Any:  # type: ignore[no-redef]  # noqa: F811
     """FSDP2 + fp16 autocast; for each rank in turn, an inf in that rank's shard only."""
-    from torch.distributed.fsdp import fully_shard
-
+    fully_shard = resolve("torch.distributed.fsdp:fully_shard")
     out = []
     for inf_rank in range(WORLD):
         sharded = model()

@@ -12,6 +12,7 @@ raises with the failing rank's traceback.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -37,12 +38,48 @@ class RankError(RuntimeError):
     """A rank failed or hung; the message carries its traceback or the timeout."""
 
 
+#: where releases before torch 2.6 keep FSDP2 (``fully_shard``, ``MixedPrecisionPolicy``): a spec
+#: naming ``torch.distributed.fsdp`` is reached there on those releases
+FSDP2_HOMES = {"torch.distributed.fsdp": "torch.distributed._composable.fsdp"}
+
+
 def resolve(spec: str) -> Callable[..., Any]:
-    """``"package.module:function"`` -> the function (importable in the spawned ranks)."""
+    """``"package.module:function"`` -> the function (importable in the spawned ranks); a name a
+    release keeps elsewhere (FSDP2 before torch 2.6: :data:`FSDP2_HOMES`) is reached there."""
     module, _, name = spec.partition(":")
-    fn = getattr(importlib.import_module(module), name)
-    assert callable(fn)
-    return fn  # type: ignore[no-any-return]
+    found = getattr(importlib.import_module(module), name, None)
+    if found is None and module in FSDP2_HOMES:
+        found = getattr(importlib.import_module(FSDP2_HOMES[module]), name, None)
+    if found is None:
+        raise AttributeError(f"{spec}: torch {torch.__version__} has no {name} in {module}")
+    assert callable(found)
+    return found  # type: ignore[no-any-return]
+
+
+@functools.cache
+def fsdp2_missing() -> str | None:
+    """Why this torch cannot run FSDP2 on the CPU (None where it can): a one-rank gloo world shards
+    a Linear with ``fully_shard`` and runs it, in this process (milliseconds). torch 2.4's FSDP2
+    creates CUDA streams in its first forward, so it runs on CUDA only."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    try:
+        fully_shard = resolve(FULLY_SHARD)
+    except (ImportError, AttributeError) as e:
+        return f"torch {torch.__version__} has no FSDP2 ({FULLY_SHARD}): {e}"
+    created = single_rank_group()
+    try:
+        m = torch.nn.Linear(2, 2)
+        fully_shard(m, mesh=init_device_mesh("cpu", (1,)))
+        m(torch.ones(1, 2))
+    except Exception as e:  # whatever the release raises: the feature is not there on the CPU
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return f"torch {torch.__version__}'s FSDP2 (fully_shard) does not run on the CPU: {type(e).__name__}: {first}"
+    finally:
+        if created:
+            dist.destroy_process_group()
+    return None
 
 
 def single_rank_group() -> bool:
@@ -356,8 +393,7 @@ def fsdp2_gradients(rank: int, world: int, reduce_dtype: str, shard: str = FULLY
     the root): the full
     averaged gradients, this rank's gradients of the same bf16 computation unsharded, and what the
     collectives carried and the modules computed in (:mod:`harness.domains.engines.ranks.policy`)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
+    MixedPrecisionPolicy = resolve("torch.distributed.fsdp:MixedPrecisionPolicy")
     fully_shard = resolve(shard)
     dev = _device(rank)
     x, y = _batch(rank)
@@ -394,8 +430,7 @@ def sharded_scaler_step(rank: int, world: int, scaler: str, inf_ranks: list[int]
     """FSDP2 + fp16 autocast: for each rank of ``inf_ranks`` in turn, an inf planted in that
     rank's gradient shard only (a fresh model and scaler per case, one process group: launching
     ranks is the cost). Every rank must skip the step and keep an identical scale."""
-    from torch.distributed.fsdp import fully_shard
-
+    fully_shard = resolve(FULLY_SHARD)
     dev = _device(rank)
     out = []
     for inf_rank in inf_ranks:
@@ -508,8 +543,7 @@ def fsdp2_checkpointed_gradients(rank: int, world: int, dtype: str, checkpoint: 
     Linear + Tanh pair checkpointed through ``checkpoint`` (non-reentrant, as FSDP2 recipes do) and
     once without: this rank's shards of the averaged gradients of each, flattened, or what the
     checkpointed backward raised."""
-    from torch.distributed.fsdp import fully_shard
-
+    fully_shard = resolve(FULLY_SHARD)
     ckpt = resolve(checkpoint)
     dev = _device(rank)
     out: dict[str, Any] = {"device": str(dev)}

@@ -49,6 +49,7 @@ from harness.domains.engines.training.emulation import RoundingMode
 from harness.domains.engines.training.recipes import Setup, tensors, tree_map
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32 as FP32_FORMAT
+from harness.platform.compat import force_eager
 
 #: Below this relative error two results are float32 resolution apart (fp32's unit roundoff): an
 #: owed error smaller than it is raised to it, so an exact region is not judged on rounding noise.
@@ -335,7 +336,7 @@ def observe(
     """Run ``step`` (one AMP step of ``models``) under an :class:`Observer`; every region's errors."""
     observer = Observer(models, device_type, fp32_modules)
     # a compiled model runs eager while observed: hooks and copies are not what dynamo traces
-    with observer, torch.compiler.set_stance("force_eager"):
+    with observer, force_eager():
         step()
     return observer.errors(dtype)
 
