@@ -1,4 +1,4 @@
-# Reproduces autograd-cache-ignores-autocast-dtype (torch 2.11 to before 2.13, fixed in 2.13; cpu, cuda).
+# Reproduces autograd-cache-ignores-autocast-dtype (torch 2.7 to before 2.13, fixed in 2.13; cpu, cuda).
 # AOTAutograd's cache key records whether autocast is enabled, not its dtype: code compiled under
 # bf16 autocast is served from the cache to a compile of the same code under fp16 autocast (in the
 # same process after a Dynamo reset, or in a later process sharing the Inductor cache directory),
@@ -7,7 +7,7 @@
 # Where: pytorch/pytorch#181564 (autocast dtype in AOTAutogradCacheDetails). Registered in
 # amp-harness harness/domains/compiled/known_issues.py.
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-04.
+# amp-harness 0.1.0, 2026-12-07.
 # Needs only torch. Run: python autograd_cache_ignores_autocast_dtype.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys

@@ -1,4 +1,4 @@
-# Reproduces compiled-backward-under-forward-autocast (torch 2.11 on, open (last verified 2.15); cpu, cuda).
+# Reproduces compiled-backward-under-forward-autocast (torch 2.4 on, open (last verified 2.15); cpu, cuda).
 # AOTAutograd traces a compiled region's backward under the autocast state of its forward
 # (torch._functorch.config.backward_pass_autocast = 'same_as_forward'), so a region with autocast
 # disabled inside an autocast forward gets a low-precision backward: its fp32 weight gradients
@@ -7,7 +7,7 @@
 # Where: pytorch/pytorch#179804, #153044; default deprecated in #177286, 'off' by default from
 # #177287. Registered in amp-harness harness/domains/compiled/known_issues.py.
 # Written on: torch 2.13.0+cpu, torchao 0.18.0, python 3.11.7, cpu-amd-zen4-f25m17-avx512bf16-t2,
-# amp-harness 0.1.0, 2026-12-04.
+# amp-harness 0.1.0, 2026-12-07.
 # Needs only torch. Run: python compiled_backward_under_forward_autocast.py
 # Exit status: 1 while the defect is present, 0 once it is fixed, 2 if it could not run.
 import sys as _sys
