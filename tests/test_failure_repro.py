@@ -76,7 +76,7 @@ CONTROLS = {
     # one optimizer step under GradScaler: the script loads the step's parameters, state and gradients
     "sgd_without_weight_decay": (
         "scaler/test_optimizer_implementations.py",
-        "update_in_float64 and SGD-for-loop",
+        "optimizers_update_in_float64 and SGD-for-loop",
         ("*update_in_float64[[]cpu-SGD-for-loop]",),
     ),
     "scaler_stepping_on_overflow": (

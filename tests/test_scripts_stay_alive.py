@@ -28,6 +28,7 @@ THOROUGH = {
     "block_training_rates.py": ["1"],  # 8 s: six fp32 runs and nine block-scaled ones
     "block_lane_rates.py": ["1", "mlp", "1"],  # 25 s: a lane per fault and noise level
     "speed_rates.py": ["--runs", "1"],  # minutes: a calibration and pytest runs
+    "burn_in_rates.py": ["--runs", "1", "--minutes", "0.01", "--trials", "1", "--short", "0.01"],  # 5 s
 }
 
 DRIVER = """

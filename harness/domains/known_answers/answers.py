@@ -4,7 +4,7 @@ comparison that decides the claim.
 
 Tolerance-based checks cannot see a unit that is wrong by one ulp, persistently (a stuck lane) or
 now and then (a flipped bit): the answers of one hardware class and software stack are bitwise
-reproducible there (measured: ``tests/test_known_answers.py``), so any differing bit is the card's.
+reproducible there (measured: ``tests/test_known_answers_can_fail.py``), so any differing bit is the card's.
 """
 
 from __future__ import annotations
