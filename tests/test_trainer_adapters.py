@@ -192,6 +192,17 @@ def test_accelerate_passes_in_bf16_and_its_cpu_fp16_is_inconclusive_as_ignored(t
 
 @_needs("accelerate", "accelerate")
 @_needs("transformers", "hf")
+@_needs("accelerate", "accelerate")
+@_needs("transformers", "hf")
+def test_accelerate_with_gradient_accumulation_is_judged_on_the_steps_it_takes(training_checks):
+    """``accelerator.accumulate`` over 2 micro-batches: the prepared optimizer steps once a group in
+    fp32 and bf16 alike, and bf16 passes every verdict (parity judged, not INCONCLUSIVE)."""
+    program = dataclasses.replace(llama_program(), accumulate=2)
+    result = training_checks.check_program(program, [BF16], seeds=3)
+    assert result.outcome is Outcome.PASS
+    assert [v.outcome for v in result.of(VerdictKind.PARITY)] == [Outcome.PASS]
+
+
 def test_an_accelerator_whose_autocast_is_lost_is_inconclusive_not_a_pass(training_checks, monkeypatch):
     import accelerate
 

@@ -323,6 +323,44 @@ def regression_step(o, batch, precision):
     return loss
 
 
+ACCUMULATE = 4  # micro-batches per optimizer step
+
+
+def accumulating_step(o, batch, precision, *, bypass_scaler=False):
+    """Gradient accumulation as PyTorch's AMP examples write it: each micro-batch's loss divided by
+    the group size, scaled and backpropagated; the last of a group steps through the scaler."""
+    x, y = batch
+    k = o.setdefault("micro", [0])
+    with precision.autocast():
+        loss = nn.functional.mse_loss(o["model"](x).float(), y)
+    precision.scaler.scale(loss / ACCUMULATE).backward()
+    k[0] += 1
+    if k[0] % ACCUMULATE == 0:
+        if bypass_scaler:  # the bug: the group's step taken on the scaled gradients, the scaler left out
+            o["opt"].step()
+        else:
+            precision.scaler.step(o["opt"])
+            precision.scaler.update()
+        o["opt"].zero_grad()
+    return loss
+
+
+def test_an_accumulating_step_is_judged_on_the_steps_it_takes_and_a_bypassed_scaler_fails(training_checks):
+    """The optimizer steps once in four micro-batches, in fp32 as in AMP: parity is judged (before,
+    one step in four read as a scaler that skipped 75% of its steps, INCONCLUSIVE). The same
+    accumulation with the group's step bypassing the scaler fails parity."""
+    clean = training_checks.check_step(regression, accumulating_step, [BF16, FP16_SCALER], batches=regression_batches)
+    assert all(v.outcome is Outcome.PASS for v in clean.of(VerdictKind.PARITY)), [
+        v.comparison for v in clean.of(VerdictKind.PARITY)
+    ]
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_step(
+            regression, functools.partial(accumulating_step, bypass_scaler=True), [FP16_SCALER],
+            batches=regression_batches, overflow=False,
+        )  # fmt: skip
+    assert VerdictKind.PARITY in {v.kind for v in failed.value.result.failures}, str(failed.value)
+
+
 def test_a_clean_regression_step_passes(training_checks):
     assert training_checks.check_step(regression, regression_step, [BF16, FP16_SCALER], batches=regression_batches)
 

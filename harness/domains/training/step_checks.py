@@ -71,12 +71,17 @@ def band_of(runs: Sequence[Trace]) -> StepBand:
     )
 
 
-def skipped_steps(run: Trace) -> dict[int, list[str]]:
-    """Step -> the optimizers that skipped it in ``run``."""
+def skipped_steps(run: Trace, reference: Trace | None = None) -> dict[int, list[str]]:
+    """Step -> the optimizers that skipped it in ``run``; with ``reference`` (the fp32 run of the
+    same code), only the steps at which the reference's optimizer stepped: a step that accumulates
+    gradients without stepping (every micro-batch but the last of a group) skips in both, and is
+    no skip of the recipe's."""
     out: dict[int, list[str]] = {}
     for name in run.stepped:
+        took = None if reference is None else set(reference.stepped.get(name, []))
         for k in run.skipped(name):
-            out.setdefault(k, []).append(name)
+            if took is None or k in took:
+                out.setdefault(k, []).append(name)
     return out
 
 
@@ -90,22 +95,24 @@ def same_run(a: Trace, b: Trace) -> bool:
 def judge_parity(name: str, recipe: Recipe, loss: str, amp: Trace, ref: Trace, band: StepBand) -> ClaimComparison:
     """One loss's curve in the AMP run against the fp32 reference on the same seed."""
     metric = f"{name}.{recipe.metric_id}.{loss}.worst_diff_over_allowance"
-    steps = len(ref.losses)
+    # the steps each optimizer took in the fp32 run of the same code: all of them, or one in every
+    # accumulation group where the code accumulates gradients over micro-batches
+    steps = {o: len(ref.stepped.get(o, [])) or len(ref.losses) for o in amp.stepped}
     taken = {o: len(amp.stepped[o]) for o in amp.stepped}
-    short = {o: n for o, n in taken.items() if n < MIN_TAKEN_SHARE * steps}
+    short = {o: n for o, n in taken.items() if n < MIN_TAKEN_SHARE * steps[o]}
     if short:
         return compare_claim(
             metric,
             min(short.values()),
             False,
-            f"a parity verdict needs each optimizer to take >= {MIN_TAKEN_SHARE:.0%} of its steps",
+            f"a parity verdict needs each optimizer to take >= {MIN_TAKEN_SHARE:.0%} of the steps it takes in fp32",
             detail=(
                 f"{name} / {recipe.name}: "
-                + ", ".join(f"{o} took {n} of {steps} steps" for o, n in sorted(short.items()))
+                + ", ".join(f"{o} took {n} of the {steps[o]} steps it takes in fp32" for o, n in sorted(short.items()))
                 + (f" (scale {amp.scales[0]:g} -> {amp.scales[-1]:g})" if amp.scales else "")
                 + ": this tested nothing; train longer, or start the scaler lower",
             ),
-            expected=MIN_TAKEN_SHARE * steps,
+            expected=MIN_TAKEN_SHARE * min(steps[o] for o in short),
             unit="steps",
             inconclusive=True,
         )
@@ -533,7 +540,7 @@ def _judge_recipe(
     dtypes: set[torch.dtype] = set()
     observe = _lane_observer(recipe, device, fp32_modules, regions, dtypes)
     amp = trace(program, 0, make(recipe)(), observe=observe)
-    skips = skipped_steps(amp)
+    skips = skipped_steps(amp, fp32[0])
     ref = trace(program, 0, make(None)(), undo=skips) if skips else fp32[0]
     applied = judge_precision(name, recipe, dtypes)
     yield Judged("precision", recipe.name, applied, {"autocast_dtypes": sorted(str(d) for d in dtypes)})

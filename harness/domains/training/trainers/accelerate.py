@@ -44,6 +44,9 @@ class AccelerateProgram:
     loss: Callable[[Any, Any], torch.Tensor] | None = None
     scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
     clip: float | None = None
+    #: micro-batches a step accumulates over (``Accelerator(gradient_accumulation_steps=...)`` and
+    #: ``with accelerator.accumulate(model)``: the prepared optimizer steps once per group)
+    accumulate: int = 1
 
     @property
     def resumable(self) -> str | None:
@@ -52,7 +55,13 @@ class AccelerateProgram:
     def run(self, seed: int, precision: Precision, loop: Loop) -> None:
         accelerate = require("accelerate")
         reset_state()
-        accelerator = accelerate.Accelerator(mixed_precision=precision.accelerate, cpu=precision.device.type == "cpu")
+        if isinstance(self.accumulate, bool) or not isinstance(self.accumulate, int) or self.accumulate < 1:
+            raise ValueError(f"accumulate={self.accumulate!r}: micro-batches per optimizer step (at least 1)")
+        accelerator = accelerate.Accelerator(
+            mixed_precision=precision.accelerate,
+            cpu=precision.device.type == "cpu",
+            gradient_accumulation_steps=self.accumulate,
+        )
         torch.manual_seed(seed)
         model = self.model(seed)
         optimizer = self.optimizer(model.parameters())
@@ -64,14 +73,15 @@ class AccelerateProgram:
         data = self.batches(seed) if callable(self.batches) else self.batches
         for batch in data:
             loop.begin({"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": accelerator.scaler})
-            out = model(**batch) if isinstance(batch, dict) else model(batch)
-            loss = self.loss(out, batch) if self.loss is not None else out.loss
-            accelerator.backward(loss)
-            if self.clip is not None:
-                accelerator.clip_grad_norm_(model.parameters(), self.clip)
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            optimizer.zero_grad()
+            with accelerator.accumulate(model):
+                out = model(**batch) if isinstance(batch, dict) else model(batch)
+                loss = self.loss(out, batch) if self.loss is not None else out.loss
+                accelerator.backward(loss)
+                if self.clip is not None and accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), self.clip)
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+                optimizer.zero_grad()
             loop.end(loss)
         reset_state()
