@@ -21,8 +21,9 @@ import torch
 from harness.domains.known_answers.computations import COMPUTATIONS, answer, bits
 from harness.numerics.comparison import DataComparison, DataDifference
 from harness.numerics.tolerance import Tolerance
+from harness.platform.kernels import first_line
 
-__all__ = ["COMPUTATIONS", "Mismatch", "answer", "baseline_name", "compare", "decode", "encode", "missing"]
+__all__ = ["COMPUTATIONS", "Mismatch", "answer", "attempt", "baseline_name", "compare", "decode", "encode"]
 
 #: bitwise: the tolerance a known answer is held to, and where it comes from
 BITWISE = Tolerance(0.0, 0.0, "bitwise: a healthy card of this hardware class and stack recorded these bits")
@@ -122,11 +123,10 @@ def baseline_name(hardware_class: str, name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{cls}__{stack}__{name}")
 
 
-def missing(name: str, device: torch.device) -> str | None:
-    """Why this stack cannot compute ``name`` on ``device`` (an op or dtype it lacks), or None."""
+def attempt(name: str, device: torch.device) -> tuple[torch.Tensor | None, str | None]:
+    """The answer of ``name`` on ``device`` and None, or None and why this stack cannot compute it
+    (an op or dtype it lacks): the computation runs once either way."""
     try:
-        answer(name, device)
+        return answer(name, device), None
     except (RuntimeError, NotImplementedError, TypeError, AttributeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"torch {torch.__version__} cannot run known answer {name} on {device.type}: {first}"
-    return None
+        return None, f"torch {torch.__version__} cannot run known answer {name} on {device.type}: {first_line(e)}"

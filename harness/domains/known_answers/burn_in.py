@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.domains.known_answers.answers import Mismatch, mismatch
+from harness.domains.known_answers.answers import Mismatch, attempt, mismatch
 from harness.domains.known_answers.computations import COMPUTATIONS, answer
 
 #: replays of a mismatching computation: enough that a fault present in half the calls shows in
@@ -127,10 +127,11 @@ def run(
     left_out: dict[str, str] = {}
     first: dict[str, torch.Tensor] = {}
     for name in names or tuple(COMPUTATIONS):
-        try:
-            first[name] = answer(name, device)
-        except (RuntimeError, NotImplementedError, TypeError, AttributeError) as e:
-            left_out[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        got, why = attempt(name, device)
+        if got is None:
+            left_out[name] = str(why)
+        else:
+            first[name] = got
     order = tuple(first)
     findings: list[Finding] = []
     start = clock()

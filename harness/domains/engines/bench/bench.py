@@ -244,7 +244,8 @@ class Timing:
         slowed = self._probe_slowed()
         if not slowed or self.slow_kernel is not None:
             return list(range(len(self.fp32_s)))
-        return [i for i in range(len(self.fp32_s)) if i not in set(slowed)]
+        dropped = set(slowed)
+        return [i for i in range(len(self.fp32_s)) if i not in dropped]
 
     @property
     def taken(self) -> int:
