@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training import rates
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training import amp_lane as L
 from harness.domains.engines.training.emulation import RoundingMode
 

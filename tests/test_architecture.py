@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
+from harness.domains.families import NOT_FAMILIES
+
 LINT = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
 pytestmark = pytest.mark.skipif(LINT is None, reason="import-linter is missing: pip install -e '.[dev]'")
 
@@ -166,7 +168,7 @@ def test_the_readme_front_page_stays_within_200_lines():
 #: every claim family's parts: what turns its failures into scripts, and the scripts themselves
 FAMILY_PARTS = ("repro.py", "scripts")
 #: the packages of harness/domains that are not claim families: the shared layer below them
-SHARED = ("engines",)
+SHARED = tuple(sorted(NOT_FAMILIES))
 
 
 def _family_gaps(domains: Path, suites: Path) -> dict[str, list[str]]:
@@ -257,3 +259,105 @@ def test_a_module_function_string_that_names_nothing_is_caught(tmp_path):
 
     with pytest.raises(AttributeError, match="no_such_program"):
         resolve("harness.domains.engines.ranks.ranks:no_such_program")
+
+
+#: the capability any family's suite may decide beside its own: a timing is a speed claim whichever
+#: family owns it (fp8's and compiled's speedups), so that ``--optional speed`` leaves every timing
+#: out on a shared host (docs/architecture.md, "Who owns a claim")
+SPEED = "speed"
+
+
+def _capability_gaps(domains: Path, suites: Path) -> list[str]:
+    """What breaks "one capability per family": a family declaring none or several without saying
+    why, a capability two families declare, a suite file deciding what its family does not."""
+    import re
+
+    from harness.domains import families
+
+    gaps: list[str] = []
+    owner: dict[str, str] = {}
+    for family in families.names(domains):
+        d = families.declared(family, domains)
+        if len(d.capabilities) != 1 and not d.note:
+            gaps.append(f"{family}: declares {len(d.capabilities)} capabilities and no CAPABILITY_NOTE saying why")
+        for cap in d.capabilities:
+            if cap in owner:
+                gaps.append(f"{family}: capability {cap!r} is already {owner[cap]}'s")
+            owner.setdefault(cap, family)
+        allowed = {*d.capabilities, SPEED}
+        for path in sorted((suites / family).glob("test_*.py")):
+            for cap in re.findall(r'amp_capability\("([^"]+)"\)', path.read_text(encoding="utf-8")):
+                if d.capabilities and cap not in allowed:
+                    gaps.append(f"suites/{family}/{path.name}: decides {cap!r}, not its family's {d.capabilities}")
+                elif cap not in owner and cap not in {
+                    c for f in families.names(domains) for c in families.declared(f, domains).capabilities
+                }:
+                    gaps.append(f"suites/{family}/{path.name}: decides {cap!r}, which no family declares")
+    return gaps
+
+
+def test_every_family_decides_one_capability_or_says_why():
+    from harness.domains import capabilities, families
+
+    assert not _capability_gaps(REPO / "harness" / "domains", REPO / "suites")
+    declared = [c for f in families.names() for c in families.declared(f).capabilities]
+    assert tuple(declared) == capabilities.CAPABILITIES
+
+
+def test_a_family_without_its_capability_is_named(tmp_path):
+    domains, suites = tmp_path / "domains", tmp_path / "suites"
+    shutil.copytree(REPO / "harness" / "domains", domains, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "suites", suites, ignore=shutil.ignore_patterns("__pycache__"))
+    init = domains / "memory" / "__init__.py"
+    init.write_text(init.read_text(encoding="utf-8").replace('CAPABILITY = "memory"', ""), encoding="utf-8")
+    sr = suites / "stochastic_rounding" / "test_stochastic_rounding.py"
+    sr.write_text(sr.read_text(encoding="utf-8").replace('"stochastic rounding"', '"fp8"'), encoding="utf-8")
+    gaps = _capability_gaps(domains, suites)
+    assert any(g.startswith("memory: declares 0 capabilities") for g in gaps), gaps
+    assert any("test_stochastic_rounding.py: decides 'fp8'" in g for g in gaps), gaps
+
+
+def _docstring_names(package: Path, after: str | None = None) -> set[str]:
+    """The names a package docstring lists: after ``after`` up to the next blank line (a plain
+    comma list), else every ````name```` in its first paragraph."""
+    import re
+
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    if after is not None:
+        listed = doc.split(after, 1)[1].split("\n\n", 1)[0].split("(", 1)[0]
+        return {n.strip() for n in re.split(r"[,\s]+", listed) if n.strip()}
+    return set(re.findall(r"``(\w+)``", doc.split("\n\n")[1] if "\n\n" in doc else doc))
+
+
+def test_package_docstrings_list_what_the_folders_hold():
+    from harness.domains import families
+
+    domains = REPO / "harness" / "domains"
+    assert _docstring_names(domains, "Claim families:") == set(families.names())
+    engines = domains / "engines"
+    held = {
+        p.stem
+        for p in engines.iterdir()
+        if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").is_file())
+    }
+    assert {n for n in _docstring_names(engines) if n in held or (engines / n).exists()} == held
+    assert _docstring_names(engines) <= held, _docstring_names(engines) - held
+
+
+#: the layer each package's docstring names, counted from the bottom of pyproject.toml's layers
+#: contract (harness/__init__.py lists them in that order)
+def test_each_layer_package_says_which_layer_it_is():
+    import re
+
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"][
+        "contracts"
+    ]
+    layers = next(c["layers"] for c in contracts if c["name"].startswith("harness layers"))
+    for number, package in enumerate(reversed(layers), start=1):
+        doc = ast.get_docstring(
+            ast.parse((REPO / package.replace(".", "/") / "__init__.py").read_text(encoding="utf-8"))
+        )
+        said = re.match(r"Layer (\d)", doc or "")
+        assert said and int(said.group(1)) == number, f"{package}: its docstring should begin 'Layer {number}'"

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from harness.api import TrainingResult, VerdictKind
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training.recipes import Inputs, call, logits_of, loss_of, split
 from harness.numerics.verdict import Outcome
 
@@ -111,7 +111,7 @@ def test_recipe_names_become_metric_safe_identifiers():
 LOUD = """
 import torch
 from torch import nn
-from harness.domains import training as T
+from harness.domains.engines import training as T
 
 
 class Loud(nn.Module):

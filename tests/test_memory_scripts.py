@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.memory import accounting as mem
 from harness.domains.memory import repro as memory_repro
 

@@ -14,7 +14,7 @@ from helpers import assert_caught, inject, run_inner
 
 from harness.apps import diff as df
 from harness.domains import op_prints as P
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training import diagnosis as O
 from harness.domains.training.repro import op_repro_of
 from harness.storage import report as rp

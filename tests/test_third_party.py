@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.api import VerdictKind
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.training import recompute
 
 with warnings.catch_warnings():

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from harness.domains import repro as FR
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training import amp_lane as L
 from harness.domains.training import repro as training_repro
 

@@ -11,7 +11,7 @@ import dataclasses
 import torch
 
 from examples.models import resnet18 as R
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training.diagnosis import diagnose
 
 

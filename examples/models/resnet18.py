@@ -3,7 +3,7 @@ BatchNorm after every convolution), for 10 classes on 32x32 images, and a Setup 
 train. torchvision's own resnet18 has the same structure; it is written out here because PyPI's
 torchvision does not import beside the CPU build of torch this project pins.
 
-    from harness.domains import training as T
+    from harness.domains.engines import training as T
     from examples.models.resnet18 import RESNET18_SETUP
     T.check_parity(RESNET18_SETUP, [T.BF16])
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 
 
 class BasicBlock(nn.Module):

@@ -1,4 +1,5 @@
-"""The capabilities a qualification verdict is made of, one per claim family.
+"""The capabilities a qualification verdict is made of, one per claim family (read from the
+families' packages: :mod:`harness.domains.families`).
 
 Suites declare which capability their tests decide with a module-level
 ``pytestmark = pytest.mark.amp_capability("<name>")``; ``amp-harness qualify`` reads the
@@ -9,18 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-CAPABILITIES: tuple[str, ...] = (
-    "formats",
-    "autocast policy",
-    "numerics",
-    "loss scaling",
-    "training parity",
-    "speed",
-    "memory",
-    "distributed",
-    "compiled AMP",
-    "fp8",
-    "known answers",
+from harness.domains import families
+
+#: Every capability, from the families' declarations (``CAPABILITY`` in each family's package),
+#: in the order of the families' folders: a new family's capability needs no edit here.
+CAPABILITIES: tuple[str, ...] = tuple(
+    dict.fromkeys(cap for family in families.names() for cap in families.declared(family).capabilities)
 )
 
 #: A test that uses one of these fixtures decides that capability without a marker (a user's own

@@ -1,31 +1,28 @@
 """Every registered known issue, from each family's registry, with its standalone reproduction:
 the one place that knows all the families' registries (``amp-harness repro --known``, the
-dashboard's and the fleet's known-issue columns). Above the family packages; they never import it."""
+dashboard's and the fleet's known-issue columns). Above the family packages; they never import it.
+
+A family's registry is its ``known_issues`` module (``KNOWN_ISSUES`` and ``REPRODUCTIONS``),
+found by looking in every family's folder: a new family's registry needs no edit here.
+"""
 
 from __future__ import annotations
 
-from harness.domains.block_scaled import known_issues as block_scaled
-from harness.domains.compiled import known_issues as compiled
-from harness.domains.fp8 import known_issues as fp8
+import importlib
+
+from harness.domains import families
 from harness.domains.repro import Reproduction, known_issue_script
-from harness.domains.scaler import known_issues as scaling
 from harness.domains.versions import KnownIssue
 
-#: Every registered known issue, by id, and the registry it is in.
-REGISTRIES: dict[str, tuple[str, KnownIssue]] = {
-    **{k: ("harness/domains/scaler/known_issues.py", v) for k, v in scaling.KNOWN_ISSUES.items()},
-    **{k: ("harness/domains/compiled/known_issues.py", v) for k, v in compiled.KNOWN_ISSUES.items()},
-    **{k: ("harness/domains/fp8/known_issues.py", v) for k, v in fp8.KNOWN_ISSUES.items()},
-    **{k: ("harness/domains/block_scaled/known_issues.py", v) for k, v in block_scaled.KNOWN_ISSUES.items()},
-}
+#: the families that keep a registry, in the order of their folders
+WITH_REGISTRY: tuple[str, ...] = tuple(f for f in families.names() if (families.HERE / f / "known_issues.py").exists())
 
-#: The reproduction of every registered known issue, by id.
-REPRODUCTIONS: dict[str, Reproduction] = {
-    **scaling.REPRODUCTIONS,
-    **compiled.REPRODUCTIONS,
-    **fp8.REPRODUCTIONS,
-    **block_scaled.REPRODUCTIONS,
-}
+REGISTRIES: dict[str, tuple[str, KnownIssue]] = {}
+REPRODUCTIONS: dict[str, Reproduction] = {}
+for _family in WITH_REGISTRY:
+    _registry = importlib.import_module(f"harness.domains.{_family}.known_issues")
+    REGISTRIES.update({k: (f"harness/domains/{_family}/known_issues.py", v) for k, v in _registry.KNOWN_ISSUES.items()})
+    REPRODUCTIONS.update(_registry.REPRODUCTIONS)
 
 
 def script(issue_id: str, provenance: str, body: str | None = None) -> str:

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from harness.domains.training import RunCache
+from harness.domains.engines.training import RunCache
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def block_linear_under_test(amp_torchao: ModuleType) -> object:
 def train_cached(request: pytest.FixtureRequest) -> RunCache:
     """The session's training runs, each made once: the block-scaled training checks share their
     fp32 seeds and bf16 runs with the training and the float8 checks
-    (see :meth:`harness.domains.training.RunCache.of`)."""
+    (see :meth:`harness.domains.engines.training.RunCache.of`)."""
     return RunCache.of(request.session)
 
 

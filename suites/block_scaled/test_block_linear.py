@@ -28,7 +28,7 @@ from harness.domains.engines.scaled.products import product_against_float64
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_bound, compare_within
 
-pytestmark = pytest.mark.amp_capability("fp8")
+pytestmark = pytest.mark.amp_capability("block scaling")
 
 #: batch x in_features x out_features: every dimension a whole number of MX (32) and NVFP4 (16)
 #: blocks, so each product contracts over 2-8 blocks

@@ -25,7 +25,7 @@ from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32
 from harness.numerics.scaled import MxScaleMode, amax, mx_scale_code, near_power_of_2
 from harness.platform.thirdparty import import_third_party, torchao_version
 
-pytestmark = pytest.mark.amp_capability("fp8")
+pytestmark = pytest.mark.amp_capability("block scaling")
 
 
 # -- MX block scales -------------------------------------------------------------------------------------

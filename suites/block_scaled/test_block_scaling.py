@@ -35,7 +35,7 @@ from harness.numerics.formats import FP32, FloatFormat
 from harness.numerics.scaled import MxScaleMode
 from harness.platform.thirdparty import torchao_version
 
-pytestmark = pytest.mark.amp_capability("fp8")
+pytestmark = pytest.mark.amp_capability("block scaling")
 
 #: the casts the default tier judges on the quantiser under test: the one torchao's MXFP8 training
 #: defaults to, and NVFP4's two-level cast; the other modes and levels are thorough-tier (~1.5 s each)

@@ -37,13 +37,13 @@ from harness.domains.block_scaled.blocktraining import (
 from harness.domains.block_scaled.nvfp4_recipe import NVFP4RecipeLinear
 from harness.domains.engines.scaled.band import judge_band
 from harness.domains.engines.scaled.localise import first_failed_step, localised_row
+from harness.domains.engines.training import BF16, SETUPS, seed_band
 from harness.domains.engines.training.amp_lane import judge_lane, lane_steps
 from harness.domains.engines.training.parity import RecipeResult, conclusive, parity
-from harness.domains.training import BF16, SETUPS, seed_band
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
 
-pytestmark = pytest.mark.amp_capability("fp8")
+pytestmark = pytest.mark.amp_capability("block scaling")
 
 #: fp32 seeds of each band (the training suite's cheap-model count)
 SEEDS = 5

@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import pytest
 
-from harness.domains import training as T
-from harness.domains.training import repro as training_repro
+from harness.domains.engines import training as T
+from harness.domains.engines.training import whole_run
 from harness.numerics.comparison import compare_claim, compare_data, explain
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
@@ -56,7 +56,7 @@ def test_compiled_training_matches_eager_amp_and_fp32_within_the_seed_spread(
     failures = []
     # a failed claim keeps the whole run as a script (written once, only when one fails)
     script = functools.cache(
-        lambda: training_repro.repro_of(setup, recipe, band, amp_device, backend=amp_compile_backend, overflow=overflow)
+        lambda: whole_run.repro_of(setup, recipe, band, amp_device, backend=amp_compile_backend, overflow=overflow)
     )
     if recipe.scaler:
         injected = sorted(overflow)

@@ -10,8 +10,8 @@ from types import ModuleType
 import pytest
 import torch
 
+from harness.domains.engines.training import RunCache
 from harness.domains.fp8 import adapters
-from harness.domains.training import RunCache
 from harness.numerics.formats import FloatFormat, cast_bits
 
 Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
@@ -68,5 +68,5 @@ def delayed_scaling_under_test() -> Callable[..., object]:
 @pytest.fixture(scope="session")
 def train_cached(request: pytest.FixtureRequest) -> RunCache:
     """The session's training runs, each made once: the training, the float8 and the block-scaled
-    checks share their fp32 seeds and bf16 runs (see :meth:`harness.domains.training.RunCache.of`)."""
+    checks share their fp32 seeds and bf16 runs (see :meth:`harness.domains.engines.training.RunCache.of`)."""
     return RunCache.of(request.session)

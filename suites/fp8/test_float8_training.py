@@ -15,6 +15,7 @@ import pytest
 
 from harness.domains.engines.scaled.band import BF16_RULE_FRACTION, FP8_PARITY_FRACTION, judge_band
 from harness.domains.engines.scaled.localise import first_failed_step, localised_row
+from harness.domains.engines.training import BF16, SETUPS, seed_band, train
 from harness.domains.engines.training.parity import RecipeResult, conclusive, parity
 from harness.domains.fp8 import recipes
 from harness.domains.fp8.training import (
@@ -25,7 +26,6 @@ from harness.domains.fp8.training import (
     linear_count,
     with_outlier,
 )
-from harness.domains.training import BF16, SETUPS, seed_band, train
 from harness.numerics.comparison import compare_claim
 from harness.platform import kernels
 

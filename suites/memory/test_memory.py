@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.memory import accounting as mem
 from harness.domains.memory import repro as scripts
 from harness.numerics.comparison import compare_claim

@@ -20,7 +20,7 @@ from harness.domains.stochastic_rounding import roundings
 from harness.domains.stochastic_rounding.repro import stochastic_draws, stochastic_rounding
 from harness.numerics.comparison import compare_claim
 
-pytestmark = pytest.mark.amp_capability("fp8")
+pytestmark = pytest.mark.amp_capability("stochastic rounding")
 
 SEED = 20261202
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 
 #: fp32 seeds of the band: 8 give 28 pairs for the median (the built-in models train in 0.1-0.5 s
 #: here, so seeds are cheap); the thorough tier measures more.
@@ -22,7 +22,7 @@ def seeds(pytestconfig: pytest.Config) -> int:
 @pytest.fixture(scope="session")
 def train_cached(request: pytest.FixtureRequest) -> T.RunCache:
     """The session's training runs, each made once, shared with the float8 and the block-scaled
-    suites (see :meth:`harness.domains.training.RunCache.of`)."""
+    suites (see :meth:`harness.domains.engines.training.RunCache.of`)."""
     return T.RunCache.of(request.session)
 
 

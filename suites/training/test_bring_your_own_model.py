@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 
 pytestmark = pytest.mark.amp_capability("training parity")
 

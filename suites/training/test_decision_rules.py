@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training import rates
 from harness.numerics.comparison import compare_claim
 

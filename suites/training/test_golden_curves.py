@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training.precision import (
     PRECISION_FRACTION,
     PRECISION_SEEDS,

@@ -12,7 +12,8 @@ import itertools
 
 import pytest
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
+from harness.domains.training import census as C
 from harness.domains.training import repro as training_repro
 from harness.numerics.comparison import compare_claim
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.amp_capability("training parity")
 
 
 def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_device, amp_record):
-    census = T.gradient_census(T.lm_gradients())
+    census = C.gradient_census(C.lm_gradients())
     amp_record(
         "lm.grad.underflow_share",
         census["underflow_share"],
@@ -86,7 +87,7 @@ def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_de
     first_over = next((2.0 ** r["scale_log2"] for r in per if r["overflow_share"] > 0), None)
     if first_over is not None:  # the scaler must skip where scaled parameter gradients overflow fp16
         setup = T.SETUPS["tiny_lm"]
-        skipped = T.scaler_skips_at(setup, first_over, device=amp_device)  # the census's weights and batch
+        skipped = C.scaler_skips_at(setup, first_over, device=amp_device)  # the census's weights and batch
         amp_record.require(
             compare_claim(
                 "lm.scaler_skips_where_census_predicts_overflow",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.training import repro as training_repro
 
 pytestmark = pytest.mark.amp_capability("training parity")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.domains import training as T
+from harness.domains.engines import training as T
 from harness.domains.engines.training.diagnosis import first_over_budget, localise
 from harness.domains.op_prints import CAST_BUDGET_U, OP_BUDGET_U
 from harness.domains.training.repro import op_repro_of

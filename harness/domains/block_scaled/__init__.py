@@ -7,3 +7,6 @@ scale, as specifications written out in exact rationals.
 pretraining recipe, emulated). The products' budgets and the localisation of a failed run are
 shared with the fp8 family (:mod:`harness.domains.engines.scaled`).
 """
+
+#: the qualification capability this family's suite decides (harness/domains/capabilities.py)
+CAPABILITY = "block scaling"

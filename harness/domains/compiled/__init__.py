@@ -6,3 +6,6 @@ backend and configuration variant; ``budget``: how far compiled may stray from f
 eager; ``known_issues``: compiled-AMP behaviour of torch releases, each with its observation;
 ``toolchain``: whether Inductor can compile here at all.
 """
+
+#: the qualification capability this family's suite decides (harness/domains/capabilities.py)
+CAPABILITY = "compiled AMP"

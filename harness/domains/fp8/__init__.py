@@ -8,3 +8,6 @@ matmuls), ``adapters`` (the scaling code under test: torchao's, or a user's own)
 stochastic rounding are families of their own. torchao is imported lazily: without it the suite
 skips and names what is missing.
 """
+
+#: the qualification capability this family's suite decides (harness/domains/capabilities.py)
+CAPABILITY = "fp8"

@@ -12,6 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+#: the qualification capability this family's suite decides (harness/domains/capabilities.py)
+CAPABILITY: tuple[str, ...] = ()
+#: why this family does not decide exactly one capability of its own
+CAPABILITY_NOTE = "a pattern is a shape of a training step, not a question of its own: each pattern suite file decides the capability of the claim it tests (loss scaling for accumulation, training parity for checkpointing and resume, distributed for their DDP and FSDP2 cells, autocast policy for custom functions)"
+
 T = TypeVar("T")
 
 #: Why the Inductor checkpointing cell stays on the CPU: it compares two different compiled graphs,

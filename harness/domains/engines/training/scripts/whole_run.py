@@ -5,7 +5,7 @@ inside the forward pass), eagerly or through ``torch.compile``; then judged agai
 a stored curve, the same run again (determinism) or float64 (precision).
 
 amp-harness writes a failed check's model, inputs and values over the defaults below and keeps the
-blocks its check needs (``harness.domains.training.repro``). As it lies here it trains a small MLP
+blocks its check needs (``harness.domains.engines.training.whole_run``). As it lies here it trains a small MLP
 and runs every judgement. ``train`` is held to the harness's own loop bit for bit by
 tests/test_whole_run_scripts.py.
 """
