@@ -361,3 +361,15 @@ def test_each_layer_package_says_which_layer_it_is():
         )
         said = re.match(r"Layer (\d)", doc or "")
         assert said and int(said.group(1)) == number, f"{package}: its docstring should begin 'Layer {number}'"
+
+
+#: the ranks engine keeps the launcher and the world; each family's rank programs live at home (#80)
+RANKS_ENGINE_LINES = 400
+
+
+def test_the_ranks_engine_holds_the_launcher_only():
+    engine = REPO / "harness" / "domains" / "engines" / "ranks"
+    lines = sum(p.read_text(encoding="utf-8").count("\n") for p in engine.glob("*.py"))
+    assert lines <= RANKS_ENGINE_LINES, (
+        f"harness/domains/engines/ranks has {lines} lines: rank programs go to their family"
+    )

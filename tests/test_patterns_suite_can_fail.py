@@ -167,7 +167,7 @@ def test_ranks_that_never_leave_no_sync_fail_the_synchronised_gradient_and_the_s
     run = _run(
         pytester,
         suite_copy,
-        {"harness.domains.engines.ranks.ranks.NO_SYNC": "faults.distributed.no_sync_never_ending"},
+        {"harness.domains.patterns.rank_programs.NO_SYNC": "faults.distributed.no_sync_never_ending"},
         "-k",
         "no_sync",
     )
@@ -179,7 +179,7 @@ def test_a_recompute_outside_autocast_inside_fsdp2_units_fails_both_dtypes(pytes
     run = _run(
         pytester,
         suite_copy,
-        {"harness.domains.engines.ranks.ranks.CHECKPOINT": "faults.distributed.checkpoint_in_fp32"},
+        {"harness.domains.patterns.rank_programs.CHECKPOINT": "faults.distributed.checkpoint_in_fp32"},
         "-k",
         "fsdp2",
     )

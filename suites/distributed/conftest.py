@@ -32,10 +32,10 @@ def _fsdp2_here() -> None:
     (the CPU ranks of gloo; on two GPUs NCCL's ranks run it)."""
     import torch
 
-    from harness.domains.engines.ranks import ranks
+    from harness.platform import compat
 
     if torch.cuda.device_count() < 2:
-        why = ranks.fsdp2_missing()
+        why = compat.fsdp2_missing()
         if why is not None:
             pytest.skip(why)
 
@@ -44,7 +44,7 @@ def _fsdp2_here() -> None:
 def sharded_scaler() -> str:
     """The gradient scaler of sharded (FSDP2) training."""
     _fsdp2_here()
-    return "harness.domains.engines.ranks.ranks:sharded_grad_scaler"
+    return "harness.domains.distributed.programs:sharded_grad_scaler"
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ process; FSDP2 (``fully_shard``) with bf16 parameters and fp32 or bf16 reduction
 single-process computation, each reduce within its declared dtype's budget, where the fp32 reduce
 must meet the fp32 budget and the bf16 reduce must not; every field of FSDP2's mixed-precision
 policy and every DDP hook's declared dtype against what the collectives and modules were observed
-to carry (``harness/domains/engines/ranks/policy.py``); an inf in one rank's gradient shard makes
+to carry (``harness/domains/distributed/policy.py``); an inf in one rank's gradient shard makes
 every rank skip with the same scale.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.domains.distributed import policy, programs
 from harness.domains.distributed.repro import distributed as distributed_repro
-from harness.domains.engines.ranks import policy
 from harness.domains.engines.ranks import ranks as dist_h
 from harness.domains.speed import interconnect
 from harness.numerics import budgets
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.amp_capability("distributed")
 #: budget is derived from the world the results came from: ``len(results)``)
 WORLD = 2
 #: the suite's default sharded scaler is torch's, reached through the harness's rank module
-_HARNESS_SHARDED_SCALER = "harness.domains.engines.ranks.ranks:sharded_grad_scaler"
+_HARNESS_SHARDED_SCALER = "harness.domains.distributed.programs:sharded_grad_scaler"
 _TORCH_SHARDED_SCALER = "torch.distributed.fsdp.sharded_grad_scaler:ShardedGradScaler"
 
 
@@ -43,7 +43,7 @@ def _nccl() -> bool:
 def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allreduce(fmt_name, ddp_hook, amp_record):
     if fmt_name == "bf16" and not _nccl():
         pytest.skip("bf16 compression is missing: torch's bf16_compress_hook refuses gloo (it needs NCCL: 2+ GPUs)")
-    results = dist_h.launch("harness.domains.engines.ranks.ranks:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
+    results = dist_h.launch("harness.domains.distributed.programs:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
     fmt = FP16 if fmt_name == "fp16" else BF16
     _require_declared(amp_record, f"ddp.{fmt_name}_compression", results, "hooked_observed", torch_dtype(fmt))
     repro = _repro(
@@ -72,16 +72,16 @@ def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_pro
     a precision loss anywhere in DDP's communication path fails here, where the compression checks
     above only compare DDP with DDP."""
     results = dist_h.launch(
-        "harness.domains.engines.ranks.ranks:ddp_gradients",
+        "harness.domains.distributed.programs:ddp_gradients",
         world=WORLD,
-        hook=f"{dist_h.DEFAULT_HOOKS}:allreduce_hook",
+        hook=f"{programs.DEFAULT_HOOKS}:allreduce_hook",
         plain_hook=ddp_plain_hook,
     )
     _require_declared(amp_record, "ddp.allreduce_hook", results, "hooked_observed", torch.float32)
     repro = _repro(
         "DDP's averaged gradients against the exact mean of the ranks' own: the worst element over its budget",
         "ddp_allreduce",
-        {"HOOK": f"{dist_h.DEFAULT_HOOKS}:allreduce_hook", "PLAIN_HOOK": ddp_plain_hook},
+        {"HOOK": f"{programs.DEFAULT_HOOKS}:allreduce_hook", "PLAIN_HOOK": ddp_plain_hook},
     )
     for tensor_i in range(len(results[0]["plain"])):
         locals_ = torch.tensor([r["local"][tensor_i] for r in results], dtype=torch.float64)
@@ -105,13 +105,13 @@ def test_ddp_autocast_gradscaler_training_matches_one_process(ddp_amp_hook, amp_
     the losses of every step, to the compounded budget (loose: it bounds six steps of drift)."""
     steps = 6
     ranks = dist_h.launch(
-        "harness.domains.engines.ranks.ranks:ddp_amp_training", world=WORLD, steps=steps, hook=ddp_amp_hook
+        "harness.domains.distributed.programs:ddp_amp_training", world=WORLD, steps=steps, hook=ddp_amp_hook
     )
-    single = dist_h.single_process_amp_training(steps)
+    single = programs.single_process_amp_training(steps)
     grad_budget = budgets.reordered_batch_gradient(
-        torch.cat(dist_h.per_sample_gradient_magnitudes(0)), dist_h.GLOBAL_BATCH, dist_h.MODEL_MODULES, FP16
+        torch.cat(programs.per_sample_gradient_magnitudes(0)), programs.GLOBAL_BATCH, programs.MODEL_MODULES, FP16
     )
-    loss_budget = budgets.reordered_batch_losses(torch.tensor(single["losses"]), dist_h.GLOBAL_BATCH, FP16)
+    loss_budget = budgets.reordered_batch_losses(torch.tensor(single["losses"]), programs.GLOBAL_BATCH, FP16)
     repro = _repro(
         f"DDP(world={WORLD}) + fp16 autocast + GradScaler against one process: the worst element over its budget",
         "ddp_amp_training",
@@ -148,7 +148,7 @@ def _fsdp2(shard: str) -> dict[str, list]:
     for rd in REDUCE_DTYPES:
         if (shard, rd) not in _FSDP2_RUNS:
             _FSDP2_RUNS[(shard, rd)] = dist_h.launch(
-                "harness.domains.engines.ranks.ranks:fsdp2_gradients", world=WORLD, reduce_dtype=rd, shard=shard
+                "harness.domains.distributed.programs:fsdp2_gradients", world=WORLD, reduce_dtype=rd, shard=shard
             )
     return {rd: _FSDP2_RUNS[(shard, rd)] for rd in REDUCE_DTYPES}
 
@@ -272,7 +272,7 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
 def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharded_scaler, amp_record):
     """Each rank in turn holds the only inf (one launch: starting ranks is this suite's cost)."""
     per_rank = dist_h.launch(
-        "harness.domains.engines.ranks.ranks:sharded_scaler_step",
+        "harness.domains.distributed.programs:sharded_scaler_step",
         world=WORLD,
         scaler=sharded_scaler,
         inf_ranks=list(range(WORLD)),

@@ -97,19 +97,20 @@ _LAUNCHED: dict[str, list] = {}
 def no_sync_runs():
     """Two ranks (gloo on the CPU, NCCL where there are two GPUs) accumulating under DDP's
     no_sync(), every case in one launch per module: per rank, per case, what
-    :func:`ranks.ddp_no_sync_accumulation` observed. Launched from the test body, so that the
-    accumulation context (``ranks.NO_SYNC``, which the negative controls swap) is read there."""
+    :func:`rank_programs.ddp_no_sync_accumulation` observed. Launched from the test body, so that the
+    accumulation context (``rank_programs.NO_SYNC``, which the negative controls swap) is read there."""
     from harness.domains.engines.ranks import ranks
+    from harness.domains.patterns import rank_programs
 
-    if ranks.NO_SYNC not in _LAUNCHED:
-        _LAUNCHED[ranks.NO_SYNC] = ranks.launch(
-            "harness.domains.engines.ranks.ranks:ddp_no_sync_accumulation",
+    if rank_programs.NO_SYNC not in _LAUNCHED:
+        _LAUNCHED[rank_programs.NO_SYNC] = ranks.launch(
+            "harness.domains.patterns.rank_programs:ddp_no_sync_accumulation",
             world=2,
             micro_batches=A.MICRO_BATCHES,
             cases=NO_SYNC_CASES,
-            sync=ranks.NO_SYNC,
+            sync=rank_programs.NO_SYNC,
         )
-    return _LAUNCHED[ranks.NO_SYNC]
+    return _LAUNCHED[rank_programs.NO_SYNC]
 
 
 @pytest.mark.amp_capability("distributed")

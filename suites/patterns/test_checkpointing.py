@@ -102,17 +102,19 @@ def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit
     """Two ranks (gloo on the CPU, NCCL on two GPUs), FSDP2 over every Linear: the checkpointed
     pairs' averaged gradient shards must equal those of the same FSDP2 model without checkpointing."""
     from harness.domains.engines.ranks import ranks
+    from harness.domains.patterns import rank_programs
+    from harness.platform import compat
 
-    if torch.cuda.device_count() < 2 and ranks.fsdp2_missing() is not None:
-        pytest.skip(ranks.fsdp2_missing())
+    if torch.cuda.device_count() < 2 and compat.fsdp2_missing() is not None:
+        pytest.skip(compat.fsdp2_missing())
 
-    key = (ranks.CHECKPOINT, dtype)  # read here: the negative controls swap the checkpoint function
+    key = (rank_programs.CHECKPOINT, dtype)  # read here: the negative controls swap the checkpoint function
     if key not in _FSDP2:
         _FSDP2[key] = ranks.launch(
-            "harness.domains.engines.ranks.ranks:fsdp2_checkpointed_gradients",
+            "harness.domains.patterns.rank_programs:fsdp2_checkpointed_gradients",
             world=2,
             dtype=dtype,
-            checkpoint=ranks.CHECKPOINT,
+            checkpoint=rank_programs.CHECKPOINT,
         )
     problems = []
     for rank, seen in enumerate(_FSDP2[key]):

@@ -159,7 +159,7 @@ def no_sync_always(ddp: Any, micro: int, micro_batches: int) -> Any:
 
 
 def no_sync_never_ending(original: str) -> str:
-    """``harness.domains.engines.ranks.ranks.NO_SYNC`` pointing at :func:`no_sync_always`."""
+    """``harness.domains.patterns.rank_programs.NO_SYNC`` pointing at :func:`no_sync_always`."""
     return f"{__name__}:no_sync_always"
 
 
@@ -173,7 +173,7 @@ def checkpoint_recomputing_in_fp32(function: Any, *args: Any, **kwargs: Any) -> 
 
 
 def checkpoint_in_fp32(original: str) -> str:
-    """``harness.domains.engines.ranks.ranks.CHECKPOINT`` pointing at :func:`checkpoint_recomputing_in_fp32`."""
+    """``harness.domains.patterns.rank_programs.CHECKPOINT`` pointing at :func:`checkpoint_recomputing_in_fp32`."""
     return f"{__name__}:checkpoint_recomputing_in_fp32"
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from harness.domains.engines.ranks.ranks import FULLY_SHARD, device_mesh, resolve
+from harness.domains.engines.ranks.ranks import device_mesh, resolve
+from harness.platform.compat import FULLY_SHARD
 from harness.platform.thirdparty import import_third_party
 
 #: global batch, features: every rank's shard of every weight is whole rows, the batch splits evenly

@@ -22,8 +22,8 @@ from harness.numerics.verdict import Outcome
 
 #: the dtypes whose all-reduce bandwidth is measured: fp32 (DDP's default), the AMP formats
 DTYPES = ("float32", "bfloat16", "float16")
-#: the rank program that times the all-reduces (``harness.domains.engines.ranks.ranks``)
-RANK_PROGRAM = "harness.domains.engines.ranks.ranks:allreduce_bandwidth"
+#: the rank program that times the all-reduces (:func:`allreduce_bandwidth`, below)
+RANK_PROGRAM = f"{__name__}:allreduce_bandwidth"
 
 
 def case(backend: str, world: int, hosts: int) -> str:
@@ -113,3 +113,61 @@ def judge(first: float, threshold: Threshold | None, again: Callable[[], float |
     return Judged(
         Outcome.NOISY, values, floor, f"{first:.3g} GB/s under the floor {floor:.3g}, then not confirmed: {values}"
     )
+
+
+# -- the rank program --------------------------------------------------------------------------------
+#: the all-reduce the bandwidth metric times, per rank: a buffer large enough that the per-call
+#: latency is a small share on loopback gloo (CPU) and on NVLink (GPU); the row carries its size,
+#: so that rows compare like with like
+BANDWIDTH_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
+#: timed all-reduces per dtype, after one untimed (which also asks whether the backend has the dtype)
+BANDWIDTH_REPEATS = 15
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def allreduce_bandwidth(
+    rank: int, world: int, dtypes: list[str], all_reduce: str = "torch.distributed:all_reduce"
+) -> dict[str, Any]:
+    """Seconds per all-reduce (sum) of ``BANDWIDTH_BYTES`` on this rank, per dtype, each timed
+    from a synchronised start to a synchronised end; a dtype the backend lacks gives its error.
+    ``all_reduce``: the collective timed, by name (the harness's tests time a slowed one)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from harness.domains.engines.ranks.ranks import rank_device, resolve  # lazy: imports torch, in the rank
+
+    reduce = resolve(all_reduce)
+
+    device = rank_device(rank)
+    nbytes = BANDWIDTH_BYTES[device.type]
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    out: dict[str, Any] = {"nbytes": nbytes, "backend": str(dist.get_backend()), "host": _host(), "dtypes": {}}
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        x = torch.ones(nbytes // dtype.itemsize, dtype=dtype, device=device)
+        try:
+            reduce(x)
+        except RuntimeError as exc:  # the same on every rank: the backend's dtype support
+            out["dtypes"][name] = {"error": str(exc).strip().splitlines()[0][:200]}
+            continue
+        seconds = []
+        for _ in range(BANDWIDTH_REPEATS):
+            sync()
+            dist.barrier()
+            t0 = time.perf_counter()
+            reduce(x)
+            sync()
+            seconds.append(time.perf_counter() - t0)
+        out["dtypes"][name] = {"seconds": seconds}
+    return out
