@@ -7,11 +7,10 @@ from __future__ import annotations
 from helpers import inject, run_inner
 
 FIXTURES = {
-    "fp8_cast_under_test": "faults.casts.correct",
     "fp8_decode_under_test": "faults.fp8.torch_decode",
     "e8m0_cast_under_test": "faults.fp8.torch_e8m0_cast",
     # a cache per inner test (the suite's is per session): no run outlives the faults it was made under
-    "train_cached": "harness.domains.training.RunCache()",
+    "train_cached": "harness.domains.engines.training.RunCache()",
     "block_lane_references": "dict()",
 }
 
@@ -21,7 +20,6 @@ def run_scaled(
     suite_copy,
     *files: str,
     scaling: str = "faults.fp8.TorchaoScaling()",
-    cast: str = "faults.casts.correct",
     block: str = "faults.fp8.TorchaoBlockScaling()",
     linear: str = "faults.fp8.TorchaoBlockLinear()",
     fsdp_shard: str = '"torch.distributed.fsdp:fully_shard"',
@@ -33,7 +31,6 @@ def run_scaled(
     suite_copy(*files, conftest=False)
     fixtures = {
         **FIXTURES,
-        "fp8_cast_under_test": cast,
         "fp8_scaling_under_test": scaling,
         "block_scaling_under_test": block,
         "block_linear_under_test": linear,
@@ -48,7 +45,7 @@ def run_scaled(
         families.pop(),
         fixtures=fixtures,
         patches=patches or None,
-        imports=("harness.domains.training", *owners),
+        imports=("harness.domains.engines.training", *owners),
     )
     return run_inner(pytester, *args)
 

@@ -373,3 +373,43 @@ def test_the_ranks_engine_holds_the_launcher_only():
     assert lines <= RANKS_ENGINE_LINES, (
         f"harness/domains/engines/ranks has {lines} lines: rank programs go to their family"
     )
+
+
+def _suites_importing_other_families(suites: Path) -> list[str]:
+    """Imports of another claim family's modules in a suite folder (function-local ones too): a
+    suite states its family's claims; what two families share lives in an engine or the top."""
+    from harness.domains import families
+
+    names = set(families.names())
+    found = []
+    for path in sorted(suites.rglob("*.py")):
+        own = path.relative_to(suites).parts[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if isinstance(node, ast.ImportFrom) and node.module == "harness.domains":
+                modules = [f"harness.domains.{a.name}" for a in node.names]
+            for m in modules:
+                parts = m.split(".")
+                if parts[:2] == ["harness", "domains"] and len(parts) > 2 and parts[2] in names and parts[2] != own:
+                    found.append(f"{path.relative_to(suites.parent)}:{node.lineno} imports {m}")
+    return found
+
+
+def test_no_suite_imports_another_familys_modules():
+    assert not _suites_importing_other_families(REPO / "suites")
+
+
+def test_a_suite_importing_another_family_is_named(tmp_path):
+    (tmp_path / "suites" / "fp8").mkdir(parents=True)
+    (tmp_path / "suites" / "fp8" / "test_x.py").write_text(
+        "def test_x():\n    from harness.domains.compiled import runs\n", encoding="utf-8"
+    )
+    assert _suites_importing_other_families(tmp_path / "suites") == [
+        "suites/fp8/test_x.py:2 imports harness.domains.compiled"
+    ]

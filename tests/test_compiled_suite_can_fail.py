@@ -30,7 +30,8 @@ def _compile_modules_imported_outside_pytester():
     missing (the suite then skips too)."""
     import torch
 
-    from harness.domains.compiled import nested, runs, toolchain
+    from harness.domains.compiled import nested, runs
+    from harness.domains.engines.compiler import toolchain
 
     if toolchain.unavailable("cpu") is not None:
         return
@@ -147,7 +148,9 @@ def test_a_compiled_amp_path_made_1_3x_slower_fails_the_calibrated_threshold(pyt
 def test_without_a_compiler_toolchain_the_suite_skips_saying_what_is_missing(pytester, suite_copy):
     suite_copy(*FILES)
     inject(
-        pytester, "", patches={"harness.domains.compiled.toolchain.unavailable": "faults.compiled.toolchain_missing"}
+        pytester,
+        "",
+        patches={"harness.domains.engines.compiler.toolchain.unavailable": "faults.compiled.toolchain_missing"},
     )
     run = run_inner(pytester, "-rs", "-k", "eager_dtypes or stays_fp32 or compiled_training")
     assert not run.passed and not run.failed and run.skipped, run.text()
@@ -160,7 +163,7 @@ def test_without_a_compiler_toolchain_the_suite_skips_saying_what_is_missing(pyt
 def test_the_toolchain_probe_names_a_missing_compiler():
     import torch._inductor.config as inductor_config
 
-    from harness.domains.compiled import toolchain
+    from harness.domains.engines.compiler import toolchain
 
     # inductor's own config patch (monkeypatch would delete the entry on undo: config classes keep
     # their values outside __dict__)

@@ -242,6 +242,8 @@ def test_a_hung_rank_is_killed_at_the_timeout():
     assert time.monotonic() - start < 30
 
 
+#: the bandwidth check: a timing, so in the speed suite, run on the ranks engine
+INTERCONNECT = "speed/test_interconnect.py"
 BANDWIDTH = "test_allreduce_bus_bandwidth_meets_the_floor_calibrated_for_this_worlds_shape"
 
 
@@ -263,8 +265,8 @@ def test_an_all_reduce_slowed_2x_fails_the_floor_this_class_calibrated(pytester,
     assert floors and all(k.startswith("allreduce_bus_bandwidth_gloo_2ranks_1hosts/") for k in floors), floors
     if not judged:
         pytest.skip(f"this host's loopback all-reduce scatters beyond a judged floor: {said}")
-    suite_copy(SUITE, conftest=False)
-    _override(pytester, "allreduce_timed", "faults.distributed:all_reduce_slowed")
+    suite_copy(INTERCONNECT, conftest=False)
+    inject(pytester, "speed", fixtures={"allreduce_timed": repr("faults.distributed:all_reduce_slowed")})
     run = run_inner(pytester, "-k", "bandwidth", f"--amp-baseline-dir={base}", "--amp-report-dir=out")
     assert_caught(run, f"*::{BANDWIDTH}")
     failed = {r["dtype"] for r in run.rows if r["outcome"] == "fail" and r["metric"] == "allreduce.bus_bandwidth"}

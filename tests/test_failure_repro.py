@@ -192,7 +192,7 @@ CONTROLS = {
         ("*draws_differ_between_seeds_and_repeat_with_one[[]bf16]",),
     ),
     "fp8_e4m3_cast_toward_zero": (
-        "fp8/test_fp8_formats.py",
+        "formats/test_fp8_casts.py",
         "rounds_every_value_and_midpoint and e4m3fn",
         ("*rounds_every_value_and_midpoint*[[]cpu-e4m3fn]",),
     ),

@@ -127,3 +127,11 @@ def test_source_claims_fail_when_torch_flushes_fp16_subnormals(pytester, suite_c
         "*::test_source_text_claim_holds[[]fp16_underflow_to_zero]",
     )
     run.stdout.fnmatch_lines(["*fp16.cast(2^-24): FAILED: got 0, expected 5.96046448e-08*"], consecutive=False)
+
+
+def test_a_cast_that_rounds_toward_zero_fails_the_exhaustive_fp8_rounding_check(pytester, suite_copy):
+    suite_copy("formats/test_fp8_casts.py", conftest=False)
+    inject(pytester, "formats", fixtures={"cast_under_test": "faults.casts.truncating"})
+    run = run_inner(pytester, "-k", "rounds")
+    assert_caught(run, "*::test_fp32_to_fp8_rounds_every_value_and_midpoint_to_nearest_even[[]cpu-*]")
+    run.stdout.fnmatch_lines(["*fp32->float8_e*m*exhaustive: FAILED: mismatched elements*"], consecutive=False)

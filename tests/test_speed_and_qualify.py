@@ -969,7 +969,7 @@ def test_no_speed_case_is_timed_while_the_harness_compiles_in_the_background(mon
 
     import torch
 
-    from harness.domains.compiled import toolchain
+    from harness.domains.engines.compiler import toolchain
     from harness.pytest_plugin import speed as plugin_speed
 
     release = threading.Event()

@@ -7,6 +7,7 @@ Pure: no pytest, no file system. torch is imported only by the helpers that read
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -288,3 +289,23 @@ def torch_dtype(fmt: FloatFormat | str) -> torch.dtype:
     dtype = getattr(torch, format_of(fmt).name)
     assert isinstance(dtype, torch.dtype)
     return dtype
+
+
+def finite_magnitudes(fmt: FloatFormat) -> list[float]:
+    """Every finite magnitude of a format narrow enough to enumerate (8 bits or fewer), ascending."""
+    values = {abs(fmt.decode(c)) for c in range(1 << fmt.total_bits)}
+    return sorted(v for v in values if math.isfinite(v))
+
+
+def rounding_probes(fmt: FloatFormat) -> list[float]:
+    """Every finite value of ``fmt``, every midpoint between neighbours, the fp32 values just
+    below and above each midpoint; both signs. All are fp32-exact (fp8 midpoints need 5 bits)."""
+    mags = finite_magnitudes(fmt)
+    out: list[float] = []
+    for lo, hi in itertools.pairwise(mags):
+        mid = (lo + hi) / 2
+        below = FP32.decode(FP32.round_bits(mid).bits - 1)  # type: ignore[operator]
+        above = FP32.decode(FP32.round_bits(mid).bits + 1)  # type: ignore[operator]
+        out += [lo, below, mid, above]
+    out.append(mags[-1])
+    return out + [-v for v in out if v != 0.0] + [-0.0]

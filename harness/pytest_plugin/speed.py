@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.domains.compiled import toolchain
 from harness.domains.engines.bench import bench, sizing
+from harness.domains.engines.compiler import toolchain
 from harness.domains.speed.checks import ClassSpeed, SpeedChecks
 from harness.pytest_plugin.recording import Recorder
 from harness.storage.profiles import Profile

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from harness.domains.compiled import nested, runs, toolchain
+from harness.domains.compiled import nested, runs
 from harness.domains.engines.bench import bench
+from harness.domains.engines.compiler import toolchain
 
 
 def require_compiler(device: torch.device, backend: Any) -> None:
@@ -23,7 +24,7 @@ def require_compiler(device: torch.device, backend: Any) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """When this run selected compiled checks, Inductor's one-time ISA probe starts now, beside
-    the checks that run before them (:func:`harness.domains.compiled.toolchain.warm_up_in_background`)."""
+    the checks that run before them (:func:`harness.domains.engines.compiler.toolchain.warm_up_in_background`)."""
     here = Path(__file__).parent
     if any(here in Path(str(item.path)).parents for item in session.items):
         toolchain.warm_up_in_background()

@@ -52,9 +52,3 @@ def fsdp2_shard() -> str:
     """FSDP2's sharding function, applied with the declared mixed-precision policy."""
     _fsdp2_here()
     return "torch.distributed.fsdp:fully_shard"
-
-
-@pytest.fixture
-def allreduce_timed() -> str:
-    """The all-reduce whose bus bandwidth is measured."""
-    return "torch.distributed:all_reduce"

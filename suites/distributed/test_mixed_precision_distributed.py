@@ -19,11 +19,9 @@ import torch
 from harness.domains.distributed import policy, programs
 from harness.domains.distributed.repro import distributed as distributed_repro
 from harness.domains.engines.ranks import ranks as dist_h
-from harness.domains.speed import interconnect
 from harness.numerics import budgets
 from harness.numerics.comparison import ElementwiseComparison, compare_claim, compare_within, explain
 from harness.numerics.formats import BF16, FP16, torch_dtype
-from harness.numerics.verdict import Outcome
 
 pytestmark = pytest.mark.amp_capability("distributed")
 
@@ -309,69 +307,4 @@ def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharde
         for c in claims:  # the first failed claim keeps the script (it runs every case)
             if not amp_record.result(c, tags={"inf_rank": inf_rank, "scales": scales}, repro=None if missed else repro):
                 missed.append(c)
-    assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
-
-
-def test_allreduce_bus_bandwidth_meets_the_floor_calibrated_for_this_worlds_shape(
-    allreduce_timed, amp_interconnect, amp_record
-):
-    """All-reduce bus bandwidth per dtype (size / time x 2(n-1)/n, NCCL's tests' statistic, from the
-    slowest rank's median all-reduce), judged against the floor ``amp-harness calibrate --allreduce``
-    placed for the same backend, ranks and hosts on this hardware class
-    (``harness/domains/speed/interconnect.py``); a class or shape without one is measured, not judged."""
-
-    def measure() -> interconnect.Measured:
-        kwargs = {"dtypes": list(interconnect.DTYPES), "all_reduce": allreduce_timed}
-        return interconnect.from_ranks(dist_h.launch(interconnect.RANK_PROGRAM, world=WORLD, **kwargs))
-
-    first = measure()
-    profile = amp_interconnect.load(first.backend)
-    confirmations: list[interconnect.Measured] = []
-
-    def again(dtype: str) -> float | None:
-        if not confirmations:  # one more launch measures every dtype
-            confirmations.append(measure())
-        return confirmations[0].gbps.get(dtype)
-
-    device = "cuda" if first.backend == "nccl" else "cpu"
-    tags = {"backend": first.backend, "world": first.world, "hosts": first.hosts, "nbytes": first.nbytes}
-    missed = []
-    for dtype, gbps in first.gbps.items():
-        if gbps is None:
-            note = f"{first.backend} has no {dtype} all-reduce: {first.errors[dtype]}"
-            amp_record("allreduce.bus_bandwidth", None, dtype=dtype, device=device, unit="GB/s", outcome=Outcome.SKIP,
-                       note=note, tags=tags)  # fmt: skip
-            continue
-        threshold = profile.threshold(first.case, dtype)
-        judged = interconnect.judge(gbps, threshold, lambda d=dtype: again(d), amp_interconnect.calibrate_command)
-        row_tags = {**tags, "values": list(judged.values), "median_s_per_rank": first.median_s_per_rank[dtype]}
-        if judged.outcome in (Outcome.PASS, Outcome.FAIL):
-            claim = compare_claim(
-                "allreduce.bus_bandwidth",
-                min(judged.values),
-                judged.outcome is Outcome.PASS,
-                f"the all-reduce bus bandwidth is at least the floor calibrated for {first.case} on this class",
-                detail=f"{dtype}: {judged.note}",
-                expected=judged.floor,
-                allowance=judged.floor,
-                unit="GB/s",
-            )
-            if not amp_record.result(claim, dtype=dtype, device=device, tags=row_tags):
-                missed.append(claim)
-        else:
-            amp_record("allreduce.bus_bandwidth", gbps, dtype=dtype, device=device, unit="GB/s",
-                       outcome=judged.outcome, note=judged.note, tags=row_tags, comparable=False)  # fmt: skip
-    measured = sum(g is not None for g in first.gbps.values())
-    amp_record.require(
-        compare_claim(
-            "allreduce.bandwidth_dtypes_measured",
-            measured,
-            measured > 0,
-            "the backend all-reduces at least one of the dtypes",
-            detail=f"no dtype could be all-reduced on {first.backend}: {first.errors}",
-            expected=len(interconnect.DTYPES),
-            unit="dtypes",
-        ),
-        device=device,
-    )
     assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded

@@ -1,4 +1,9 @@
-"""Claim family: what fp8 casts do with overflow, infinities and NaN, per torch release.
+"""Claim family: fp8 casts round every value to nearest even, and what they do with overflow,
+infinities and NaN is recorded per torch release.
+
+fp32 -> e4m3fn and e5m2 round every representable value, every midpoint between neighbours and the
+fp32 values on either side of each midpoint to nearest, ties to even (exhaustive: 8-bit formats
+can be enumerated; the hypothesis checks of ``test_cast_rounding.py`` sample the same claim).
 
 The OCP FP8 formats leave overflow handling to the implementation (E4M3FN has no inf), and torch
 changed its choice between releases. So the behaviour is observed, recorded and kept as a
@@ -13,10 +18,10 @@ import math
 import pytest
 import torch
 
-from harness.domains.formats.repro import cast_outcomes
+from harness.domains.formats.repro import cast_outcomes, cast_rounding
 from harness.domains.repro import FailureRepro
-from harness.numerics.comparison import DataComparison, compare_claim
-from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits
+from harness.numerics.comparison import DataComparison, compare_bits, compare_claim
+from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, FloatFormat, cast_bits, rounding_probes
 from harness.storage.baselines import KeyKind
 
 pytestmark = pytest.mark.amp_capability("formats")
@@ -130,3 +135,21 @@ def test_fp8_nan_input_gives_nan(fmt, amp_device, cast_under_test, amp_record):
         if cast_under_test is cast_bits
         else None,
     )
+
+
+@pytest.mark.amp_quick
+@pytest.mark.parametrize("fmt", FP8, ids=lambda f: f.short)
+def test_fp32_to_fp8_rounds_every_value_and_midpoint_to_nearest_even(fmt, amp_device, cast_under_test, amp_record):
+    values = rounding_probes(fmt)
+    got = cast_under_test(values, fmt, amp_device)
+    expected = [fmt.round_bits(v).bits for v in values]
+    result = compare_bits(f"fp32->{fmt.name} exhaustive", got, expected, fmt, values)
+    repro = None
+    if not result.passed and cast_under_test is cast_bits:  # torch's own cast: a script can run it
+        failing = [v for v, g, e in zip(values, got, expected, strict=True) if g != e]
+        repro = cast_rounding(
+            f"torch's float32 -> {fmt.name} cast of the failing probes: values not rounded to nearest even",
+            torch.tensor(failing, dtype=torch.float32),
+            getattr(torch, fmt.name),
+        )
+    amp_record.require(result, dtype=fmt.name, device=amp_device, tags={"probes": len(values)}, repro=repro)

@@ -12,15 +12,9 @@ import torch
 
 from harness.domains.engines.training import RunCache
 from harness.domains.fp8 import adapters
-from harness.numerics.formats import FloatFormat, cast_bits
+from harness.numerics.formats import FloatFormat
 
 Cast = Callable[[Sequence[float], FloatFormat, torch.device], list[int]]
-
-
-@pytest.fixture
-def fp8_cast_under_test() -> Cast:
-    """The fp32 -> fp8 cast the exhaustive rounding checks judge: torch's own, by default."""
-    return cast_bits
 
 
 @pytest.fixture

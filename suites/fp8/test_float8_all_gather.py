@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.distributed.repro import distributed
 from harness.domains.engines.ranks import ranks as dist_h
+from harness.domains.fp8 import repro as fp8_repro
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("fp8")
@@ -73,12 +73,12 @@ def test_float8_all_gather_under_fsdp2_trains_bit_for_bit_as_without_it(
         repro_of=lambda result: (
             None
             if amp_device.type != "cpu" or (loss_diff != 0.0 and not result.name.endswith("max_loss_diff"))
-            else distributed(
+            else fp8_repro.float8_all_gather(
                 "float8 all-gather under FSDP2 against the same training without it",
-                "float8_all_gather",
                 WORLD,
-                {"SHARD": float8_fsdp_shard},
-                settings={"STEPS": ALL_GATHER_STEPS, "EMULATE": True},
+                float8_fsdp_shard,
+                ALL_GATHER_STEPS,
+                emulate=True,
             )
         ),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.compiled import runs
+from harness.domains.engines.compiler import compiling
 from harness.domains.patterns import COMPILED_CPU_ONLY, repeated
 from harness.domains.patterns import checkpointing as C
 from harness.numerics.comparison import compare_claim
@@ -181,7 +181,9 @@ def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_grad
     backend = C.PARTITION_BACKEND  # read here: the negative controls swap it
 
     def run(v):
-        return C.gradients(v, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: runs.compile_fn(f, backend))
+        return C.gradients(
+            v, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: compiling.compile_fn(f, backend)
+        )
 
     key = (str(amp_device), amp_dtype, str(backend))
     if key not in _PARTITIONED:
@@ -223,8 +225,8 @@ def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_
     _needs(variant)
     import contextlib
 
-    from harness.domains.compiled import toolchain
-    from harness.domains.compiled.known_issues import KNOWN_ISSUES
+    from harness.domains import known_issues
+    from harness.domains.engines.compiler import toolchain
 
     if amp_device.type != "cpu":
         pytest.skip(COMPILED_CPU_ONLY)
@@ -232,16 +234,16 @@ def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_
     if missing is not None:
         pytest.skip(f"no working compiler toolchain: {missing}")
     backend = C.COMPILE_BACKEND  # read here: the negative controls swap it
-    emulate = backend == "inductor" and KNOWN_ISSUES["inductor-elides-eager-roundings"].listed(
+    emulate = backend == "inductor" and known_issues.REGISTRIES["inductor-elides-eager-roundings"][1].listed(
         torch.__version__, amp_device.type
     )
-    config = runs.configured(runs.EMULATED_CASTS) if emulate else contextlib.nullcontext()
+    config = compiling.configured(compiling.EMULATED_CASTS) if emulate else contextlib.nullcontext()
     with config:
         reference = C.gradients(
-            None, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: runs.compile_fn(f, backend)
+            None, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: compiling.compile_fn(f, backend)
         )
         checked = C.gradients(
-            variant, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: runs.compile_fn(f, backend)
+            variant, amp_device, amp_dtype, _scale(amp_dtype), compile=lambda f: compiling.compile_fn(f, backend)
         )
     tags = {"emulate_precision_casts": emulate, "backend": str(backend)}
     _record_compiled("compiled", "compiled", variant, amp_device, amp_dtype, amp_record, reference, checked, tags)

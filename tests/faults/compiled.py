@@ -197,7 +197,7 @@ CLEAN = pass_backend(None)
 
 # -- a machine without a compiler toolchain --------------------------------------------------------
 def toolchain_missing(real: Callable[[str], str | None]) -> Callable[[str], str | None]:
-    """``harness.domains.compiled.toolchain.unavailable`` on a machine without g++ (Inductor needs it)."""
+    """``harness.domains.engines.compiler.toolchain.unavailable`` on a machine without g++ (Inductor needs it)."""
 
     def unavailable(device_type: str) -> str | None:
         return "Inductor's CPU backend needs a C++ compiler: 'g++' (from $CXX or the default) is not on PATH"

@@ -5,6 +5,8 @@ that changes it is noticed."""
 
 from __future__ import annotations
 
+from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_DTYPE as AUTOGRAD_CACHE_DTYPE
+from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_IGNORES_DTYPE
 from harness.domains.repro import Reproduction
 from harness.domains.versions import KnownIssue
 
@@ -45,23 +47,9 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         reference="pytorch/ao#1912 (eager unsaturated, Triton saturated); pytorch/pytorch#178817 (eager e4m3 casts)",
         devices=("cuda",),
     ),
-    "autograd-cache-ignores-autocast-dtype": KnownIssue(
-        "autograd-cache-ignores-autocast-dtype",
-        "AOTAutograd's cache key records whether autocast is enabled, not its dtype: code compiled under bf16 "
-        "autocast is served from the cache to a compile of the same code under fp16 autocast (in the same process "
-        "after a Dynamo reset, or in a later process sharing the Inductor cache directory), and the fp16 region "
-        "silently runs in bf16, with 8x fp16's unit roundoff. Remedy: torch._functorch.config.enable_autograd_cache "
-        "= False",
-        first="2.7",
-        fixed="2.13",
-        verified="2.12",
-        reference="pytorch/pytorch#181564 (autocast dtype in AOTAutogradCacheDetails)",
-    ),
+    AUTOGRAD_CACHE_DTYPE: AUTOGRAD_CACHE_IGNORES_DTYPE,
 }
 
-#: The known issue that makes AOTAutograd's cache unsound across autocast dtypes; where it is
-#: listed, the harness's own compiles run without that cache (:func:`harness.domains.compiled.runs.compile_fn`).
-AUTOGRAD_CACHE_DTYPE = "autograd-cache-ignores-autocast-dtype"
 
 #: The known issue a compiled fp8 cast shows (:mod:`suites.fp8.test_fp8_formats` observes it).
 SATURATING_FP8_CAST = "inductor-fp8-cast-saturates"

@@ -5,64 +5,32 @@ tests pass faulty custom backends to show the checks fail. A *variant* is the co
 stack offers around it: the default (what a user gets), Inductor's ``emulate_precision_casts``
 (keep eager's down/up-cast pairs), and AOTAutograd's ``backward_pass_autocast`` (which autocast
 state the compiled backward is traced under). Every compile starts from a reset Dynamo cache, so
-that a variant can never be served a graph compiled for another.
+that a variant can never be served a graph compiled for another. The variants and ``compile_fn``
+are the compiler engine's (:mod:`harness.domains.engines.compiler.compiling`), named here for the
+family's checks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.domains.compiled import toolchain
 from harness.domains.compiled.budget import Budget, derive
-from harness.domains.compiled.known_issues import AUTOGRAD_CACHE_DTYPE, KNOWN_ISSUES
 from harness.domains.compiled.probe import Observation, call_block, make_block, make_inputs, observe
-
-Backend = str | Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    #: Inductor configuration of this compile (``torch._inductor.config``)
-    inductor: Mapping[str, Any] = field(default_factory=dict)
-    #: AOTAutograd configuration (``torch._functorch.config``), in force while tracing and running
-    functorch: Mapping[str, Any] = field(default_factory=dict)
-
-    def available(self) -> str | None:
-        """Why this stack cannot run the variant (a switch it does not have), or None."""
-        import torch._functorch.config as fc
-        import torch._inductor.config as ic
-
-        for module, wanted in ((ic, self.inductor), (fc, self.functorch)):
-            missing = [k for k in wanted if not hasattr(module, k)]
-            if missing:
-                return f"torch {torch.__version__} has no {module.__name__}.{missing[0]}"
-        return None
-
-
-DEFAULT = Variant("default")
-#: Inductor keeps eager's rounding of every fused intermediate (to compare against eager exactly).
-EMULATED_CASTS = Variant("emulated_casts", inductor={"emulate_precision_casts": True})
-#: The compiled backward traced without autocast, as eager runs a backward called outside autocast
-#: (torch's documented remedy for known issue ``compiled-backward-under-forward-autocast``).
-BACKWARD_AUTOCAST_OFF = Variant("backward_autocast_off", functorch={"backward_pass_autocast": "off"})
-
-
-@contextlib.contextmanager
-def configured(variant: Variant) -> Iterator[None]:
-    """The variant's configuration in force (tracing happens at the first call, inside this)."""
-    import torch._functorch.config as fc
-    import torch._inductor.config as ic
-
-    with ic.patch(dict(variant.inductor)), fc.patch(dict(variant.functorch)):
-        yield
-
+from harness.domains.engines.compiler import toolchain
+from harness.domains.engines.compiler.compiling import (
+    BACKWARD_AUTOCAST_OFF as BACKWARD_AUTOCAST_OFF,
+)
+from harness.domains.engines.compiler.compiling import DEFAULT as DEFAULT
+from harness.domains.engines.compiler.compiling import EMULATED_CASTS as EMULATED_CASTS
+from harness.domains.engines.compiler.compiling import Backend as Backend
+from harness.domains.engines.compiler.compiling import Variant as Variant
+from harness.domains.engines.compiler.compiling import compile_fn as compile_fn
+from harness.domains.engines.compiler.compiling import configured as configured
 
 #: The autocast dtypes a graph pass treats as low precision.
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -101,27 +69,6 @@ def pass_backend(fw_pass: GraphPass | None, bw_pass: GraphPass | None = None) ->
         return compile_graph
 
     return aot_autograd(fw_compiler=compiler(fw_pass), bw_compiler=compiler(bw_pass))
-
-
-def compile_fn(fn: Callable[..., Any], backend: Backend) -> Callable[..., Any]:
-    """``torch.compile(fn)`` with ``backend`` after a Dynamo reset (no graph of another variant is
-    reused: Dynamo caches per code object, and every variant compiles the same code). In releases
-    whose AOTAutograd cache ignores the autocast dtype (a registered known issue, observed by the
-    compiled suite on its own probe) it runs without that cache: the bf16 and fp16 cells compile the
-    same code, and the claims judge the compiler, not a cache that serves one dtype's graph to the other."""
-    toolchain.wait_for_warm_up()
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=backend)
-    if not KNOWN_ISSUES[AUTOGRAD_CACHE_DTYPE].listed(torch.__version__, "cpu"):
-        return compiled
-
-    def without_autograd_cache(*args: Any, **kwargs: Any) -> Any:
-        import torch._functorch.config as fc
-
-        with fc.patch(enable_autograd_cache=False):
-            return compiled(*args, **kwargs)
-
-    return without_autograd_cache
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ _BLOCKS = {
     "fsdp2_reduce": ("fsdp2", "fsdp2_reduce"),
     "ddp_amp_training": ("amp_training", "amp_training_reference"),
     "sharded_scaler": ("scaler", "sharded_scaler"),
-    "float8_all_gather": ("float8_all_gather", "float8_all_gather_reference"),
 }
 
 
@@ -38,9 +37,8 @@ def distributed(
     the budget derived inline as the check derives it. ``check``: ``ddp_compression`` (the hooked
     path against DDP's plain all-reduce), ``ddp_allreduce`` (DDP's plain path against the exact mean
     of the ranks' own gradients), ``fsdp2_reduce`` (FSDP2's reduced gradient against that mean),
-    ``sharded_scaler`` (an inf on any one rank: every rank skips, one scale), ``float8_all_gather``
-    (torchao's float8 MLP under FSDP2 without and with float8 all-gather: bit for bit; ``settings``:
-    ``STEPS`` and ``EMULATE``)."""
+    ``sharded_scaler`` (an inf on any one rank: every rank skips, one scale) (float8 all-gather is the fp8 family's:
+    :func:`harness.domains.fp8.repro.float8_all_gather`)."""
     if check not in _BLOCKS:
         return None
     fmt = format_of(getattr(torch, fmt_name)) if fmt_name else None
@@ -60,10 +58,7 @@ def distributed(
         )
     program, judgement = _BLOCKS[check]
     code = RANKS.fill("prelude", program, "launch", judgement, "verdict", values=values)
-    needs = sorted(
-        {"torch", *(s.partition(":")[0].split(".")[0] for s in specs.values() if s)}
-        | ({"torchao"} if check == "float8_all_gather" else set())
-    )
+    needs = sorted({"torch", *(s.partition(":")[0].split(".")[0] for s in specs.values() if s)})
     return FailureRepro("distributed", what, code, _DIST_ALLOWANCE[check], needs=tuple(needs))
 
 
@@ -74,7 +69,6 @@ _DIST_ALLOWANCE = {
     "fsdp2_reduce": "the declared reduce dtype's: its rounding and /W per rank and gamma_(W-1) of its sum (fp32: "
     "gamma_W(2^-24) mean|g|)",
     "sharded_scaler": "exact: a skipped step on every rank, one scale",
-    "float8_all_gather": "exact: torchao promises identical numerics with float8 all-gather",
     "ddp_amp_training": "the batch reduced in another order: gamma_(B + 4 x modules)(2^-11) sum_i |g_i| of the first "
     "step's gradients, gamma_(B x steps)(2^-11) |L| of the losses",
 }

@@ -13,6 +13,8 @@ from harness.numerics.formats import format_of
 #: the family's scripts, each a file of ``scripts/``
 FP8_SCALES = ScriptTemplate(__package__ or "harness.domains.fp8", "fp8_scales")
 FORMAT_CODES = ScriptTemplate(__package__ or "harness.domains.fp8", "format_codes")
+#: float8 all-gather under FSDP2 on forked gloo ranks: ``scripts/all_gather.py``
+ALL_GATHER = ScriptTemplate(__package__ or "harness.domains.fp8", "all_gather")
 
 
 def fp8_scales(
@@ -74,4 +76,17 @@ def fp4_casts(what: str, values: torch.Tensor) -> FailureRepro:
         "exact: e2m1's bit layout, and round-to-nearest-even saturating at 6",
         {"x": values},
         needs=("torch", "torchao"),
+    )
+
+
+def float8_all_gather(what: str, world: int, shard: str, steps: int, emulate: bool) -> FailureRepro:
+    """torchao's float8 MLP under FSDP2 (``shard``: ``module:function``, torch's ``fully_shard`` or
+    yours) on ``world`` ranks forked over gloo, without and with float8 all-gather: bit for bit."""
+    values = {"WORLD": repr(world), "SHARD": repr(shard), "STEPS": repr(steps), "EMULATE": repr(emulate)}
+    code = ALL_GATHER.fill(
+        "prelude", "float8_all_gather", "launch", "float8_all_gather_reference", "verdict", values=values
+    )
+    needs = sorted({"torch", "torchao", shard.partition(":")[0].split(".")[0]})
+    return FailureRepro(
+        "fp8", what, code, "exact: torchao promises identical numerics with float8 all-gather", needs=tuple(needs)
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.domains.engines.bench.bench import DETECT_SLOWDOWN
 from harness.domains.speed.thresholds import Threshold, threshold_from_calibration
+from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.verdict import Outcome
 
 #: the dtypes whose all-reduce bandwidth is measured: fp32 (DDP's default), the AMP formats
@@ -112,6 +113,35 @@ def judge(first: float, threshold: Threshold | None, again: Callable[[], float |
         )
     return Judged(
         Outcome.NOISY, values, floor, f"{first:.3g} GB/s under the floor {floor:.3g}, then not confirmed: {values}"
+    )
+
+
+def bandwidth_claim(measured: Measured, dtype: str, judged: Judged) -> ClaimComparison:
+    """A judged bandwidth (PASS or FAIL) as the check's verdict: the least of its measurements
+    against the floor this class calibrated for the world's shape."""
+    return compare_claim(
+        "allreduce.bus_bandwidth",
+        min(judged.values),
+        judged.outcome is Outcome.PASS,
+        f"the all-reduce bus bandwidth is at least the floor calibrated for {measured.case} on this class",
+        detail=f"{dtype}: {judged.note}",
+        expected=judged.floor,
+        allowance=judged.floor,
+        unit="GB/s",
+    )
+
+
+def measured_claim(measured: Measured) -> ClaimComparison:
+    """The precondition of any bandwidth verdict: the backend all-reduced at least one dtype."""
+    count = sum(g is not None for g in measured.gbps.values())
+    return compare_claim(
+        "allreduce.bandwidth_dtypes_measured",
+        count,
+        count > 0,
+        "the backend all-reduces at least one of the dtypes",
+        detail=f"no dtype could be all-reduced on {measured.backend}: {measured.errors}",
+        expected=len(DTYPES),
+        unit="dtypes",
     )
 
 

@@ -2,8 +2,7 @@
 running the suite's rank program on the suite's model and inputs, with the implementations under
 test named ``module:function``; then the check's judgement, with the budget derived as the check
 derives it: DDP's compressed or plain all-reduce, FSDP2's reduce in its declared dtype, DDP under
-AMP against one process, a sharded GradScaler's skip on every rank, and float8 all-gather bit for
-bit.
+AMP against one process and a sharded GradScaler's skip on every rank.
 
 amp-harness keeps the program and the judgement a failed check needs and writes its values over
 the defaults below (``harness.domains.distributed.repro``). As it lies here two ranks run DDP's
@@ -155,56 +154,6 @@ def rank_program(rank: int) -> Any:  # type: ignore[no-redef]  # noqa: F811
     return amp_loop(ddp, lambda s: tuple(t.chunk(WORLD)[rank] for t in global_batch(s)), mean_all)
 
 
-# -- float8_all_gather --
-SHARD = "torch.distributed.fsdp:fully_shard"  # the sharding under test
-STEPS = 4  # training steps
-EMULATE = True  # emulated: no fp8 matmul kernel here
-BATCH, WIDTH, HIDDEN = 32, 32, 64  # global batch, features: every weight shard is whole rows
-
-
-def train(rank: int, all_gather: bool) -> dict[str, Any]:
-    """The float8 MLP (torchao, tensorwise) sharded by SHARD, as the suite trains it."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torchao's CUDA-only extensions do not load on a CPU host
-        from torchao import float8
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(
-        torch.nn.Linear(WIDTH, HIDDEN),
-        torch.nn.GELU(),
-        torch.nn.Linear(HIDDEN, HIDDEN),
-        torch.nn.GELU(),
-        torch.nn.Linear(HIDDEN, WIDTH),
-    )
-    config = float8.Float8LinearConfig(emulate=EMULATE, enable_fsdp_float8_all_gather=all_gather)
-    float8.convert_to_float8_training(m, config=config)
-    for layer in m:
-        if type(layer).__name__ == "Float8Linear":
-            resolve(SHARD)(layer, mesh=cpu_mesh())
-    resolve(SHARD)(m, mesh=cpu_mesh())
-    opt = torch.optim.SGD(m.parameters(), lr=0.05)
-    losses = []
-    for step in range(STEPS):
-        g = torch.Generator().manual_seed(1000 + step)
-        x, y = torch.randn(BATCH, WIDTH, generator=g), torch.randn(BATCH, WIDTH, generator=g)
-        loss = F.mse_loss(m(x.chunk(WORLD)[rank]), y.chunk(WORLD)[rank])
-        opt.zero_grad()
-        torch.autograd.backward(loss)
-        opt.step()
-        total = loss.detach().clone()
-        dist.all_reduce(total)
-        losses.append(total.item() / WORLD)
-    params: list[Any] = list(m.parameters())
-    local = [p.to_local().detach() for p in params]
-    shards = [getattr(t, "_tensor", t).float().flatten() for t in local]  # all-gather wraps a shard
-    return {"losses": torch.tensor(losses, dtype=torch.float64), "shards": shards}
-
-
-def rank_program(rank: int) -> Any:  # type: ignore[no-redef]  # noqa: F811
-    return {"plain": train(rank, False), "all_gather": train(rank, True)}  # without, then with float8 all-gather
-
-
 # -- ddp --
 PLAIN_HOOK: str | None = None  # DDP's plain path's hook (None: its built-in all-reduce)
 HOOK = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks:fp16_compress_hook"  # the hooked path
@@ -319,24 +268,6 @@ def judge() -> Verdict:  # type: ignore[no-redef]  # noqa: F811
             print(f"inf only on rank {case}: ranks {[r for r, s in enumerate(stepped) if s]} stepped; scales {scales}")
             wrong += 1
     return wrong, 0  # cases where a rank stepped or the scales differ
-
-
-# -- float8_all_gather_reference --
-
-
-def judge() -> Verdict:  # type: ignore[no-redef]  # noqa: F811
-    """Reference: the same training without float8 all-gather, bit for bit (torchao promises it)."""
-    wrong = 0
-    for r, out in enumerate(ranks):
-        plain, gathered = out["plain"], out["all_gather"]
-        if not torch.equal(plain["losses"], gathered["losses"]):
-            print(f"rank {r}: losses without {plain['losses'].tolist()}, with {gathered['losses'].tolist()}")
-            wrong += 1
-        for i, (a, b) in enumerate(zip(plain["shards"], gathered["shards"], strict=True)):
-            if not torch.equal(a, b):
-                print(f"rank {r}, parameter {i}: final shards differ by up to {float((a - b).abs().max())!r}")
-                wrong += 1
-    return wrong, 0  # losses and final weight shards unlike the run without it
 
 
 # -- ddp_compression --
