@@ -15,7 +15,6 @@ import torch
 from harness.domains.engines.compiler import compiling
 from harness.domains.patterns import COMPILED_CPU_ONLY, repeated
 from harness.domains.patterns import checkpointing as C
-from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("training parity")
 
@@ -37,19 +36,8 @@ def test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit(variant, 
     reference, unstable = repeated(lambda: C.gradients(None, amp_device, amp_dtype, _scale(amp_dtype)), C.differing)
     amp_record.require_repeatable("checkpoint.reference_unrepeatable", unstable, device=amp_device, dtype=amp_dtype)
     checked = C.gradients(variant, amp_device, amp_dtype, _scale(amp_dtype))
-    wrong = C.differing(reference, checked)
     amp_record.require(
-        compare_claim(
-            f"checkpoint.{variant}.gradients_differing",
-            len(wrong),
-            not wrong,
-            "the checkpointed model's gradients equal the unchecked model's, bit for bit",
-            detail=f"{variant} checkpointing under {amp_dtype} autocast: {', '.join(wrong)} differ from the model "
-            "without checkpointing (recomputation in another precision?)",
-            expected=0,
-            allowance=0,
-            unit="parameters",
-        ),
+        C.gradients_claim(reference, checked, variant, amp_dtype),
         device=amp_device,
         dtype=amp_dtype,
         tags={"variant": variant, "parameters": len(reference.grads), "loss_scale": _scale(amp_dtype)},
@@ -60,32 +48,8 @@ def test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit(variant, 
 def test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once(variant, amp_device, amp_record):
     _needs(variant)
     step = C.overflow_in_a_recomputed_block(variant, amp_device, torch.float16)
-    problems = (
-        [f"raised {step.error}"]
-        if step.error
-        else [
-            *([] if step.warmup_taken else ["the warm-up step was not taken: nothing to compare the state with"]),
-            *([] if step.params_untouched else ["parameters changed"]),
-            *([] if step.state_untouched else ["optimizer state changed"]),
-            *(
-                []
-                if step.scale_after == step.scale_before * 0.5
-                else [f"scale {step.scale_before} -> {step.scale_after}"]
-            ),
-        ]
-    )
     amp_record.require(
-        compare_claim(
-            f"checkpoint.{variant}.overflow_step_problems",
-            len(problems),
-            not problems,
-            "an inf in a recomputed block skips the step (parameters and optimizer state bitwise unchanged) "
-            "and halves the scale once",
-            detail=f"{variant}: {'; '.join(problems)}",
-            expected=0,
-            allowance=0,
-            unit="problems",
-        ),
+        C.overflow_step_claim(step, variant),
         device=amp_device,
         dtype=torch.float16,
         tags={"variant": variant, "scale_before": step.scale_before, "scale_after": step.scale_after},
@@ -116,24 +80,8 @@ def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit
             dtype=dtype,
             checkpoint=rank_programs.CHECKPOINT,
         )
-    problems = []
-    for rank, seen in enumerate(_FSDP2[key]):
-        if "raised" in seen["checkpointed"]:
-            problems.append(f"rank {rank}: the checkpointed backward raised {seen['checkpointed']['raised']}")
-        elif seen["checkpointed"]["grads"] != seen["plain"]["grads"]:
-            problems.append(f"rank {rank}: gradient shards differ from the model without checkpointing")
     amp_record.require(
-        compare_claim(
-            f"fsdp2_checkpointing.{dtype}.problems",
-            len(problems),
-            not problems,
-            "checkpointed blocks inside FSDP2 units recompute under the forward's autocast: every rank's averaged "
-            "gradient shards equal those without checkpointing, bit for bit",
-            detail="; ".join(problems),
-            expected=0,
-            allowance=0,
-            unit="problems",
-        ),
+        C.fsdp2_claim(_FSDP2[key], dtype),
         dtype=dtype,
         device=_FSDP2[key][0]["device"],
     )
@@ -144,20 +92,8 @@ def _record_compiled(
     cell: str, what: str, variant, amp_device, amp_dtype, amp_record, reference, checked, tags
 ) -> None:
     """One verdict for both compiled cells: every gradient ``what`` with checkpointing bit for bit as without."""
-    wrong = C.differing(reference, checked)
     amp_record.require(
-        compare_claim(
-            f"checkpoint.{cell}_{variant}.gradients_differing",
-            len(wrong),
-            not wrong,
-            f"{what} with its blocks checkpointed, the model's gradients equal the {what} unchecked model's, bit "
-            "for bit",
-            detail=f"{variant} checkpointing {what} under {amp_dtype} autocast: {', '.join(wrong)} differ "
-            f"from the model {what} without checkpointing (the recomputation ran something else)",
-            expected=0,
-            allowance=0,
-            unit="parameters",
-        ),
+        C.gradients_claim(reference, checked, variant, amp_dtype, cell=cell, what=what),
         device=amp_device,
         dtype=amp_dtype,
         tags={"variant": variant, **tags},
@@ -191,16 +127,7 @@ def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_grad
     reference, unstable = _PARTITIONED[key]
     tags = {"backend": str(backend)}
     amp_record.require(  # a reference that cannot run is the compiler's failure, not a kernel's noise
-        compare_claim(
-            "checkpoint.partitioned_reference_raised",
-            int(reference.error is not None),
-            reference.error is None,
-            "the model without checkpointing compiles and runs, traced and partitioned by the compiler",
-            detail=f"under {amp_dtype} autocast it raised {reference.error}",
-            expected=0,
-            allowance=0,
-            unit="errors",
-        ),
+        C.reference_ran_claim(reference, amp_dtype),
         device=amp_device,
         dtype=amp_dtype,
         tags=tags,

@@ -18,7 +18,6 @@ import torch
 from harness.domains.stochastic_rounding import checks as S
 from harness.domains.stochastic_rounding import roundings
 from harness.domains.stochastic_rounding.repro import stochastic_draws, stochastic_rounding
-from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("stochastic rounding")
 
@@ -44,30 +43,7 @@ def test_every_draw_is_a_neighbour_and_the_draws_are_unbiased(request, target, a
     d = S.judge_draws(x, got, target)
     what = "torchao's fp32 -> bf16 stochastic rounding: draws off the neighbours, or counts not Binomial(n, p)"
     amp_record.require_all(
-        [
-            compare_claim(
-                f"sr_{target.name}.off_support_draws",
-                d.off_support,
-                d.on_support,
-                f"every draw is the input's {target.name} neighbour toward or away from zero (from {target.reference})",
-                detail=f"{d.off_support} of {got.numel()} draws were neither neighbour",
-                expected=0,
-                allowance=0,
-                unit="draws",
-            ),
-            compare_claim(
-                f"sr_{target.name}.smallest_adjusted_p_value",
-                d.adjusted_p,
-                d.unbiased,
-                f"over {S.DRAWS} draws of each of {len(x)} inputs, the count away from zero is Binomial(n, p) with p "
-                f"from {target.reference}: every exact two-sided p-value x {len(x)} (Bonferroni) >= "
-                f"{S.FALSE_ALARM:g} (a correct rounding fails once in 1e6 runs; a probability bias of "
-                f"{S.detectable_bias(len(x)):.3g} of a step is caught with 99% power)",
-                detail=f"input {d.worst_input!r}: {d.away} of {S.DRAWS} draws away from zero, {d.expected_away:.4g} "
-                f"expected; adjusted p-value {d.adjusted_p:.3g}",
-                allowance=S.FALSE_ALARM,
-            ),
-        ],
+        S.draws_claims(d, target, len(x), got.numel()),
         dtype=target.dtype,
         tags={"draws": S.DRAWS, "inputs": len(x), "seed": SEED},
         repro_of=lambda _: stochastic_rounding(what, x, S.DRAWS, SEED, S.FALSE_ALARM) if torchaos else None,
@@ -80,34 +56,7 @@ def test_draws_differ_between_seeds_and_repeat_with_one(request, target, amp_rec
     r = S.judge_randomness(rounding, target, SEED)
     n = S.HALFWAY_DRAWS
     amp_record.require_all(
-        [
-            compare_claim(
-                f"sr_{target.name}.halfway_draws_both_neighbours",
-                r.distinct,
-                r.draws_both,
-                f"{n} draws of {target.halfway!r}, halfway between its neighbours, include both (all one: "
-                f"(1/2)^{n - 1})",
-                detail=f"{r.distinct} distinct values drawn: the rounding is deterministic",
-                expected=2,
-                allowance=0,
-            ),
-            compare_claim(
-                f"sr_{target.name}.seeds_draw_differently",
-                r.differing_between_seeds,
-                r.seeds_differ,
-                f"two seeds give different draws (equal by chance: (1/2)^{n})",
-                detail="two seeds drew the same 256 values: the randomness ignores the generator",
-            ),
-            compare_claim(
-                f"sr_{target.name}.one_seed_repeats",
-                r.differing_on_replay,
-                r.repeats,
-                "the same seed gives the same draws (a training run's rounding can be replayed)",
-                detail=f"{r.differing_on_replay} of {n} draws differ under the same seed",
-                expected=0,
-                allowance=0,
-            ),
-        ],
+        S.randomness_claims(r, target),
         dtype=target.dtype,
         repro_of=lambda _: (
             stochastic_draws(

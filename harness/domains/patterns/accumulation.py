@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 
@@ -119,4 +121,123 @@ def effective_batch(device: torch.device, dtype: torch.dtype, inf_in: int | None
         budget,
         stepped=not same,
         untouched=same and not opt.state,
+    )
+
+
+# -- the claims: each check's verdict, decided here -------------------------------------------------
+@dataclass(frozen=True)
+class SumClaims:
+    """The effective batch's two claims, and the accumulated gradient's worst element in units of
+    its budget (a row's tag)."""
+
+    scale: ClaimComparison
+    total: ClaimComparison
+    worst: float
+
+
+def sum_claims(run: Accumulated) -> SumClaims:
+    """One scale for every micro-batch of the effective batch, and the accumulated gradient within
+    gamma_(k-1)(2^-24) x the micro-batches' magnitudes of their float64 sum."""
+    changed = [s for s in run.scales if s != run.scale_start]
+    error = (run.accumulated.double() - run.reference).abs()
+    over = error > run.budget
+    worst = float((error / run.budget.clamp_min(1e-300)).max())
+    scale = compare_claim(
+        "accumulation.scale_changes_inside_the_effective_batch",
+        len(changed),
+        not changed,
+        "the scale stays the same for every micro-batch of an effective batch (update only at its end)",
+        detail=f"scales after each micro-batch: {list(run.scales)}, the effective batch started at {run.scale_start}",
+        expected=0,
+        allowance=0,
+        unit="micro-batches",
+    )
+    total = compare_claim(
+        "accumulation.elements_over_budget",
+        int(over.sum()),
+        not bool(over.any()),
+        "|accumulated gradient - float64 sum of the micro-batches' own gradients| <= gamma_(k-1)(2^-24) x the "
+        "sum of their magnitudes (k micro-batches accumulated in fp32, Higham 4.2)",
+        detail=f"{int(over.sum())} of {over.numel()} gradient elements over their budget (worst {worst:.3g}x): the "
+        "micro-batches' gradients were not summed under one scale",
+        expected=0,
+        allowance=0,
+        unit="elements",
+    )
+    return SumClaims(scale, total, worst)
+
+
+def overflow_claim(run: Accumulated, inf_in: int) -> ClaimComparison:
+    """An inf in micro-batch ``inf_in`` skips the effective batch's step (parameters and optimizer
+    state bitwise untouched) and halves the scale once."""
+    problems = []
+    if run.stepped or not run.untouched:
+        problems.append("the step changed parameters or optimizer state")
+    if run.scale_after_update != run.scale_start * 0.5:
+        problems.append(f"scale {run.scale_start} -> {run.scale_after_update}, expected x0.5")
+    return compare_claim(
+        "accumulation.overflow_problems",
+        len(problems),
+        not problems,
+        "an inf in one micro-batch skips the effective batch's step (parameters and optimizer state bitwise "
+        "untouched) and halves the scale once",
+        detail=f"inf in micro-batch {inf_in}: " + "; ".join(problems),
+        expected=0,
+        allowance=0,
+        unit="problems",
+    )
+
+
+def no_sync_claim(clean: list[dict[str, Any]]) -> ClaimComparison:
+    """Under DDP's ``no_sync()`` on all but the last micro-batch (``clean``: each rank's clean case
+    from ``rank_programs.ddp_no_sync_accumulation``): one scale per effective batch on every rank,
+    the same synchronised gradient on every rank, within gamma_(k+world-2)(2^-24) of the float64
+    average of the ranks' sums of their micro-batches' own gradients (k - 1 additions on each
+    rank, world - 1 in the all-reduce; dividing by world is exact)."""
+    world = len(clean)
+    reference = torch.tensor([c["own_sum"] for c in clean]).mean(0)
+    magnitude = torch.tensor([c["own_abs_sum"] for c in clean]).mean(0)
+    budget = gamma(MICRO_BATCHES + world - 2, FP32.unit_roundoff) * magnitude
+    problems = [f"rank {r}: scales {c['scales']}" for r, c in enumerate(clean) if len(set(c["scales"])) != 1]
+    grads = [torch.tensor(c["grads"]) for c in clean]
+    problems += [
+        f"rank {r}'s gradients differ from rank 0's" for r in range(1, world) if not torch.equal(grads[r], grads[0])
+    ]
+    over = int(((grads[0] - reference).abs() > budget).sum())
+    if over:
+        worst = float(((grads[0] - reference).abs() / budget.clamp_min(math.ulp(0.0))).max())
+        problems.append(f"{over} of {reference.numel()} gradient elements over budget (worst {worst:.3g}x)")
+    return compare_claim(
+        "accumulation.no_sync.problems",
+        len(problems),
+        not problems,
+        "under no_sync() on all but the last micro-batch: one scale per effective batch on every rank, the same "
+        "synchronised gradient on every rank, within gamma_(k+world-2)(2^-24) of the float64 average of the "
+        "ranks' sums of their micro-batches' own gradients",
+        detail="; ".join(problems),
+        expected=0,
+        allowance=0,
+        unit="problems",
+    )
+
+
+def no_sync_overflow_claim(seen: list[dict[str, Any]], case: list[int]) -> ClaimComparison:
+    """An inf on rank ``case[0]``'s micro-batch ``case[1]`` (inside ``no_sync`` or in the
+    synchronised one) skips the step on every rank and halves every rank's scale once."""
+    problems = [f"rank {r} stepped" for r, s in enumerate(seen) if s["stepped"] or s["momentum"]]
+    problems += [
+        f"rank {r}: scale {s['scales'][0]} -> {s['scale_after']}, expected x0.5"
+        for r, s in enumerate(seen)
+        if s["scale_after"] != s["scales"][0] * 0.5
+    ]
+    return compare_claim(
+        "accumulation.no_sync.overflow_problems",
+        len(problems),
+        not problems,
+        "an inf in one rank's micro-batch (inside no_sync or in the synchronised one) skips the step on every "
+        "rank (parameters and momentum untouched) and halves every rank's scale once",
+        detail=f"inf on rank {case[0]}, micro-batch {case[1]}: " + "; ".join(problems),
+        expected=0,
+        allowance=0,
+        unit="problems",
     )

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.utils import checkpoint as ckpt
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
+
 #: The forms checked, as the AMP examples page and torch.utils.checkpoint document them.
 VARIANTS = ("reentrant", "non_reentrant", "sequential", "selective")
 WIDTH, BLOCKS, BATCH = 32, 3, 16
@@ -193,4 +195,109 @@ def overflow_in_a_recomputed_block(variant: str, device: torch.device, dtype: to
         scale_before,
         scaler.get_scale(),
         scale_before == SCALE and len(state) > 0,
+    )
+
+
+# -- the claims: each check's verdict, decided here -------------------------------------------------
+def gradients_claim(
+    reference: Gradients,
+    checked: Gradients,
+    variant: str,
+    dtype: object,
+    cell: str | None = None,
+    what: str | None = None,
+) -> ClaimComparison:
+    """The checkpointed model's gradients equal the unchecked model's, bit for bit (``cell`` and
+    ``what``: a compiled cell, e.g. ``"partitioned"``, "traced and partitioned by the compiler")."""
+    wrong = differing(reference, checked)
+    if cell is None:
+        name, criterion = (
+            f"checkpoint.{variant}.gradients_differing",
+            ("the checkpointed model's gradients equal the unchecked model's, bit for bit"),
+        )
+        detail = (
+            f"{variant} checkpointing under {dtype} autocast: {', '.join(wrong)} differ from the model "
+            "without checkpointing (recomputation in another precision?)"
+        )
+    else:
+        name = f"checkpoint.{cell}_{variant}.gradients_differing"
+        criterion = (
+            f"{what} with its blocks checkpointed, the model's gradients equal the {what} unchecked model's, bit "
+            "for bit"
+        )
+        detail = (
+            f"{variant} checkpointing {what} under {dtype} autocast: {', '.join(wrong)} differ "
+            f"from the model {what} without checkpointing (the recomputation ran something else)"
+        )
+    return compare_claim(
+        name, len(wrong), not wrong, criterion, detail=detail, expected=0, allowance=0, unit="parameters"
+    )
+
+
+def overflow_step_claim(step: OverflowStep, variant: str) -> ClaimComparison:
+    """An inf in a recomputed block skips the step (parameters and optimizer state bitwise
+    unchanged, after a warm-up step that was taken) and halves the scale once."""
+    problems = (
+        [f"raised {step.error}"]
+        if step.error
+        else [
+            *([] if step.warmup_taken else ["the warm-up step was not taken: nothing to compare the state with"]),
+            *([] if step.params_untouched else ["parameters changed"]),
+            *([] if step.state_untouched else ["optimizer state changed"]),
+            *(
+                []
+                if step.scale_after == step.scale_before * 0.5
+                else [f"scale {step.scale_before} -> {step.scale_after}"]
+            ),
+        ]
+    )
+    return compare_claim(
+        f"checkpoint.{variant}.overflow_step_problems",
+        len(problems),
+        not problems,
+        "an inf in a recomputed block skips the step (parameters and optimizer state bitwise unchanged) "
+        "and halves the scale once",
+        detail=f"{variant}: {'; '.join(problems)}",
+        expected=0,
+        allowance=0,
+        unit="problems",
+    )
+
+
+def fsdp2_claim(per_rank: list[dict[str, object]], dtype: str) -> ClaimComparison:
+    """Every rank's averaged gradient shards with checkpointed blocks inside FSDP2 units equal those
+    without checkpointing, bit for bit (``per_rank``: ``rank_programs.fsdp2_checkpointed_gradients``)."""
+    problems = []
+    for rank, seen in enumerate(per_rank):
+        checked, plain = seen["checkpointed"], seen["plain"]
+        assert isinstance(checked, dict) and isinstance(plain, dict)
+        if "raised" in checked:
+            problems.append(f"rank {rank}: the checkpointed backward raised {checked['raised']}")
+        elif checked["grads"] != plain["grads"]:
+            problems.append(f"rank {rank}: gradient shards differ from the model without checkpointing")
+    return compare_claim(
+        f"fsdp2_checkpointing.{dtype}.problems",
+        len(problems),
+        not problems,
+        "checkpointed blocks inside FSDP2 units recompute under the forward's autocast: every rank's averaged "
+        "gradient shards equal those without checkpointing, bit for bit",
+        detail="; ".join(problems),
+        expected=0,
+        allowance=0,
+        unit="problems",
+    )
+
+
+def reference_ran_claim(reference: Gradients, dtype: object) -> ClaimComparison:
+    """The compiled model without checkpointing compiles and runs: a reference that cannot is the
+    compiler's failure, not a kernel's noise."""
+    return compare_claim(
+        "checkpoint.partitioned_reference_raised",
+        int(reference.error is not None),
+        reference.error is None,
+        "the model without checkpointing compiles and runs, traced and partitioned by the compiler",
+        detail=f"under {dtype} autocast it raised {reference.error}",
+        expected=0,
+        allowance=0,
+        unit="errors",
     )

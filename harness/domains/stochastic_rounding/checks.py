@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP4_E2M1
 
 #: Draws per input, and the fractions of the way from lo to hi (in 1/2^16 of the bf16 step) the
@@ -238,6 +239,68 @@ def judge_randomness(rounding: Rounding, target: Target, seed: int) -> Randomnes
     b = draw(rounding, half, HALFWAY_DRAWS, seed + 1)
     again = draw(rounding, half, HALFWAY_DRAWS, seed)
     return Randomness(int(torch.unique(a).numel()), int((a != b).sum()), int((a != again).sum()))
+
+
+def draws_claims(d: Draws, target: Target, inputs: int, draws: int) -> list[ClaimComparison]:
+    """The two claims on the draws of ``inputs`` inputs (``draws`` values in all): every draw is a
+    neighbour, and the counts away from zero are Binomial(n, p) (the suite's rows and assertion)."""
+    return [
+        compare_claim(
+            f"sr_{target.name}.off_support_draws",
+            d.off_support,
+            d.on_support,
+            f"every draw is the input's {target.name} neighbour toward or away from zero (from {target.reference})",
+            detail=f"{d.off_support} of {draws} draws were neither neighbour",
+            expected=0,
+            allowance=0,
+            unit="draws",
+        ),
+        compare_claim(
+            f"sr_{target.name}.smallest_adjusted_p_value",
+            d.adjusted_p,
+            d.unbiased,
+            f"over {DRAWS} draws of each of {inputs} inputs, the count away from zero is Binomial(n, p) with p "
+            f"from {target.reference}: every exact two-sided p-value x {inputs} (Bonferroni) >= "
+            f"{FALSE_ALARM:g} (a correct rounding fails once in 1e6 runs; a probability bias of "
+            f"{detectable_bias(inputs):.3g} of a step is caught with 99% power)",
+            detail=f"input {d.worst_input!r}: {d.away} of {DRAWS} draws away from zero, {d.expected_away:.4g} "
+            f"expected; adjusted p-value {d.adjusted_p:.3g}",
+            allowance=FALSE_ALARM,
+        ),
+    ]
+
+
+def randomness_claims(r: Randomness, target: Target) -> list[ClaimComparison]:
+    """The three claims on randomness and replay: the halfway input draws both neighbours, two seeds
+    draw differently, and one seed repeats its draws."""
+    n = HALFWAY_DRAWS
+    return [
+        compare_claim(
+            f"sr_{target.name}.halfway_draws_both_neighbours",
+            r.distinct,
+            r.draws_both,
+            f"{n} draws of {target.halfway!r}, halfway between its neighbours, include both (all one: (1/2)^{n - 1})",
+            detail=f"{r.distinct} distinct values drawn: the rounding is deterministic",
+            expected=2,
+            allowance=0,
+        ),
+        compare_claim(
+            f"sr_{target.name}.seeds_draw_differently",
+            r.differing_between_seeds,
+            r.seeds_differ,
+            f"two seeds give different draws (equal by chance: (1/2)^{n})",
+            detail="two seeds drew the same 256 values: the randomness ignores the generator",
+        ),
+        compare_claim(
+            f"sr_{target.name}.one_seed_repeats",
+            r.differing_on_replay,
+            r.repeats,
+            "the same seed gives the same draws (a training run's rounding can be replayed)",
+            detail=f"{r.differing_on_replay} of {n} draws differ under the same seed",
+            expected=0,
+            allowance=0,
+        ),
+    ]
 
 
 @dataclass(frozen=True)
