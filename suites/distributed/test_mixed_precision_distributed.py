@@ -16,11 +16,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains.distributed import policy, programs
+from harness.domains.distributed import checks, policy, programs
 from harness.domains.distributed.repro import distributed as distributed_repro
 from harness.domains.engines.ranks import ranks as dist_h
 from harness.numerics import budgets
-from harness.numerics.comparison import ElementwiseComparison, compare_claim, compare_within, explain
+from harness.numerics.comparison import ElementwiseComparison, compare_within, explain
 from harness.numerics.formats import BF16, FP16, torch_dtype
 
 pytestmark = pytest.mark.amp_capability("distributed")
@@ -161,22 +161,8 @@ def _require_declared(amp_record, prefix, results, key, declared: torch.dtype) -
     """A DDP run's all-reduce dtype against the one its hook declares (every rank)."""
     name = str(declared).removeprefix("torch.")
     findings = [policy.compare_hook(policy.Observed.from_dict(r[key]), name) for r in results]
-    bad = [
-        f"rank {rank}: {', '.join(f.mismatches) or 'no all_reduce observed'}"
-        for rank, f in enumerate(findings)
-        if not f.holds
-    ]
     amp_record.require(
-        compare_claim(
-            f"{prefix}.declared_vs_observed.all_reduce",
-            len(bad),
-            not bad,
-            f"every all_reduce the hook makes carries its declared dtype {name}",
-            detail=bad,
-            expected=0,
-            allowance=0,
-            unit="ranks",
-        ),
+        policy.hook_claim(prefix, findings, name),
         dtype=name,
         tags={"declared": name, "observed": sorted({d for f in findings for d in f.observed})},
     )
@@ -191,22 +177,7 @@ def test_fsdp2_does_what_its_mixed_precision_policy_declares(fsdp2_shard, amp_re
         findings = [policy.compare_fsdp2(policy.Observed.from_dict(r["observed"]), **r["declared"]) for r in results]
         for per_rank in zip(*findings, strict=True):
             f = per_rank[0]
-            bad = [
-                f"rank {rank}: {m}"
-                for rank, g in enumerate(per_rank)
-                for m in (g.mismatches or (() if g.seen else ("nothing observed: the observer misses this path",)))
-            ]
-            claim = compare_claim(
-                f"fsdp2.reduce_{rd}.declared_vs_observed.{f.field}",
-                len(bad),
-                not bad,
-                f"FSDP2 MixedPrecisionPolicy {f.field}: declared {f.declared}; every module and collective call "
-                "observed on every rank carries it",
-                detail=bad,
-                expected=0,
-                allowance=0,
-                unit="mismatches",
-            )
+            claim = policy.fsdp2_field_claim(rd, per_rank)
             observed = sorted({d for g in per_rank for d in g.observed})
             if not amp_record.result(claim, dtype="bfloat16", tags={"declared": f.declared, "observed": observed}):
                 missed.append(claim)
@@ -253,15 +224,7 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
                 repro = None
         worst[rd] = max(ratios)
         amp_record(f"fsdp2.reduce_{rd}.worst_error_over_fp32_budget", worst[rd], allowance=1.0, dtype="bfloat16")
-    closer = compare_claim(
-        "fsdp2.bf16_reduce_exceeds_the_fp32_budget",
-        worst["bfloat16"],
-        worst["bfloat16"] > 1.0 >= worst["float32"],
-        "the bf16 reduce misses the fp32 budget (error/budget > 1) while the fp32 reduce meets it",
-        detail=f"FSDP2 bf16 reduce error/fp32-budget {worst['bfloat16']:.3g} should exceed 1 while fp32 reduce "
-        f"{worst['float32']:.3g} stays within it: the fp32 reduce must be measurably closer",
-        allowance=1.0,
-    )
+    closer = checks.reduce_closer_claim(worst)
     if not amp_record.result(closer, dtype="bfloat16"):
         missed.append(closer)
     assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
@@ -277,28 +240,8 @@ def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharde
     )
     missed = []
     for case, inf_rank in enumerate(range(WORLD)):
-        stepped = [r[case]["stepped"] for r in per_rank]
-        scales = [r[case]["scale"] for r in per_rank]
-        claims = (
-            compare_claim(
-                "sharded_scaler.any_rank_stepped",
-                any(stepped),
-                not any(stepped),
-                "an inf on one rank makes every rank skip the step",
-                detail=f"inf only on rank {inf_rank}: ranks {[r for r, s in enumerate(stepped) if s]} stepped anyway",
-                expected=0,
-                allowance=0,
-            ),
-            compare_claim(
-                "sharded_scaler.distinct_scales",
-                len(set(scales)),
-                len(set(scales)) == 1,
-                "every rank holds the same scale after the skip",
-                detail=f"inf only on rank {inf_rank}: scales differ across ranks after the skip: {scales}",
-                expected=1,
-                allowance=0,
-            ),
-        )
+        claims = checks.sharded_scaler_claims([r[case] for r in per_rank], inf_rank)
+        scales = [c["scale"] for c in (r[case] for r in per_rank)]
         repro = _repro(
             "an inf on one rank of sharded training: cases where a rank stepped or the ranks' scales differ",
             "sharded_scaler",

@@ -16,7 +16,6 @@ import torch
 from harness.domains.engines import training as T
 from harness.domains.memory import accounting as mem
 from harness.domains.memory import repro as scripts
-from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("memory")
 
@@ -50,15 +49,7 @@ def test_autocast_saves_fewer_activation_bytes_for_backward(amp_device, amp_dtyp
     amp_record("lm.saved_activation_bytes.fp32", fp32, unit="B", device=amp_device)
     amp_record("lm.saved_activation_bytes.amp", amp, unit="B", dtype=amp_dtype, device=amp_device)
     amp_record.require(
-        compare_claim(
-            "lm.saved_activation_bytes.ratio",
-            ratio,
-            ratio < 1,
-            "autocast saves fewer bytes for backward than fp32 (autograd saved-tensor hooks, storages counted once)",
-            detail=f"autocast saved {amp} B for backward, fp32 {fp32} B: no activation saving",
-            allowance=1.0,
-            unit="amp/fp32",
-        ),
+        mem.activation_claim(amp, fp32),
         dtype=amp_dtype,
         device=amp_device,
         repro=None if ratio < 1 else scripts.activation_repro_of(LM, 0, _batch(), amp_dtype, amp_device),
@@ -99,16 +90,7 @@ def test_model_state_bytes_match_the_analytic_model(recipe, amp_device, amp_reco
     model_of = {"fp32": mem.FP32_ADAM, "autocast": mem.AUTOCAST_ADAM, "master_weights": mem.MASTER_WEIGHTS_ADAM}[recipe]
     measured = mem.measured_state_bytes(params, opt, master)
     amp_record.require(
-        compare_claim(
-            f"model_state_bytes.{recipe}",
-            measured,
-            measured == model_of.total(n),
-            f"{model_of.name}: {model_of.per_param} B/param x {n}",
-            detail=f"{recipe}: measured {measured} B, model {model_of.name} predicts {model_of.total(n)} B",
-            expected=model_of.total(n),
-            allowance=0,
-            unit="B",
-        ),
+        mem.state_claim(recipe, measured, model_of, n),
         device=amp_device,
         repro=None
         if measured == model_of.total(n)
@@ -123,8 +105,8 @@ def test_seven_billion_parameter_example_from_the_source_text(amp_record):
     mixed = mem.MASTER_WEIGHTS_ADAM.total(SEVEN_B) / gb
     autocast = mem.AUTOCAST_ADAM.total(SEVEN_B) / gb
     rows = {
-        "fp32 (4 w + 4 g + 8 Adam)": (fp32, 112.0),
-        "source text mixed (2 w + 2 g + 4 master + 4 'momentum')": (text_mixed, 84.0),
+        "fp32 (4 w + 4 g + 8 Adam)": (fp32, mem.EXPLAINER_GB["fp32"]),
+        "source text mixed (2 w + 2 g + 4 master + 4 'momentum')": (text_mixed, mem.EXPLAINER_GB["mixed"]),
         "mixed, both Adam moments (2 + 2 + 4 + 8)": (mixed, None),
         "PyTorch autocast (4 + 4 + 8; transient 2 B/param copies)": (autocast, None),
     }
@@ -138,28 +120,4 @@ def test_seven_billion_parameter_example_from_the_source_text(amp_record):
             if claimed is not None
             else "correction: mixed precision keeps 16 B/param of model state",
         )
-    amp_record.require_all(
-        [
-            compare_claim(
-                "7B.source_text_arithmetic_reproduced",
-                abs(fp32 - 112.0) + abs(text_mixed - 84.0),
-                fp32 == 112.0 and text_mixed == 84.0,
-                "the explainer's own arithmetic: 112 GB in fp32 (16 B/param), 84 GB mixed (12 B/param)",
-                detail=f"computed {fp32} GB and {text_mixed} GB",
-                expected=0,
-                allowance=0,
-                unit="GB",
-            ),
-            compare_claim(
-                "7B.mixed_model_state_equals_fp32",
-                mixed - fp32,
-                mixed == fp32 == autocast,
-                "with fp32 master weights and both fp32 Adam moments, mixed precision keeps as much model state as "
-                "fp32 (16 B/param): the claimed 25% saving comes from counting one Adam moment",
-                detail=f"mixed {mixed} GB, autocast {autocast} GB, fp32 {fp32} GB",
-                expected=0,
-                allowance=0,
-                unit="GB",
-            ),
-        ]
-    )
+    amp_record.require_all(mem.seven_billion_claims(fp32, text_mixed, mixed, autocast))

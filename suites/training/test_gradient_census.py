@@ -8,14 +8,11 @@ GradScaler does at those scales.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from harness.domains.engines import training as T
 from harness.domains.training import census as C
 from harness.domains.training import repro as training_repro
-from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("training parity")
 
@@ -44,43 +41,8 @@ def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_de
                 tags={"scale_log2": row["scale_log2"]},
             )
     per = census["per_scale"]
-    under = [r["underflow_share"] for r in per]
-    over = [r["overflow_share"] for r in per]
-    grows = sum(a < b for a, b in itertools.pairwise(under))
-    shrinks = sum(a > b for a, b in itertools.pairwise(over))
     amp_record.require_all(
-        [
-            compare_claim(
-                "lm.grad.underflow_share_monotone_in_the_scale",
-                grows,
-                grows == 0,
-                "a larger loss scale never flushes more gradients to zero in fp16",
-                detail=f"underflow shares by scale: {under}",
-                expected=0,
-                allowance=0,
-                unit="increases",
-            ),
-            compare_claim(
-                "lm.grad.overflow_share_monotone_in_the_scale",
-                shrinks,
-                shrinks == 0,
-                "a larger loss scale never overflows fewer gradients in fp16",
-                detail=f"overflow shares by scale: {over}",
-                expected=0,
-                allowance=0,
-                unit="decreases",
-            ),
-            compare_claim(
-                "lm.grad.scale_one_keeps_the_underflow_share",
-                abs(per[0]["underflow_share"] - census["underflow_share"]),
-                per[0]["underflow_share"] == census["underflow_share"],
-                "scale 2^0 leaves the underflow share as the unscaled census measured it",
-                detail=f"{per[0]['underflow_share']} at scale 2^0, {census['underflow_share']} unscaled",
-                expected=0,
-                allowance=0,
-                unit="share",
-            ),
-        ],
+        C.census_claims(census),
         dtype="float16",
         device=amp_device,
     )
@@ -89,14 +51,7 @@ def test_gradient_census_of_the_language_model_is_recorded_and_consistent(amp_de
         setup = T.SETUPS["tiny_lm"]
         skipped = C.scaler_skips_at(setup, first_over, device=amp_device)  # the census's weights and batch
         amp_record.require(
-            compare_claim(
-                "lm.scaler_skips_where_census_predicts_overflow",
-                skipped,
-                skipped,
-                "GradScaler skips the step and backs off at the first scale where the census predicts fp16 overflow",
-                detail=f"the census predicts fp16 overflow of parameter gradients at scale {first_over}, but "
-                "GradScaler did not skip the step and back off",
-            ),
+            C.scaler_skip_claim(skipped, first_over),
             device=amp_device,
             tags={"scale": first_over},
             repro=None if skipped else training_repro.census_skip_repro_of(setup, first_over, 0, amp_device),

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
+
 #: The torch.distributed collectives observed (those a wrapper may call to move gradients or
 #: parameters); each records the dtypes of the tensors it carries.
 COLLECTIVES = (
@@ -176,3 +178,46 @@ def compare_hook(observed: Observed, declared: str) -> Finding:
     """A DDP communication hook's all-reduce against the dtype the hook declares."""
     calls = {f"all_reduce call {i}": [d] for i, d in enumerate(observed.collectives.get("all_reduce", []))}
     return _finding("all_reduce", declared, calls)
+
+
+# -- the claims: declaration against observation, decided here ---------------------------------------
+def hook_claim(prefix: str, findings: Sequence[Finding], declared: str) -> ClaimComparison:
+    """Every rank's all-reduce carried the dtype its DDP hook declares (``findings``: one
+    :func:`compare_hook` per rank)."""
+    bad = [
+        f"rank {rank}: {', '.join(f.mismatches) or 'no all_reduce observed'}"
+        for rank, f in enumerate(findings)
+        if not f.holds
+    ]
+    return compare_claim(
+        f"{prefix}.declared_vs_observed.all_reduce",
+        len(bad),
+        not bad,
+        f"every all_reduce the hook makes carries its declared dtype {declared}",
+        detail=bad,
+        expected=0,
+        allowance=0,
+        unit="ranks",
+    )
+
+
+def fsdp2_field_claim(reduce_dtype: str, per_rank: Sequence[Finding]) -> ClaimComparison:
+    """One field of FSDP2's policy (``per_rank``: the same field's finding on every rank) carried by
+    every module and collective call observed; a field observed nowhere is a mismatch too."""
+    f = per_rank[0]
+    bad = [
+        f"rank {rank}: {m}"
+        for rank, g in enumerate(per_rank)
+        for m in (g.mismatches or (() if g.seen else ("nothing observed: the observer misses this path",)))
+    ]
+    return compare_claim(
+        f"fsdp2.reduce_{reduce_dtype}.declared_vs_observed.{f.field}",
+        len(bad),
+        not bad,
+        f"FSDP2 MixedPrecisionPolicy {f.field}: declared {f.declared}; every module and collective call "
+        "observed on every rank carries it",
+        detail=bad,
+        expected=0,
+        allowance=0,
+        unit="mismatches",
+    )

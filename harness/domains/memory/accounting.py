@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
+
 BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.float64: 8}
 
 
@@ -71,3 +73,69 @@ def measured_state_bytes(
     if master is not None:
         total += sum(m.numel() * m.element_size() for m in master)
     return total
+
+
+# -- the claims: the family's verdicts, decided here -------------------------------------------------
+def activation_claim(amp: int, fp32: int) -> ClaimComparison:
+    """Autocast saves fewer bytes for backward than fp32 (``amp``, ``fp32``: the bytes
+    :func:`saved_activation_bytes` counted for the same forward)."""
+    ratio = amp / fp32
+    return compare_claim(
+        "lm.saved_activation_bytes.ratio",
+        ratio,
+        ratio < 1,
+        "autocast saves fewer bytes for backward than fp32 (autograd saved-tensor hooks, storages counted once)",
+        detail=f"autocast saved {amp} B for backward, fp32 {fp32} B: no activation saving",
+        allowance=1.0,
+        unit="amp/fp32",
+    )
+
+
+def state_claim(recipe: str, measured: int, model: StateModel, n: int) -> ClaimComparison:
+    """The model state a recipe holds after a step, measured, equals the analytic model's
+    bytes per parameter x ``n`` parameters, exactly."""
+    return compare_claim(
+        f"model_state_bytes.{recipe}",
+        measured,
+        measured == model.total(n),
+        f"{model.name}: {model.per_param} B/param x {n}",
+        detail=f"{recipe}: measured {measured} B, model {model.name} predicts {model.total(n)} B",
+        expected=model.total(n),
+        allowance=0,
+        unit="B",
+    )
+
+
+#: what a widely shared explainer of mixed-precision training computes for a 7B-parameter model:
+#: 112 GB of model state in fp32 and 84 GB mixed
+EXPLAINER_GB = {"fp32": 112.0, "mixed": 84.0}
+
+
+def seven_billion_claims(fp32: float, text_mixed: float, mixed: float, autocast: float) -> list[ClaimComparison]:
+    """The explainer's 7B arithmetic reproduced from its own per-parameter bytes, and its
+    correction: with fp32 master weights and both fp32 Adam moments, mixed precision keeps as much
+    model state as fp32 (GB, from :data:`FP32_ADAM`, :data:`SOURCE_TEXT_MIXED`,
+    :data:`MASTER_WEIGHTS_ADAM`, :data:`AUTOCAST_ADAM`)."""
+    return [
+        compare_claim(
+            "7B.source_text_arithmetic_reproduced",
+            abs(fp32 - EXPLAINER_GB["fp32"]) + abs(text_mixed - EXPLAINER_GB["mixed"]),
+            fp32 == EXPLAINER_GB["fp32"] and text_mixed == EXPLAINER_GB["mixed"],
+            "the explainer's own arithmetic: 112 GB in fp32 (16 B/param), 84 GB mixed (12 B/param)",
+            detail=f"computed {fp32} GB and {text_mixed} GB",
+            expected=0,
+            allowance=0,
+            unit="GB",
+        ),
+        compare_claim(
+            "7B.mixed_model_state_equals_fp32",
+            mixed - fp32,
+            mixed == fp32 == autocast,
+            "with fp32 master weights and both fp32 Adam moments, mixed precision keeps as much model state as "
+            "fp32 (16 B/param): the claimed 25% saving comes from counting one Adam moment",
+            detail=f"mixed {mixed} GB, autocast {autocast} GB, fp32 {fp32} GB",
+            expected=0,
+            allowance=0,
+            unit="GB",
+        ),
+    ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from torch import nn
 
 from harness.domains.engines.training.models import SETUPS
 from harness.domains.engines.training.recipes import DATA_SEED_OFFSET, Setup, to_device
+from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP16
 
 FP16_TINY = FP16.smallest_subnormal  # 2^-24: below half of it a value flushes to zero
@@ -106,3 +108,60 @@ def scaler_skips_at(setup: Setup, scale: float, seed: int = 0, device: torch.dev
 def lm_gradients(seed: int = 0) -> list[torch.Tensor]:
     """The tiny language model's fp32 gradients after 5 steps."""
     return fp32_gradients(SETUPS["tiny_lm"], seed)
+
+
+# -- the claims: the census's verdicts, decided here -------------------------------------------------
+def census_claims(census: Mapping[str, Any]) -> list[ClaimComparison]:
+    """What a census over loss scales (:func:`gradient_census`) must show of any model: a larger
+    scale never flushes more gradients to zero nor overflows fewer, and scale 2^0 keeps the
+    unscaled census's underflow share."""
+    per = census["per_scale"]
+    under = [r["underflow_share"] for r in per]
+    over = [r["overflow_share"] for r in per]
+    grows = sum(a < b for a, b in itertools.pairwise(under))
+    shrinks = sum(a > b for a, b in itertools.pairwise(over))
+    return [
+        compare_claim(
+            "lm.grad.underflow_share_monotone_in_the_scale",
+            grows,
+            grows == 0,
+            "a larger loss scale never flushes more gradients to zero in fp16",
+            detail=f"underflow shares by scale: {under}",
+            expected=0,
+            allowance=0,
+            unit="increases",
+        ),
+        compare_claim(
+            "lm.grad.overflow_share_monotone_in_the_scale",
+            shrinks,
+            shrinks == 0,
+            "a larger loss scale never overflows fewer gradients in fp16",
+            detail=f"overflow shares by scale: {over}",
+            expected=0,
+            allowance=0,
+            unit="decreases",
+        ),
+        compare_claim(
+            "lm.grad.scale_one_keeps_the_underflow_share",
+            abs(per[0]["underflow_share"] - census["underflow_share"]),
+            per[0]["underflow_share"] == census["underflow_share"],
+            "scale 2^0 leaves the underflow share as the unscaled census measured it",
+            detail=f"{per[0]['underflow_share']} at scale 2^0, {census['underflow_share']} unscaled",
+            expected=0,
+            allowance=0,
+            unit="share",
+        ),
+    ]
+
+
+def scaler_skip_claim(skipped: bool, scale: float) -> ClaimComparison:
+    """GradScaler skips and backs off at ``scale``, the first where the census predicts fp16
+    overflow of parameter gradients (``skipped``: :func:`scaler_skips_at`)."""
+    return compare_claim(
+        "lm.scaler_skips_where_census_predicts_overflow",
+        skipped,
+        skipped,
+        "GradScaler skips the step and backs off at the first scale where the census predicts fp16 overflow",
+        detail=f"the census predicts fp16 overflow of parameter gradients at scale {scale}, but "
+        "GradScaler did not skip the step and back off",
+    )
