@@ -15,26 +15,14 @@ import torch
 
 from harness.domains.patterns import penalty as P
 from harness.domains.patterns import repeated
-from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
 
 
 def test_the_penalty_is_the_float64_norm_of_the_unscaled_gradients(amp_device, amp_dtype, amp_record):
     step = P.penalised_step(amp_device, amp_dtype)
-    error = abs(step.penalty - step.penalty_float64)
     amp_record.require(
-        compare_claim(
-            "gradient_penalty.penalty_error",
-            error,
-            error <= step.penalty_budget,
-            "|penalty - float64 norm of the same unscaled gradients| <= gamma_(n+1)(2^-24) x that norm (the "
-            "penalty sums n squares in fp32, Higham 3.1)",
-            detail=f"penalty {step.penalty!r} against float64 {step.penalty_float64!r}: error {error:.3g} over the "
-            f"budget {step.penalty_budget:.3g}: the penalty was not computed in fp32 from the unscaled gradients",
-            expected=step.penalty_float64,
-            allowance=step.penalty_budget,
-        ),
+        P.penalty_claim(step),
         dtype=amp_dtype,
         device=amp_device,
     )
@@ -51,21 +39,8 @@ def test_the_penalised_step_equals_the_step_without_loss_scaling_bit_for_bit(amp
         "gradient_penalty.reference_unrepeatable", unstable, device=amp_device, dtype=amp_dtype
     )
     scaled = P.penalised_step(amp_device, amp_dtype)
-    differ = int((scaled.grads != plain.grads).sum())
-    worst = float((scaled.grads - plain.grads).abs().max())
     amp_record.require(
-        compare_claim(
-            "gradient_penalty.grads_differing_from_the_unscaled_step",
-            differ,
-            differ == 0,
-            "the parameters' gradients after unscale_ equal, bit for bit, those of the same penalised step with no "
-            "GradScaler (scaling by a power of two and unscaling by hand are exact)",
-            detail=f"{differ} of {plain.grads.numel()} gradient elements differ from the unscaled step's (largest "
-            f"difference {worst:.3g}): the penalty's gradients were not unscaled as the loss's were",
-            expected=0,
-            allowance=0,
-            unit="elements",
-        ),
+        P.unscaled_claim(scaled, plain),
         dtype=amp_dtype,
         device=amp_device,
     )
@@ -73,23 +48,8 @@ def test_the_penalised_step_equals_the_step_without_loss_scaling_bit_for_bit(amp
 
 def test_an_inf_in_the_penalty_gradients_skips_the_step_and_backs_off_once(amp_device, amp_record):
     step = P.penalised_step(amp_device, torch.float16, inf_in_penalty_grads=True)  # the dtype GradScaler is for
-    problems = []
-    if step.stepped or not step.untouched:
-        problems.append("the step changed parameters or optimizer state")
-    if step.scale_after != step.scale_before * 0.5:
-        problems.append(f"scale {step.scale_before} -> {step.scale_after}, expected x0.5")
     amp_record.require(
-        compare_claim(
-            "gradient_penalty.overflow_problems",
-            len(problems),
-            not problems,
-            "an inf in the gradients the penalty is computed from skips the step (parameters and optimizer state "
-            "bitwise untouched) and halves the scale once",
-            detail="; ".join(problems),
-            expected=0,
-            allowance=0,
-            unit="problems",
-        ),
+        P.overflow_claim(step),
         device=amp_device,
         tags={"scale": [step.scale_before, step.scale_after]},
     )

@@ -10,14 +10,12 @@ harness unscales itself; a regression in ``clip_grad_norm_`` cannot move its own
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from harness.domains.scaler import clipping as C
 from harness.domains.scaler.repro import clipping_repro_of
-from harness.numerics.comparison import compare_claim, compare_within
+from harness.numerics.comparison import compare_within
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
 
@@ -55,14 +53,7 @@ def test_clip_grad_norm_after_unscale_is_clipping_in_float64(implementation, amp
         note="clip_grad_norm_'s coefficient at each step, from float64 (information)",
     )
     amp_record.require(
-        compare_claim(
-            f"clip.{implementation}.binding_steps",
-            binding,
-            0 < binding < len(steps),
-            "clipping binds on some steps and not on others, so both sides of min(1, max_norm / norm) are judged",
-            detail=f"coefficients {[f'{c:.3g}' for c in coefficients]}",
-            inconclusive=True,
-        ),
+        C.binding_claim(implementation, coefficients),
         device=amp_device,
     )
     amp_record.require(
@@ -87,31 +78,10 @@ def test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_
 ):
     foreach = C.IMPLEMENTATIONS[implementation]
     steps = C.observe(foreach, amp_device, non_finite=True)
-    problems = []
-    first = None  # the first step that broke a promise: its script
-    for t, o in enumerate(steps):
-        before = len(problems)
-        if math.isfinite(o.norm):
-            problems.append(f"step {t}: {o.planted} planted, clip_grad_norm_ returned a finite norm {o.norm:g}")
-        if o.changed:
-            problems.append(f"step {t}: {o.planted} planted, the step changed {', '.join(o.changed)}")
-        if o.scale_after != o.scale_before * 0.5:
-            problems.append(f"step {t}: the scale went {o.scale_before:g} -> {o.scale_after:g}, not halved")
-        if first is None and len(problems) > before:
-            first = o
+    judged = C.non_finite_claim(implementation, steps)
+    first = judged.first
     amp_record.require(
-        compare_claim(
-            f"clip.{implementation}.non_finite_norm_skips",
-            len(problems),
-            not problems,
-            "+inf, NaN or -inf in one scaled gradient element: unscale_ then clip_grad_norm_ returns a non-finite "
-            "norm (never a finite sentinel, which would flip or scale every gradient), GradScaler skips the step "
-            "(parameters and optimizer state bitwise unchanged) and halves the scale",
-            detail=problems or f"{len(steps)} steps, each skipped with a non-finite norm",
-            expected=0,
-            allowance=0,
-            unit="violations",
-        ),
+        judged.claim,
         device=amp_device,
         tags={"norms": [str(o.norm) for o in steps], "planted": [str(o.planted) for o in steps]},
         repro=None if first is None else clipping_repro_of(first, foreach, "non_finite", amp_device),
@@ -121,34 +91,14 @@ def test_a_non_finite_gradient_gives_a_non_finite_norm_and_gradscaler_skips_the_
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_error_if_nonfinite_raises_and_leaves_the_gradients_as_they_were(implementation, amp_device, amp_record):
     foreach = C.IMPLEMENTATIONS[implementation]
-    problems = []
-    first = None  # the first step that broke a promise: its script
-    for t, o in enumerate(C.observe(foreach, amp_device, non_finite=True, error_if_nonfinite=True)):
-        before = len(problems)
-        if o.raised is None:
-            problems.append(f"step {t}: {o.planted} planted, no error raised (norm {o.norm:g})")
-        if not o.kept_gradients:
-            problems.append(f"step {t}: the gradients changed although clipping refused")
-        if o.changed:
-            problems.append(f"step {t}: the step changed {', '.join(o.changed)}")
-        if first is None and len(problems) > before:
-            first = o
-    for t, o in enumerate(C.observe(foreach, amp_device, error_if_nonfinite=True)):
-        if o.raised is not None:
-            problems.append(f"step {t}: finite gradients, yet clip_grad_norm_ raised: {o.raised}")
-            first = first or o
+    judged = C.error_if_nonfinite_claim(
+        implementation,
+        C.observe(foreach, amp_device, non_finite=True, error_if_nonfinite=True),
+        C.observe(foreach, amp_device, error_if_nonfinite=True),
+    )
+    first = judged.first
     amp_record.require(
-        compare_claim(
-            f"clip.{implementation}.error_if_nonfinite",
-            len(problems),
-            not problems,
-            "error_if_nonfinite=True: a non-finite total norm raises RuntimeError with the gradients bitwise "
-            "as they were; finite gradients never raise",
-            detail=problems or "every non-finite norm raised, every finite one clipped",
-            expected=0,
-            allowance=0,
-            unit="violations",
-        ),
+        judged.claim,
         device=amp_device,
         repro=None if first is None else clipping_repro_of(first, foreach, "error_if_nonfinite", amp_device),
     )

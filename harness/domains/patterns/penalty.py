@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 
@@ -112,4 +113,62 @@ def penalised_step(
         scale_before=scale_before,
         scale_after=float(scaler.get_scale()) if scale is not None else 1.0,
         untouched=untouched,
+    )
+
+
+# -- the claims: each check's verdict, decided here -------------------------------------------------
+def penalty_claim(step: PenaltyStep) -> ClaimComparison:
+    """The penalty, computed from the unscaled gradients in fp32, is within gamma_(n+1)(2^-24) of
+    the float64 norm of the same gradients (Higham 3.1)."""
+    error = abs(step.penalty - step.penalty_float64)
+    return compare_claim(
+        "gradient_penalty.penalty_error",
+        error,
+        error <= step.penalty_budget,
+        "|penalty - float64 norm of the same unscaled gradients| <= gamma_(n+1)(2^-24) x that norm (the "
+        "penalty sums n squares in fp32, Higham 3.1)",
+        detail=f"penalty {step.penalty!r} against float64 {step.penalty_float64!r}: error {error:.3g} over the "
+        f"budget {step.penalty_budget:.3g}: the penalty was not computed in fp32 from the unscaled gradients",
+        expected=step.penalty_float64,
+        allowance=step.penalty_budget,
+    )
+
+
+def unscaled_claim(scaled: PenaltyStep, plain: PenaltyStep) -> ClaimComparison:
+    """The penalised step's gradients after ``unscale_`` equal, bit for bit, those of the same step
+    with no GradScaler (scaling by a power of two and unscaling by hand are exact)."""
+    differ = int((scaled.grads != plain.grads).sum())
+    worst = float((scaled.grads - plain.grads).abs().max())
+    return compare_claim(
+        "gradient_penalty.grads_differing_from_the_unscaled_step",
+        differ,
+        differ == 0,
+        "the parameters' gradients after unscale_ equal, bit for bit, those of the same penalised step with no "
+        "GradScaler (scaling by a power of two and unscaling by hand are exact)",
+        detail=f"{differ} of {plain.grads.numel()} gradient elements differ from the unscaled step's (largest "
+        f"difference {worst:.3g}): the penalty's gradients were not unscaled as the loss's were",
+        expected=0,
+        allowance=0,
+        unit="elements",
+    )
+
+
+def overflow_claim(step: PenaltyStep) -> ClaimComparison:
+    """An inf in the gradients the penalty is computed from skips the step (parameters and
+    optimizer state bitwise untouched) and halves the scale once."""
+    problems = []
+    if step.stepped or not step.untouched:
+        problems.append("the step changed parameters or optimizer state")
+    if step.scale_after != step.scale_before * 0.5:
+        problems.append(f"scale {step.scale_before} -> {step.scale_after}, expected x0.5")
+    return compare_claim(
+        "gradient_penalty.overflow_problems",
+        len(problems),
+        not problems,
+        "an inf in the gradients the penalty is computed from skips the step (parameters and optimizer state "
+        "bitwise untouched) and halves the scale once",
+        detail="; ".join(problems),
+        expected=0,
+        allowance=0,
+        unit="problems",
     )

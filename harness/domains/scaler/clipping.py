@@ -23,6 +23,7 @@ import torch
 
 from harness.domains.engines.state import differences, same_bits, state_of
 from harness.domains.scaler.optimizers import small_model
+from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
 
@@ -172,3 +173,92 @@ def observe(
             )
         )
     return out
+
+
+# -- the claims: each check's verdict, decided here -------------------------------------------------
+def binding_claim(implementation: str, coefficients: list[float]) -> ClaimComparison:
+    """The precondition of the float64 comparison: clipping binds on some steps and not on others
+    (coefficient ``min(1, max_norm / norm)`` below 1 on some), so both sides are judged."""
+    binding = sum(c < 1.0 for c in coefficients)
+    return compare_claim(
+        f"clip.{implementation}.binding_steps",
+        binding,
+        0 < binding < len(coefficients),
+        "clipping binds on some steps and not on others, so both sides of min(1, max_norm / norm) are judged",
+        detail=f"coefficients {[f'{c:.3g}' for c in coefficients]}",
+        inconclusive=True,
+    )
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A claim over several steps, and the first step that broke it (its script), if any."""
+
+    claim: ClaimComparison
+    first: ClipObservation | None
+
+
+def non_finite_claim(implementation: str, steps: list[ClipObservation]) -> Judged:
+    """+inf, NaN or -inf planted in one scaled gradient element: a non-finite norm (never a finite
+    sentinel), the step skipped (parameters and optimizer state bitwise unchanged), the scale
+    halved."""
+    problems: list[str] = []
+    first = None
+    for t, o in enumerate(steps):
+        before = len(problems)
+        if math.isfinite(o.norm):
+            problems.append(f"step {t}: {o.planted} planted, clip_grad_norm_ returned a finite norm {o.norm:g}")
+        if o.changed:
+            problems.append(f"step {t}: {o.planted} planted, the step changed {', '.join(o.changed)}")
+        if o.scale_after != o.scale_before * 0.5:
+            problems.append(f"step {t}: the scale went {o.scale_before:g} -> {o.scale_after:g}, not halved")
+        if first is None and len(problems) > before:
+            first = o
+    claim = compare_claim(
+        f"clip.{implementation}.non_finite_norm_skips",
+        len(problems),
+        not problems,
+        "+inf, NaN or -inf in one scaled gradient element: unscale_ then clip_grad_norm_ returns a non-finite "
+        "norm (never a finite sentinel, which would flip or scale every gradient), GradScaler skips the step "
+        "(parameters and optimizer state bitwise unchanged) and halves the scale",
+        detail=problems or f"{len(steps)} steps, each skipped with a non-finite norm",
+        expected=0,
+        allowance=0,
+        unit="violations",
+    )
+    return Judged(claim, first)
+
+
+def error_if_nonfinite_claim(
+    implementation: str, non_finite: list[ClipObservation], finite: list[ClipObservation]
+) -> Judged:
+    """``error_if_nonfinite=True``: every non-finite total norm raises with the gradients bitwise as
+    they were and the step not taken; finite gradients never raise."""
+    problems: list[str] = []
+    first = None
+    for t, o in enumerate(non_finite):
+        before = len(problems)
+        if o.raised is None:
+            problems.append(f"step {t}: {o.planted} planted, no error raised (norm {o.norm:g})")
+        if not o.kept_gradients:
+            problems.append(f"step {t}: the gradients changed although clipping refused")
+        if o.changed:
+            problems.append(f"step {t}: the step changed {', '.join(o.changed)}")
+        if first is None and len(problems) > before:
+            first = o
+    for t, o in enumerate(finite):
+        if o.raised is not None:
+            problems.append(f"step {t}: finite gradients, yet clip_grad_norm_ raised: {o.raised}")
+            first = first or o
+    claim = compare_claim(
+        f"clip.{implementation}.error_if_nonfinite",
+        len(problems),
+        not problems,
+        "error_if_nonfinite=True: a non-finite total norm raises RuntimeError with the gradients bitwise "
+        "as they were; finite gradients never raise",
+        detail=problems or "every non-finite norm raised, every finite one clipped",
+        expected=0,
+        allowance=0,
+        unit="violations",
+    )
+    return Judged(claim, first)
