@@ -413,3 +413,31 @@ def test_a_suite_importing_another_family_is_named(tmp_path):
     assert _suites_importing_other_families(tmp_path / "suites") == [
         "suites/fp8/test_x.py:2 imports harness.domains.compiled"
     ]
+
+
+#: ``compare_claim`` calls the suites may keep: a claim whose rule is the comparison itself (a
+#: count against a baseline, an exception raised); every other verdict is decided in its family's
+#: domain and returned typed (#80)
+SUITE_CLAIMS = 20
+
+
+def _claim_calls(suites: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for path in sorted(suites.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        n = sum(
+            isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "compare_claim"
+            for node in ast.walk(tree)
+        )
+        if n:
+            counts[str(path.relative_to(suites.parent))] = n
+    return counts
+
+
+def test_verdicts_are_decided_in_the_domains_not_the_suites():
+    counts = _claim_calls(REPO / "suites")
+    assert sum(counts.values()) <= SUITE_CLAIMS, (
+        f"{sum(counts.values())} compare_claim calls in suites/ (at most {SUITE_CLAIMS}): move the verdict into "
+        f"harness/domains/<family>/ and return the claim from there; by file: {counts}"
+    )

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.domains.autocast import oracle
 from harness.domains.autocast.repro import dtypes_repro, hand_cast_repro, policy_repro, registered_ops_repro
 from harness.domains.engines.ops.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPENDENT_ON_CPU
 from harness.domains.engines.ops.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
@@ -57,18 +58,7 @@ def test_every_registered_autocast_op_is_exercised_through_a_public_api(amp_devi
     covered = {a for c in CATALOGUE for a in c.aten if amp_device.type in c.devices} | set(INTERNAL_OPS)
     missing = sorted(registered - covered)
     amp_record.require(
-        compare_claim(
-            f"catalogue_coverage.{amp_device.type}",
-            len(registered) - len(missing),
-            not missing,
-            "every registered autocast op is reached by the catalogue (harness.domains.engines.ops.catalogue.CATALOGUE)",
-            detail=f"{len(missing)} op(s) registered for Autocast{amp_device.type.upper()} in torch {torch.__version__} are "
-            f"not in the catalogue: {', '.join(missing)}. Add a row calling each through its public API to "
-            "harness/domains/engines/ops/catalogue.py (or to INTERNAL_OPS, naming the public API that reaches it).",
-            expected=len(registered),
-            allowance=0,
-            unit="ops",
-        ),
+        oracle.registered_coverage_claim(amp_device.type, registered, missing),
         device=amp_device,
         repro=registered_ops_repro(amp_device.type, sorted(covered), missing_only=True),
     )

@@ -19,7 +19,6 @@ from harness.domains.autocast import oracle
 from harness.domains.autocast.repro import coverage_repro, lists_repro
 from harness.domains.engines.ops.probe import policy_table
 from harness.domains.versions import minor
-from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("autocast policy")
 
@@ -28,17 +27,7 @@ def test_the_catalogue_reaches_every_op_pytorch_lists(amp_device, amp_record, au
     expectations = oracle.read_lists(amp_device.type, autocast_lists_source)
     uncovered = oracle.uncovered(expectations, amp_device.type)
     amp_record.require(
-        compare_claim(
-            f"upstream_lists.{amp_device.type}.uncovered",
-            len(uncovered),
-            not uncovered,
-            f"every op of PyTorch's {oracle.CLASSES[amp_device.type]} is called by the catalogue, or "
-            "INTERNAL_OPS / NOT_CALLABLE says why it cannot be",
-            detail=f"not reached: {', '.join(uncovered)}; add a row to harness/domains/engines/ops/catalogue.py",
-            expected=0,
-            allowance=0,
-            unit="ops",
-        ),
+        oracle.coverage_claim(amp_device.type, uncovered),
         device=amp_device,
         tags={"listed": len(expectations)},
         repro=coverage_repro(amp_device.type, list(expectations), uncovered, autocast_lists_source)
@@ -68,26 +57,8 @@ def test_observed_policy_agrees_with_pytorchs_own_lists(amp_device, amp_dtype, a
             )
         else:
             unexplained.append(d)
-    fixed = sorted(set(findings) - {d.case for d in result.disagreements})
     amp_record.require(
-        compare_claim(
-            f"upstream_lists.{amp_device.type}.disagreements",
-            len(unexplained),
-            not unexplained and not fixed,
-            f"every listed op behaves as PyTorch's {oracle.CLASSES[amp_device.type]} expects, or the difference "
-            "is a registered finding of this torch release (KNOWN_DISAGREEMENTS)",
-            detail=[
-                *(d.describe() for d in unexplained),
-                *(
-                    f"{case}: registered as disagreeing in torch {minor(torch.__version__)}, but agrees now: remove it from "
-                    "KNOWN_DISAGREEMENTS in harness/domains/autocast/oracle.py"
-                    for case in fixed
-                ),
-            ],
-            expected=0,
-            allowance=0,
-            unit="ops",
-        ),
+        oracle.disagreements_claim(amp_device.type, unexplained, findings, result.disagreements),
         dtype=amp_dtype,
         device=amp_device,
         tags={"checked": result.checked, "agreements": result.agreements, "known": len(known)},

@@ -20,9 +20,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from harness.domains.scaler import adapters
 from harness.domains.scaler import reference as scaling
-from harness.domains.scaler.conformance import conformance_machine, judge_accepted
+from harness.domains.scaler.conformance import conformance_machine, judge_accepted, tells_apart_claim
 from harness.domains.scaler.repro import scaler_conformance
-from harness.numerics.comparison import compare_claim
 from harness.platform.thirdparty import version_of
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
@@ -93,12 +92,11 @@ def test_installed_third_party_scaler_conforms_to_the_semantics_of_its_release(p
             # the other release's rule must fail: versioning the semantics is what makes this pass
             found = _divergence(conformance_machine(adapters.ADAPTERS[package], other))
             amp_record.require(
-                compare_claim(
+                tells_apart_claim(
                     f"conformance.{package}_as_{_metric(other)}",
-                    found is not None,
-                    found is not None,
                     f"{package} fails the {other} specification of another release of its framework",
-                    detail="the machine found no divergence: the releases' semantics cannot be told apart",
+                    found,
+                    "the releases' semantics",
                 ),
                 note=found or "",
             )
@@ -131,12 +129,11 @@ def test_the_machine_tells_scaler_semantics_apart(impl, claimed, amp_record):
     machine = conformance_machine(lambda cfg: scaling.reference_adapter(impl, cfg), claimed)  # type: ignore[arg-type]
     found = _divergence(machine)
     amp_record.require(
-        compare_claim(
+        tells_apart_claim(
             f"conformance.{_metric(impl)}_as_{_metric(claimed)}",
-            found is not None,
-            found is not None,
             f"a {impl}-style scaler fails {claimed} semantics (the machine finds a divergence)",
-            detail="the machine found no divergence: it cannot tell these semantics apart",
+            found,
+            "these semantics",
         ),
         note=found or "",
         tags={"implementation": impl, "claimed": claimed},

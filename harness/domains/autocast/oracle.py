@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -21,6 +21,8 @@ import torch
 
 from harness.domains.engines.ops.catalogue import CATALOGUE, INTERNAL_OPS, OpCase
 from harness.domains.engines.ops.probe import Category, Probe
+from harness.domains.versions import minor
+from harness.numerics.comparison import ClaimComparison, compare_claim
 
 
 class Expectation(Enum):
@@ -201,3 +203,66 @@ def judge(
             else:
                 found.append(Disagreement(op, case.name, expected, observed, table[case.name]))
     return OracleResult(checked, agree, tuple(found), tuple(missing))
+
+
+# -- the claims: coverage and agreement, decided here ------------------------------------------------
+def coverage_claim(device_type: str, uncovered: Sequence[str]) -> ClaimComparison:
+    """Every op of PyTorch's own autocast lists for ``device_type`` is called by the catalogue, or
+    INTERNAL_OPS / NOT_CALLABLE says why it cannot be (``uncovered``: :func:`uncovered`)."""
+    return compare_claim(
+        f"upstream_lists.{device_type}.uncovered",
+        len(uncovered),
+        not uncovered,
+        f"every op of PyTorch's {CLASSES[device_type]} is called by the catalogue, or "
+        "INTERNAL_OPS / NOT_CALLABLE says why it cannot be",
+        detail=f"not reached: {', '.join(uncovered)}; add a row to harness/domains/engines/ops/catalogue.py",
+        expected=0,
+        allowance=0,
+        unit="ops",
+    )
+
+
+def disagreements_claim(
+    device_type: str,
+    unexplained: Sequence[Disagreement],
+    findings: Mapping[str, object],
+    disagreements: Sequence[Disagreement],
+) -> ClaimComparison:
+    """Every listed op behaves as PyTorch's lists expect, or its difference is a registered
+    finding of this release; a registered finding that no longer disagrees fails too (remove it)."""
+    fixed = sorted(set(findings) - {d.case for d in disagreements})
+    return compare_claim(
+        f"upstream_lists.{device_type}.disagreements",
+        len(unexplained),
+        not unexplained and not fixed,
+        f"every listed op behaves as PyTorch's {CLASSES[device_type]} expects, or the difference "
+        "is a registered finding of this torch release (KNOWN_DISAGREEMENTS)",
+        detail=[
+            *(d.describe() for d in unexplained),
+            *(
+                f"{case}: registered as disagreeing in torch {minor(torch.__version__)}, but agrees now: remove it from "
+                "KNOWN_DISAGREEMENTS in harness/domains/autocast/oracle.py"
+                for case in fixed
+            ),
+        ],
+        expected=0,
+        allowance=0,
+        unit="ops",
+    )
+
+
+def registered_coverage_claim(device_type: str, registered: set[str], missing: Sequence[str]) -> ClaimComparison:
+    """Every op registered for this device's autocast dispatch key is reached by the catalogue
+    (``missing``: those it does not reach)."""
+    return compare_claim(
+        f"catalogue_coverage.{device_type}",
+        len(registered) - len(missing),
+        not missing,
+        "every registered autocast op is reached by the catalogue (harness.domains.engines.ops.catalogue.CATALOGUE)",
+        detail=f"{len(missing)} op(s) registered for Autocast{device_type.upper()} in torch {torch.__version__} are "
+        f"not in the catalogue: {', '.join(missing)}. Add a row calling each through its public API to "
+        "harness/domains/engines/ops/catalogue.py (or to INTERNAL_OPS, naming the public API that reaches it).",
+        expected=len(registered),
+        allowance=0,
+        unit="ops",
+    )

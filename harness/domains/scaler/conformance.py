@@ -183,3 +183,15 @@ def conformance_machine(
     ``transcript`` (optional) receive its tallies and each example as it runs (the last one run is
     the failing example hypothesis replays, a standalone reproduction replays it too)."""
     return Conformance.bound(make_adapter=make_adapter, semantics=semantics, counts=counts, transcript=transcript)
+
+
+def tells_apart_claim(name: str, criterion: str, divergence: str | None, what: str) -> ClaimComparison:
+    """A negative control of the machine itself: run against semantics the scaler does not have,
+    the machine must find a ``divergence`` (its description), or it cannot tell ``what`` apart."""
+    return compare_claim(
+        name,
+        divergence is not None,
+        divergence is not None,
+        criterion,
+        detail=f"the machine found no divergence: it cannot tell {what} apart",
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 import torch
@@ -25,6 +26,7 @@ from harness.domains.machines import RecordedMachine
 from harness.domains.scaler import clipping
 from harness.domains.scaler import known_issues as issues
 from harness.domains.scaler import reference as scaling
+from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: Rules per example. The ci profile's 40 examples x 20 steps keep this suite within its budget.
 STEPS = 20
@@ -314,3 +316,44 @@ class GradScalerMachine(RecordedMachine):
                 scaling.Diverged.STATE,
                 f"scaler (scale, growth_tracker) = {got}, reference (torch semantics) = {want}",
             )
+
+
+# -- the claims: the machine's verdicts, decided here ------------------------------------------------
+def exercised_claims(counts: Mapping[str, int]) -> list[ClaimComparison]:
+    """The preconditions of the rules' verdict (``counts``: what the machine's run exercised): an
+    overflowing and a clean step, the top of float32, a binding clip. Each not reached is
+    INCONCLUSIVE: the check was vacuous there."""
+    exercised = {
+        "overflow_and_clean_steps": (
+            bool(counts["overflow_step"] and counts["clean_step"]),
+            "the machine exercised both an overflowing and a clean step",
+        ),
+        "float32_top": (bool(counts["at_float32_top"]), "the machine reached the top of float32"),
+        "clip_binding": (bool(counts["clip_binding"]), "a clipped step bound (coefficient < 1)"),
+    }
+    return [
+        compare_claim(
+            f"rules_run.exercised.{what}",
+            held,
+            held,
+            criterion,
+            detail=f"not exercised: the check is vacuous there {dict(counts)}",
+            inconclusive=True,
+        )
+        for what, (held, criterion) in exercised.items()
+    ]
+
+
+def capped_growth_claim(got: float, expected: float, known: bool) -> ClaimComparison:
+    """2^126 x 4 overflows float32: the growth is skipped (``known``: the registered uncapped
+    growth applies here, so the claim is that the finding still holds)."""
+    return compare_claim(
+        "scale_after_capped_growth",
+        got,
+        got == expected,
+        f"2^126 x 4 overflows float32: growth is skipped{f' (known issue {UNCAPPED.id}: inf)' if known else ''}",
+        detail=f"scale {got}, expected {expected}",
+        expected=expected,
+        allowance=0,
+        finding=known,
+    )

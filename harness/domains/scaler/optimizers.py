@@ -22,13 +22,14 @@ parameters unchanged, and a check of fp32 parameters alone passed it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from harness.domains.engines.state import differences, state_of
+from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import BF16, FP16, FP32, FloatFormat
 from harness.numerics.tolerance import gamma
 from harness.platform.kernels import first_line
@@ -445,3 +446,48 @@ def fused_sgd_skips_low_precision_vector_blocks(device: torch.device) -> bool:
         if bool((p.detach() == start).any()):
             return True
     return False
+
+
+# -- the claims: the overflow check's verdict, decided here ------------------------------------------
+def planted_claim(name: str, impl: str, overflows: Sequence[Step]) -> ClaimComparison:
+    """The precondition: at least one non-finite gradient element was planted."""
+    return compare_claim(
+        f"{name}.{impl}.overflow_steps_planted",
+        len(overflows),
+        bool(overflows),
+        "at least one non-finite gradient element was planted (otherwise nothing was checked)",
+        detail="no overflow planted: vacuous",
+        inconclusive=True,
+    )
+
+
+@dataclass(frozen=True)
+class Untouched:
+    """The overflow claim, and the first overflow step that broke it (its script), if any."""
+
+    claim: ClaimComparison
+    first: Step | None
+
+
+def untouched_claim(name: str, impl: str, overflows: Sequence[Step]) -> Untouched:
+    """At every planted non-finite element: parameters, optimizer state and step counts bitwise
+    unchanged (:func:`changed`), the scale halved."""
+    touched = {s.index: changed(s) for s in overflows}
+    touched = {t: what for t, what in touched.items() if what}
+    not_backed_off = [s.index for s in overflows if s.scale_after != s.scale_before * 0.5]
+    first = next((s for s in overflows if s.index in touched or s.index in not_backed_off), None)
+    detail = "; ".join(
+        [f"step {t} changed {', '.join(what)}" for t, what in sorted(touched.items())]
+        + [f"step {t}: the scale did not halve" for t in not_backed_off]
+    )
+    claim = compare_claim(
+        f"{name}.{impl}.overflow_untouched",
+        len(touched) + len(not_backed_off),
+        not touched and not not_backed_off,
+        "at every planted non-finite gradient element (+inf, NaN, -inf; the first step, mid-run, after "
+        "growth): parameters, optimizer state and step counts bitwise unchanged, scale x 0.5",
+        detail=detail or f"{len(overflows)} overflow steps, none touched anything",
+        expected=0,
+        allowance=0,
+    )
+    return Untouched(claim, first)
