@@ -41,7 +41,7 @@ NOISE = tuple(2.0**k for k in (-22, -20, -18, -16, -14, -12, -10, -8, -6, -5, -4
 
 
 class _BinadeHigh(TorchaoBlockScaling):
-    """Every block scale stored one binade high (tests/faults/fp8.py's BlockScaleOneBinadeHigh)."""
+    """Every block scale stored one binade high (tests/faults/block_scaled.py's BlockScaleOneBinadeHigh)."""
 
     name = "scales one binade high"
 

@@ -19,8 +19,8 @@ import torch
 from harness.domains.block_scaled.blocklinear import TorchaoBlockLinear
 from harness.domains.block_scaled.blocktraining import block_recipe, block_setup, converted, parity_fraction
 from harness.domains.block_scaled.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
+from harness.domains.engines.training import BF16, FP32, SETUPS, Run, seed_band, train
 from harness.domains.engines.training.parity import parity
-from harness.domains.training import BF16, FP32, SETUPS, Run, seed_band, train
 from harness.numerics import blockscaled as B
 
 BAND_SEEDS = 5

@@ -3,7 +3,7 @@
 False alarms: RUNS clean burn-ins of MINUTES each against this machine's answers recorded at the
 start (in this process, as ``pytest suites/known_answers --amp-regen`` records them). Detection:
 for each flip rate (one bit of one element flipped in one bf16 GEMM call in N, at random:
-``tests/faults/stacks.py``), TRIALS burn-ins of SHORT minutes, the share that found it, and the
+``tests/faults/known_answers.py``), TRIALS burn-ins of SHORT minutes, the share that found it, and the
 bf16 GEMM calls a minute, from which the probability of a detection within m minutes follows
 (1 - (1 - 1/N)^(calls a minute x m)). Run it on each kernel set (``amp-harness kernels avx2 --
 python scripts/burn_in_rates.py``).
@@ -24,7 +24,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import faults.stacks  # noqa: E402  (the harness's own faults: tests/faults)
+import faults.known_answers  # noqa: E402  (the harness's own faults: tests/faults)
 
 from harness.domains.known_answers import answers as ka  # noqa: E402
 from harness.domains.known_answers import burn_in as B  # noqa: E402
@@ -57,7 +57,7 @@ def main() -> None:
         found = 0
         t0 = time.monotonic()
         for trial in range(args.trials):
-            lib = faults.stacks.register_bf16_gemm_intermittent_flip(seed=trial, every=every)
+            lib = faults.known_answers.register_bf16_gemm_intermittent_flip(seed=trial, every=every)
             try:
                 found += not B.run(cpu, args.short, recorded, replays=1).passed
             finally:

@@ -15,10 +15,10 @@ import dataclasses
 import statistics
 
 from harness.domains.engines.scaled.band import FP8_PARITY_FRACTION
+from harness.domains.engines.training import BF16, FP32, SETUPS, Run, seed_band, train
 from harness.domains.engines.training.parity import parity
 from harness.domains.fp8.recipes import RECIPES
 from harness.domains.fp8.training import float8_recipe, float8_setup
-from harness.domains.training import BF16, FP32, SETUPS, Run, seed_band, train
 
 BAND_SEEDS = 5
 NOISE = (2.0**-3, 2.0**-2, 2.0**-1, 1.0)

@@ -58,6 +58,11 @@ def outside_this_run(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+#: every fault module, each family's and the installer, imported by an injected conftest: one
+#: ``tests/faults/<family>.py`` per claim family (tests/test_architecture.py holds them to the families)
+FAULT_MODULES = tuple(f"faults.{p.stem}" for p in sorted((TESTS / "faults").glob("*.py")) if p.stem != "__init__")
+
+
 def conftest_source(
     *,
     fixtures: Mapping[str, str] | None = None,
@@ -68,7 +73,7 @@ def conftest_source(
     """The text of an injected conftest, built in this one place.
 
     ``fixtures``: fixture name -> the Python expression it returns (``faults`` is importable), e.g.
-    ``{"scaler_factory": "faults.scalers.BROKEN_SCALERS['NeverBacksOff']"}``.
+    ``{"scaler_factory": "faults.scaler.BROKEN_SCALERS['NeverBacksOff']"}``.
     ``patches``: dotted attribute -> dotted name of a fault factory; around every test the attribute
     is replaced by ``factory(original)``, e.g. ``{"torch.mm": "faults.autocast.float64_cast"}``.
     ``kernels``: names of ``faults.stacks.KERNELS`` registered around every test (dispatcher faults).
@@ -80,7 +85,7 @@ def conftest_source(
         "import pytest",
         "import torch",
         "import torch.nn.functional",
-        "import faults.autocast, faults.casts, faults.compiled, faults.distributed, faults.fp8, faults.host, faults.patterns, faults.scalers, faults.stacks, faults.training",
+        f"import {', '.join(FAULT_MODULES)}",
         "import harness.domains.autocast.oracle",
         *(f"import {module}" for module in imports),
         "",
@@ -101,7 +106,7 @@ def conftest_source(
             "import faults.stacks",
             "@pytest.fixture(autouse=True)",
             "def injected_kernels():",
-            f"    libs = [faults.stacks.KERNELS[k][1]() for k in {kernels!r}]",
+            f"    libs = [faults.stacks.register(k) for k in {kernels!r}]",
             "    yield",
             "    for lib in libs:",
             "        lib._destroy()",
@@ -235,14 +240,17 @@ def unbound_names(script: str) -> set[str]:
 
 
 def fresh_driver(prelude: str = "", scope: str = "contextlib.nullcontext") -> str:
-    """Source for ``python -I -c``: one fresh interpreter that cannot import ``harness`` runs
-    ``prelude`` (e.g. installing a faulty stack), then each script named in ``sys.argv[1:]`` inside
-    ``scope(path)`` (a context manager the prelude may define: a stack for that script alone), and
-    prints ``CODES {path: exit status}``."""
+    """Source for ``python -I -c``: one fresh interpreter runs ``prelude`` (e.g. importing the
+    faults it will install: a family's fault module may use the harness), then, unable to import
+    ``harness`` from then on, each script named in ``sys.argv[1:]`` inside ``scope(path)`` (a
+    context manager the prelude may define: a stack for that script alone), and prints
+    ``CODES {path: exit status}``."""
     return f"""
 import contextlib, json, runpy, sys
-sys.modules["harness"] = None  # the scripts must stand alone
 {prelude}
+for _name in [m for m in sys.modules if m == "harness" or m.startswith("harness.")]:
+    del sys.modules[_name]  # the faults keep what they imported; the scripts cannot import it
+sys.modules["harness"] = None  # the scripts must stand alone
 codes = {{}}
 for path in sys.argv[1:]:
     try:
@@ -264,6 +272,8 @@ def faulty_driver(faults_of: dict[str, list[str]]) -> str:
         f"""sys.path.insert(0, {str(TESTS)!r})
 from faults import stacks
 FAULTS = {faults_of!r}
+for _fault in {{f for faults in FAULTS.values() for f in faults}}:
+    stacks.load(_fault)  # its family's module imported now, while the harness may be
 def stack(path):
     scope = contextlib.ExitStack()
     for fault in FAULTS[path]:

@@ -441,3 +441,39 @@ def test_verdicts_are_decided_in_the_domains_not_the_suites():
         f"{sum(counts.values())} compare_claim calls in suites/ (at most {SUITE_CLAIMS}): move the verdict into "
         f"harness/domains/<family>/ and return the claim from there; by file: {counts}"
     )
+
+
+def _fault_module_gaps(faults: Path, family_names: tuple[str, ...]) -> list[str]:
+    """One ``tests/faults/<family>.py`` per claim family, and no module that is not a family's but
+    the installer (``stacks``): a fault lives with the family whose checks it must fail."""
+    held = {p.stem for p in faults.glob("*.py")} - {"__init__", "stacks"}
+    return [f"no tests/faults/{f}.py" for f in family_names if f not in held] + [
+        f"tests/faults/{m}.py names no claim family" for m in sorted(held - set(family_names))
+    ]
+
+
+def test_every_family_has_one_fault_module():
+    from harness.domains import families
+
+    assert not _fault_module_gaps(REPO / "tests" / "faults", families.names())
+
+
+def test_a_missing_or_stray_fault_module_is_named(tmp_path):
+    from harness.domains import families
+
+    shutil.copytree(REPO / "tests" / "faults", tmp_path / "faults", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "faults" / "memory.py").rename(tmp_path / "faults" / "bytes.py")
+    assert _fault_module_gaps(tmp_path / "faults", families.names()) == [
+        "no tests/faults/memory.py",
+        "tests/faults/bytes.py names no claim family",
+    ]
+
+
+def test_the_suite_claim_count_sees_every_call(tmp_path):
+    (tmp_path / "suites" / "x").mkdir(parents=True)
+    (tmp_path / "suites" / "x" / "test_x.py").write_text(
+        "from harness.numerics import comparison as c\nfrom harness.numerics.comparison import compare_claim\n"
+        "a = compare_claim('a', 1, True, 'x')\nb = c.compare_claim('b', 1, True, 'x')\n",
+        encoding="utf-8",
+    )
+    assert _claim_calls(tmp_path / "suites") == {"suites/x/test_x.py": 2}

@@ -2,7 +2,7 @@
 linears, must fail.
 
 The real suite files are copied into a scratch directory; a conftest swaps in a broken quantiser or
-linear (``faults/fp8.py``), or patches torchao where the suite uses it directly; each test asserts
+linear (``faults/block_scaled.py``), or patches torchao where the suite uses it directly; each test asserts
 exactly which checks catch the fault.
 """
 
@@ -25,7 +25,7 @@ def test_mx_scales_with_a_wrong_element_exponent_fail(pytester, suite_copy):
         suite_copy,
         BLOCK_CODES,
         args=("-k", "mx_block and e4m3 and (floor or ceil) and not rceil"),
-        **{"torchao.prototype.mx_formats.mx_tensor.F8E4M3_MAX_POW2": "faults.fp8.one_less"},
+        **{"torchao.prototype.mx_formats.mx_tensor.F8E4M3_MAX_POW2": "faults.block_scaled.one_less"},
     )
     assert_caught(
         run,
@@ -43,7 +43,9 @@ def test_a_torchao_that_guards_the_nvfp4_zero_tensor_fails_as_appears_fixed(pyte
         BLOCK_CODES,
         BLOCK,
         args=("-k", "registered or zeros"),
-        **{"torchao.prototype.mx_formats.nvfp4_tensor.per_tensor_amax_to_scale": "faults.fp8.nvfp4_zero_guarded"},
+        **{
+            "torchao.prototype.mx_formats.nvfp4_tensor.per_tensor_amax_to_scale": "faults.block_scaled.nvfp4_zero_guarded"
+        },
     )
     assert_caught(
         run, "*::test_registered_block_scaled_findings_match_what_this_torchao_does[[]torchao-nvfp4-zero-tensor-nan]"
@@ -73,7 +75,7 @@ def test_a_block_scale_one_binade_high_fails_the_block_checks(pytester, suite_co
         pytester,
         suite_copy,
         BLOCK,
-        block="faults.fp8.BlockScaleOneBinadeHigh()",
+        block="faults.block_scaled.BlockScaleOneBinadeHigh()",
         args=("-k", "exact_reference and (mxfp8-rceil or nvfp4])"),
     )
     assert_caught(run, f"*::{BLOCK_EXACT}[[]mxfp8-rceil]", f"*::{BLOCK_EXACT}[[]nvfp4]")
@@ -86,7 +88,11 @@ def test_nvfp4_tile_scales_laid_out_transposed_fail_the_tile_check(pytester, sui
     """The 16x16 weight tiles, judged on the harness's own quantiser with its tile grid transposed
     (torchao's tiles are a CUDA kernel): only the tile check fails, on a 2x2 grid of tiles."""
     run = run_scaled(
-        pytester, suite_copy, BLOCK, block="faults.fp8.TransposedTiles()", args=("-k", "exact_reference and nvfp4")
+        pytester,
+        suite_copy,
+        BLOCK,
+        block="faults.block_scaled.TransposedTiles()",
+        args=("-k", "exact_reference and nvfp4"),
     )
     assert_caught(run, f"*::{BLOCK_EXACT}[[]nvfp4-2d]")
     run.stdout.fnmatch_lines(["*nvfp4-2d (2-D tile scales transposed): *block (0, 1) amax *"])
@@ -96,7 +102,11 @@ def test_a_users_quantiser_with_torchaos_tiny_value_findings_fails(pytester, sui
     """The registered findings excuse torchao's listed releases only: the same bits from code of
     one's own fail the MX and the NVFP4 check, each naming its finding."""
     run = run_scaled(
-        pytester, suite_copy, BLOCK, block="faults.fp8.UsersAdapterOverTorchao()", args=("-k", "exact_reference")
+        pytester,
+        suite_copy,
+        BLOCK,
+        block="faults.block_scaled.UsersAdapterOverTorchao()",
+        args=("-k", "exact_reference"),
     )
     assert_caught(run, f"*::{BLOCK_EXACT}[[]mxfp8-rceil]", f"*::{BLOCK_EXACT}[[]nvfp4]")
     run.stdout.fnmatch_lines(["*mxfp8-rceil (a user's adapter over torchao): * at e8m0 scale code 0 (2^-127) divide *"])
@@ -110,7 +120,7 @@ LINEAR_TEST = "test_block_scaled_linear_output_and_gradients_are_within_budget"
 def test_a_linear_over_a_quantiser_with_scales_one_binade_high_fails_every_product(pytester, suite_copy):
     """Every value decodes at twice its size, so every product of every recipe is 4x off: each
     product's elementwise bound and SQNR floor fail, in MX and NVFP4 alike."""
-    run = run_scaled(pytester, suite_copy, LINEAR, linear="faults.fp8.LinearOverBinadeHighScales()")
+    run = run_scaled(pytester, suite_copy, LINEAR, linear="faults.block_scaled.LinearOverBinadeHighScales()")
     specs = ("mxfp8-rceil", "mxfp8-floor", "mxfp4-rceil", "mxfp4-floor", "nvfp4", "nvfp4-single-level")
     assert_caught(run, *(f"*::{LINEAR_TEST}[[]{s}]" for s in specs))
     assert failed_rows(run) == {
@@ -127,7 +137,7 @@ def test_block_scaled_training_over_scales_one_binade_high_fails_the_band(pytest
         pytester,
         suite_copy,
         BLOCK_TRAINING,
-        linear="faults.fp8.LinearOverBinadeHighScales()",
+        linear="faults.block_scaled.LinearOverBinadeHighScales()",
         args=("-k", "band"),
     )
     test = "test_block_scaled_mlp_training_stays_within_its_band"
@@ -145,7 +155,11 @@ def test_training_steps_over_scales_one_binade_high_fail_both_step_claims(pytest
     """Every operand decodes at twice its size: each step is hundreds of times less accurate than
     the correctly rounded one, and millions of float32 evaluations away from it, in both recipes."""
     run = run_scaled(
-        pytester, suite_copy, BLOCK_TRAINING, linear="faults.fp8.LinearOverBinadeHighScales()", args=("-k", "steps")
+        pytester,
+        suite_copy,
+        BLOCK_TRAINING,
+        linear="faults.block_scaled.LinearOverBinadeHighScales()",
+        args=("-k", "steps"),
     )
     assert_caught(run, *(f"*::{t}[[]*mlp-{s}]" for t in (ACCURATE, CONFORMS) for s in ("mxfp8-rceil", "nvfp4")))
     assert failed_rows(run) == {
@@ -160,7 +174,7 @@ def test_mx_training_with_e5m2_gradients_fails_only_the_conformance_of_its_steps
     is barely less accurate (the lane's accuracy rule passes it, ~1.15x of 2), but it is not the
     recipe's step (~10^4 float32 evaluations away); NVFP4, which the slip does not touch, passes."""
     run = run_scaled(
-        pytester, suite_copy, BLOCK_TRAINING, linear="faults.fp8.E5m2GradientsLinear()", args=("-k", "steps")
+        pytester, suite_copy, BLOCK_TRAINING, linear="faults.block_scaled.E5m2GradientsLinear()", args=("-k", "steps")
     )
     assert_caught(run, f"*::{CONFORMS}[[]*mlp-mxfp8-rceil]")
     assert failed_rows(run) == {"mlp.mxfp8-rceil.step_distance_over_float32s"}
@@ -171,7 +185,9 @@ def test_an_mx_linear_with_fp4_gradients_fails_only_its_gradients(pytester, suit
     """Output gradients cast to e2m1 in an MXFP8 recipe: both gradient products fall ~5 dB below
     their SQNR floor; the elementwise worst case (every product's largest error added up) still
     holds them, and the output, which never sees a gradient, passes both."""
-    run = run_scaled(pytester, suite_copy, LINEAR, linear="faults.fp8.Fp4GradientsLinear()", args=("-k", "mxfp8"))
+    run = run_scaled(
+        pytester, suite_copy, LINEAR, linear="faults.block_scaled.Fp4GradientsLinear()", args=("-k", "mxfp8")
+    )
     assert_caught(run, f"*::{LINEAR_TEST}[[]mxfp8-rceil]", f"*::{LINEAR_TEST}[[]mxfp8-floor]")
     grads = ("grad_input", "grad_weight")
     assert failed_rows(run) == {f"{s}.{p}.sqnr_shortfall_db" for s in ("mxfp8-rceil", "mxfp8-floor") for p in grads}

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from faults.fp8 import E5m2GradientsLinear, LinearOverBinadeHighScales
+from faults.block_scaled import E5m2GradientsLinear, LinearOverBinadeHighScales
 
 from harness.domains.block_scaled.blocklinear import TorchaoBlockLinear
 from harness.domains.block_scaled.blocktraining import (

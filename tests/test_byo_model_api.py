@@ -404,7 +404,7 @@ def test_a_users_scaler_that_never_backs_off_fails_the_overflow_rows(training_ch
     fails every planted step, saying what the scale did."""
     import dataclasses
 
-    import faults.scalers as broken
+    import faults.scaler as broken
 
     setup = dataclasses.replace(T.SETUPS["mlp"], name="mlp_user_scaler", scaler=broken.NeverBacksOff)
     with pytest.raises(AssertionError) as failed:
@@ -433,7 +433,7 @@ def _with_scaler(name, scaler):
 
 
 def test_a_run_resumed_mid_run_continues_bit_for_bit_as_a_row(training_checks):
-    import faults.scalers as scalers
+    import faults.scaler as scalers
 
     setup = _with_scaler("mlp_resumed", scalers.GrowsEveryOtherStep)
     result = training_checks.check(
@@ -446,7 +446,7 @@ def test_a_run_resumed_mid_run_continues_bit_for_bit_as_a_row(training_checks):
 
 
 def test_a_scaler_whose_state_is_not_restored_fails_the_resume_row(training_checks):
-    import faults.scalers as scalers
+    import faults.scaler as scalers
 
     setup = _with_scaler("mlp_resumed", scalers.StateNotRestored)
     with pytest.raises(AssertionError) as failed:

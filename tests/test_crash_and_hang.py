@@ -254,7 +254,7 @@ def test_a_clock_that_stops_or_runs_backwards_leaves_the_speed_suite_not_judged_
     pytester, suite_copy, clock
 ):
     suite_copy("speed/test_amp_speed.py", conftest=False)
-    inject(pytester, "speed", patches={"harness.domains.engines.bench.bench.CLOCKS": f"faults.host.{clock}"})
+    inject(pytester, "speed", patches={"harness.domains.engines.bench.bench.CLOCKS": f"faults.speed.{clock}"})
     start = time.monotonic()
     run = run_inner(pytester, "-m", "not amp_thorough", f"--amp-report-dir={pytester.path / 'out'}")
     took = time.monotonic() - start
@@ -269,9 +269,9 @@ def test_a_clock_that_stops_or_runs_backwards_leaves_the_speed_suite_not_judged_
 
 @pytest.mark.parametrize("clock", ["clock_reads_zero", "clock_goes_backwards"])
 def test_a_calibration_with_a_broken_clock_ends_with_its_cases_not_judged(monkeypatch, clock):
-    import faults.host
+    import faults.speed
 
-    monkeypatch.setattr(bench, "CLOCKS", getattr(faults.host, clock)(bench.CLOCKS))
+    monkeypatch.setattr(bench, "CLOCKS", getattr(faults.speed, clock)(bench.CLOCKS))
     cases = [("matmul_256", "float16"), ("layer_norm", "bfloat16")]
     start = time.monotonic()
     results = calibration.calibrate(
@@ -310,9 +310,9 @@ def test_a_block_whose_calls_slow_down_after_sizing_stops_at_its_cap():
 def test_a_block_is_sized_from_a_sizing_block_never_from_one_call(monkeypatch):
     """The calibration the issue saw: a call read as 0 s sized a block of 5 million calls. Sizing
     now reads the cap clock over several calls, whatever the judged clock says."""
-    import faults.host
+    import faults.speed
 
-    monkeypatch.setattr(bench, "CLOCKS", faults.host.clock_reads_zero(bench.CLOCKS))
+    monkeypatch.setattr(bench, "CLOCKS", faults.speed.clock_reads_zero(bench.CLOCKS))
 
     def fn() -> None:
         time.sleep(1e-3)

@@ -266,7 +266,7 @@ def test_an_all_reduce_slowed_2x_fails_the_floor_this_class_calibrated(pytester,
     if not judged:
         pytest.skip(f"this host's loopback all-reduce scatters beyond a judged floor: {said}")
     suite_copy(INTERCONNECT, conftest=False)
-    inject(pytester, "speed", fixtures={"allreduce_timed": repr("faults.distributed:all_reduce_slowed")})
+    inject(pytester, "speed", fixtures={"allreduce_timed": repr("faults.speed:all_reduce_slowed")})
     run = run_inner(pytester, "-k", "bandwidth", f"--amp-baseline-dir={base}", "--amp-report-dir=out")
     assert_caught(run, f"*::{BANDWIDTH}")
     failed = {r["dtype"] for r in run.rows if r["outcome"] == "fail" and r["metric"] == "allreduce.bus_bandwidth"}

@@ -311,6 +311,31 @@ CONTROLS = {
         ("*within_its_budget*[[]cpu-tiny_lm-bf16]",),
     ),
 }
+# the AMP patterns: each pattern's script runs the documented pattern on the faulty torch
+CONTROLS.update(
+    {
+        "patterns_recompute_outside_autocast": (
+            "patterns/test_checkpointing.py",
+            "checkpointed_gradients_equal and bf16-non_reentrant",
+            ("*checkpointed_gradients_equal_the_unchecked_models_bit_for_bit[[]cpu-bf16-non_reentrant]",),
+        ),
+        "patterns_custom_fwd_ignoring_cast_inputs": (
+            "patterns/test_custom_functions.py",
+            "bf16-fp32",
+            ("*decorators_promise[[]cpu-bf16-fp32]",),
+        ),
+        "patterns_scaler_state_not_restored": (
+            "patterns/test_resume.py",
+            "fp16",
+            ("*continues_bit_for_bit_as_the_uninterrupted_one[[]cpu-fp16]",),
+        ),
+        "patterns_update_per_optimizer": (
+            "patterns/test_multiple_optimizers.py",
+            "inf_in_model_0",
+            ("*backs_off_once[[]cpu-inf_in_model_0]",),
+        ),
+    }
+)
 #: controls of a third-party scaler -> the package they need (skipped without it, saying so)
 THIRD_PARTY = {"megatron_scaler_never_backs_off": "megatron-core", "deepspeed_scaler_never_backs_off": "deepspeed"}
 #: how the suite's run gets each fault: a patched attribute -> its factory
@@ -431,6 +456,7 @@ def test_a_failed_check_writes_a_standalone_script(
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     stdlib = {"sys", "math", "fractions", "struct", "dataclasses", "pathlib", "inspect", "types", "statistics"}
     stdlib |= {"collections", "typing"}  # the script files' annotations
+    stdlib |= {"functools", "io", "copy"}  # the AMP patterns' scripts
     assert imported <= stdlib | {"torch", "torchao", "megatron", "deepspeed"}, imported  # and the library concerned
     assert "# Produced on: torch" in text and "#   pytest 'suites/" in text  # provenance and the rerun command
     for script in written:  # every name each script reads is bound in it: it runs where it lies

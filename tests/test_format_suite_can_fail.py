@@ -1,7 +1,7 @@
 """Negative controls: the format suite, run on deliberately wrong implementations, must fail.
 
 The real suite file is copied into a scratch directory whose conftest swaps ``cast_under_test``
-for a broken cast (``faults/casts.py``); the test asserts which checks catch it.
+for a broken cast (``faults/formats.py``); the test asserts which checks catch it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ ROUNDING_CHECKS = 6 * len(EVERY) - 1
 
 def _run_with_cast(pytester: pytest.Pytester, suite_copy, cast: str) -> InnerRun:
     suite_copy(ROUNDING, conftest=False)
-    chosen = "faults.casts.correct" if cast == "correct" else f"faults.casts.BROKEN_CASTS[{cast!r}]"
+    chosen = "faults.formats.correct" if cast == "correct" else f"faults.formats.BROKEN_CASTS[{cast!r}]"
     inject(pytester, "formats", fixtures={"cast_under_test": chosen})
     return run_inner(pytester)
 
@@ -111,7 +111,7 @@ def test_a_changed_fp8_overflow_behaviour_fails_against_the_release_baseline(pyt
 
 def test_limits_disagreeing_with_torch_finfo_fail(pytester, suite_copy):
     suite_copy("formats/test_format_limits.py")
-    inject(pytester, "formats", patches={"torch.finfo": "faults.casts.finfo_with_wrong_fp16_max"})
+    inject(pytester, "formats", patches={"torch.finfo": "faults.formats.finfo_with_wrong_fp16_max"})
     run = run_inner(pytester, "-k", "finfo")
     assert_caught(run, "*::test_*finfo*")
     run.stdout.fnmatch_lines(["*float16.max: FAILED: got 65536*, expected 65504*"])
@@ -119,7 +119,7 @@ def test_limits_disagreeing_with_torch_finfo_fail(pytester, suite_copy):
 
 def test_source_claims_fail_when_torch_flushes_fp16_subnormals(pytester, suite_copy):
     suite_copy("formats/test_source_claims.py")
-    inject(pytester, "formats", patches={"torch.Tensor.half": "faults.casts.half_flushing_subnormals"})
+    inject(pytester, "formats", patches={"torch.Tensor.half": "faults.formats.half_flushing_subnormals"})
     run = run_inner(pytester)
     assert_caught(
         run,
@@ -131,7 +131,7 @@ def test_source_claims_fail_when_torch_flushes_fp16_subnormals(pytester, suite_c
 
 def test_a_cast_that_rounds_toward_zero_fails_the_exhaustive_fp8_rounding_check(pytester, suite_copy):
     suite_copy("formats/test_fp8_casts.py", conftest=False)
-    inject(pytester, "formats", fixtures={"cast_under_test": "faults.casts.truncating"})
+    inject(pytester, "formats", fixtures={"cast_under_test": "faults.formats.truncating"})
     run = run_inner(pytester, "-k", "rounds")
     assert_caught(run, "*::test_fp32_to_fp8_rounds_every_value_and_midpoint_to_nearest_even[[]cpu-*]")
     run.stdout.fnmatch_lines(["*fp32->float8_e*m*exhaustive: FAILED: mismatched elements*"], consecutive=False)

@@ -94,7 +94,7 @@ def test_the_burn_in_exits_0_clean_and_1_under_an_intermittent_flip_naming_the_o
     sys.path.insert(0, str(Path(__file__).parent))
     import faults.stacks
 
-    lib = faults.stacks.KERNELS["bf16_gemm_intermittent_flip"][1]()
+    lib = faults.stacks.register("bf16_gemm_intermittent_flip")
     try:
         code = main(
             ["burn-in", "--minutes", "0.1", "--baseline-dir", str(recorded), "--report-dir", str(tmp_path / "b")]
@@ -171,7 +171,7 @@ def test_an_audit_names_the_odd_device_and_two_devices_need_the_recorded_answers
 
     cpu = torch.device("cpu")
     healthy = {n: ka.digest(ka.answer(n, cpu)) for n in BF16_GEMMS}
-    lib = faults.stacks.KERNELS["bf16_gemm_stuck_lane"][1]()
+    lib = faults.stacks.register("bf16_gemm_stuck_lane")
     try:
         stuck = {n: ka.digest(ka.answer(n, cpu)) for n in BF16_GEMMS}
     finally:

@@ -11,9 +11,9 @@ import torch
 
 from harness.domains.block_scaled.blocktraining import block_recipe, block_setup, parity_fraction
 from harness.domains.block_scaled.nvfp4_recipe import NVFP4Recipe, NVFP4RecipeLinear
+from harness.domains.engines.training import FP32, SETUPS, seed_band, train
 from harness.domains.engines.training.parity import parity
 from harness.domains.stochastic_rounding import checks as S
-from harness.domains.training import FP32, SETUPS, seed_band, train
 from harness.numerics import blockscaled as B
 from harness.numerics.formats import FP4_E2M1
 from harness.numerics.rounding import round_to_format, stochastic_round_to_format

@@ -30,7 +30,7 @@ def test_the_suite_passes_on_torchs_own_optimizers(pytester, suite_copy):
 
 def test_a_fused_kernel_that_leaves_low_precision_parameters_fails_their_check_only(pytester, suite_copy):
     """fp32 parameters step as before, so only the bf16 and fp16 cases of fused Adam fail."""
-    run = _run(pytester, suite_copy, {"torch._fused_adam_": "faults.scalers.fused_adam_keeping_low_precision_params"})
+    run = _run(pytester, suite_copy, {"torch._fused_adam_": "faults.scaler.fused_adam_keeping_low_precision_params"})
     assert_caught(run, *(f"*::{LOW}[[]cpu-Adam-fused-{p}]" for p in LOW_IDS))
     run.stdout.fnmatch_lines(["*|fused Adam on bfloat16 parameters - float64| <= budget*"], consecutive=False)
 
@@ -45,7 +45,7 @@ def test_torch_2_13s_fused_sgd_on_low_precision_parameters_fails_without_its_reg
     if not optimizers.fused_sgd_skips_low_precision_vector_blocks(torch.device("cpu")):
         pytest.skip(f"torch {torch.__version__}'s fused CPU SGD steps bf16 and fp16 parameters: nothing to catch")
     registry = {
-        "harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scalers.fused_sgd_low_precision_fixed_in_this_release"
+        "harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scaler.fused_sgd_low_precision_fixed_in_this_release"
     }
     run = _run(pytester, suite_copy, registry)
     assert_caught(run, *(f"*::{LOW}[[]cpu-SGD-fused-{p}]" for p in LOW_IDS))
@@ -53,7 +53,7 @@ def test_torch_2_13s_fused_sgd_on_low_precision_parameters_fails_without_its_reg
 
 
 def test_a_fused_kernel_ignoring_found_inf_fails_the_overflow_check(pytester, suite_copy):
-    run = _run(pytester, suite_copy, {"torch._fused_adamw_": "faults.scalers.fused_ignoring_found_inf"})
+    run = _run(pytester, suite_copy, {"torch._fused_adamw_": "faults.scaler.fused_ignoring_found_inf"})
     assert_caught(run, f"*::{OVERFLOW}[[]cpu-AdamW-fused]", f"*::{STEP}[[]cpu-AdamW-fused]")
     run.stdout.fnmatch_lines(
         ["*AdamW.fused.overflow_untouched: FAILED*", "*step 0 changed parameter*"], consecutive=False
@@ -61,7 +61,7 @@ def test_a_fused_kernel_ignoring_found_inf_fails_the_overflow_check(pytester, su
 
 
 def test_a_lossy_foreach_kernel_fails_the_float64_step_check(pytester, suite_copy):
-    run = _run(pytester, suite_copy, {"torch._foreach_addcdiv_": "faults.scalers.foreach_addcdiv_rounding_to_bf16"})
+    run = _run(pytester, suite_copy, {"torch._foreach_addcdiv_": "faults.scaler.foreach_addcdiv_rounding_to_bf16"})
     # fp32 parameters, and fp16 ones (rounded to bf16's 8 bits); bf16 parameters lose nothing
     names = ("Adam", "AdamW", "Adagrad")
     assert_caught(
@@ -81,7 +81,7 @@ def test_a_torch_whose_fused_sgd_starts_its_momentum_fails_the_registry_as_appea
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={fixed: "faults.scalers.never_present"},
+        patches={fixed: "faults.scaler.never_present"},
         imports=("harness.domains.scaler.optimizers",),
     )
     run = run_inner(pytester, "-k", "known_issue")
@@ -97,7 +97,7 @@ def test_a_lossy_clip_grad_norm_fails_the_clipping_check(pytester, suite_copy):
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"torch.nn.utils.clip_grad_norm_": "faults.stacks.clip_grad_norm_in_bf16"},
+        patches={"torch.nn.utils.clip_grad_norm_": "faults.scaler.clip_grad_norm_in_bf16"},
     )
     run = run_inner(pytester, "-k", "reference_state_machine")
     assert_caught(run, "*::test_gradscaler_follows_the_reference_state_machine[[]cpu]")
@@ -116,7 +116,7 @@ CLIP_TESTS = {
 
 def _clipping(pytester, suite_copy, fault):
     suite_copy(CLIPPING, conftest=False)
-    patches = None if fault is None else {"torch.nn.utils.clip_grad_norm_": f"faults.stacks.{fault}"}
+    patches = None if fault is None else {"torch.nn.utils.clip_grad_norm_": f"faults.scaler.{fault}"}
     inject(pytester, "scaler", patches=patches)
     return run_inner(pytester)
 

@@ -46,7 +46,7 @@ MUST_CATCH = {
 @pytest.mark.parametrize("bug", sorted(MUST_CATCH))
 def test_a_scaler_bug_fails_the_check_that_guards_against_it(pytester, suite_copy, bug):
     suite_copy(*FILES, conftest=False)
-    inject(pytester, "scaler", fixtures={"scaler_factory": f"faults.scalers.BROKEN_SCALERS[{bug!r}]"})
+    inject(pytester, "scaler", fixtures={"scaler_factory": f"faults.scaler.BROKEN_SCALERS[{bug!r}]"})
     test, text = MUST_CATCH[bug]
     run = run_inner(pytester, "-k", test)
     assert_caught(run, f"*::{test}[[]cpu]")
@@ -75,7 +75,7 @@ def test_the_scaler_suite_passes_on_the_python_reimplementation(pytester, suite_
     """Control of the controls: the un-broken Python re-implementation that the faults derive
     from passes every check too, against the same stored traces."""
     suite_copy(*FILES, conftest=False)
-    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scalers.PyGradScaler"})
+    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scaler.PyGradScaler"})
     _with_stored_traces(pytester)
     assert_clean(run_inner(pytester, "-k", "not known_issue"), at_least=SCALER_CHECKS)
 
@@ -84,7 +84,7 @@ def test_the_state_machine_reaches_the_float32_cap(pytester, suite_copy):
     """Initial scales near the float32 maximum make the model-based test itself catch a scaler
     whose growth is not capped (not only the dedicated single-transition test)."""
     suite_copy(*FILES, conftest=False)
-    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scalers.BROKEN_SCALERS['GrowthNotCapped']"})
+    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scaler.BROKEN_SCALERS['GrowthNotCapped']"})
     run = run_inner(pytester, "-k", "test_gradscaler_follows_the_reference_state_machine")
     assert_caught(run, "*::test_gradscaler_follows_the_reference_state_machine[[]cpu]")
     assert "reference (torch semantics)" in run.stdout.str() and "inf" in run.stdout.str()
@@ -95,7 +95,7 @@ def test_a_fixed_sharded_scaler_makes_the_known_issue_check_say_fixed(pytester, 
     import torch.distributed as dist
 
     suite_copy(*FILES, conftest=False)
-    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scalers.ShardedGradScalerCappedOnCpu"})
+    inject(pytester, "scaler", fixtures={"scaler_factory": "faults.scaler.ShardedGradScalerCappedOnCpu"})
     try:
         run = run_inner(pytester, "-k", "known_issue_status and sharded or state_machine")
     finally:
@@ -237,7 +237,7 @@ def test_a_fixed_known_issue_that_comes_back_is_a_regression(pytester, suite_cop
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scalers.fixed_in_this_release"},
+        patches={"harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scaler.fixed_in_this_release"},
     )
     run = run_inner(pytester, "-k", "known_issue_status and update-int")
     assert_caught(run, "*::test_known_issue_status_matches_the_registry[[]cpu-update-int-new-scale]")
@@ -252,7 +252,7 @@ def test_an_open_known_issue_in_a_release_newer_than_any_listed_is_known_not_fai
         pytester,
         "scaler",
         fixtures={"scaler_factory": "torch.amp.GradScaler"},
-        patches={"harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scalers.verified_long_ago"},
+        patches={"harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scaler.verified_long_ago"},
     )
     run = run_inner(pytester, "-k", "known_issue_status and update-int")
     assert_clean(run, at_least=1)

@@ -172,7 +172,7 @@ def test_a_slower_amp_kernel_fails_its_speed_check_and_keeps_a_benchmark_script(
     if not case.startswith("matmul"):
         pytest.skip(f"the fault slows autocast matmuls, and the judged case here is {case}")
     # the fewest rounds with an interval: a path at half speed lies far below the threshold
-    patches = {"torch.Tensor.__matmul__": f"faults.stacks.{SLOW_MATMUL}"}
+    patches = {"torch.Tensor.__matmul__": f"faults.speed.{SLOW_MATMUL}"}
     args = _speed_suite(pytester, suite_copy, 1.0, calibrated, rounds=bench.MIN_ROUNDS, patches=patches)
     out = pytester.path / "out"
     run = run_inner(pytester, *args, "-k", case, f"--amp-report-dir={out}")
@@ -596,10 +596,10 @@ def test_a_slowed_amp_path_beside_a_neighbour_slowing_its_baseline_is_no_pass_in
     pytester, suite_copy, calibrated
 ):
     """The same through the suite, with this machine's calibration: the AMP path 1.3x slower and a
-    neighbour slowing the baseline as much (``faults.host``). Calibration stored the baseline's
+    neighbour slowing the baseline as much (``faults.speed``). Calibration stored the baseline's
     time, the suite reads it: the case is measured twice and comes out NOISY, saying why."""
     case = _judged_case(calibrated)
-    patches = {"harness.domains.speed.workloads.Workload.pair": "faults.host.baseline_slowed_by_a_neighbour"}
+    patches = {"harness.domains.speed.workloads.Workload.pair": "faults.speed.baseline_slowed_by_a_neighbour"}
     args = _speed_suite(pytester, suite_copy, bench.DETECT_SLOWDOWN, calibrated, patches=patches)
     out = pytester.path / "out"
     run = run_inner(pytester, *args, "-k", f"meets_the_class_threshold and {case}", f"--amp-report-dir={out}")

@@ -5,7 +5,7 @@ controls fails, and the explanation names the claim it broke."""
 from __future__ import annotations
 
 import pytest
-from faults.fp8 import E2M1_SR_FAULTS, SR_FAULTS
+from faults.stochastic_rounding import E2M1_SR_FAULTS, SR_FAULTS
 
 from harness.api import check_stochastic_rounding
 from harness.domains.stochastic_rounding import roundings

@@ -1,7 +1,7 @@
 """Negative controls: the stochastic-rounding suite, run on deliberately wrong roundings, must fail.
 
 The real suite file is copied into a scratch directory; a conftest swaps in a broken rounding
-(``faults/fp8.py``); each test asserts exactly which checks catch the fault, and the unbiasedness
+(``faults/stochastic_rounding.py``); each test asserts exactly which checks catch the fault, and the unbiasedness
 check's error rates are measured.
 """
 
@@ -27,13 +27,13 @@ def _sr(pytester, suite_copy, fault: str | None):
     suite_copy(SR, conftest=False)
     if fault is None:
         fixtures = {
-            "stochastic_rounding_under_test": "faults.fp8.torchao_sr()",
+            "stochastic_rounding_under_test": "faults.stochastic_rounding.torchao_sr()",
             "e2m1_stochastic_rounding_under_test": "harness.domains.stochastic_rounding.roundings.harness_e2m1_stochastic_rounding",
         }
     else:
         fixtures = {
-            "stochastic_rounding_under_test": f"faults.fp8.SR_FAULTS[{fault!r}]",
-            "e2m1_stochastic_rounding_under_test": f"faults.fp8.E2M1_SR_FAULTS[{fault!r}]",
+            "stochastic_rounding_under_test": f"faults.stochastic_rounding.SR_FAULTS[{fault!r}]",
+            "e2m1_stochastic_rounding_under_test": f"faults.stochastic_rounding.E2M1_SR_FAULTS[{fault!r}]",
         }
     inject(
         pytester, "stochastic_rounding", fixtures=fixtures, imports=("harness.domains.stochastic_rounding.roundings",)
@@ -71,7 +71,7 @@ def test_the_unbiasedness_check_rarely_fails_a_correct_rounding_and_catches_an_e
     harness's into e2m1) over 200 seeds never fails (designed: 1e-6 per run); a bias of 1/8 of a
     step fails every seed (the detectable bias is 0.062-0.064 of a step where the test is weakest,
     p = 1/2; near the ends of the step far smaller biases show)."""
-    from faults.fp8 import E2M1_SR_FAULTS, SR_FAULTS, torchao_sr
+    from faults.stochastic_rounding import E2M1_SR_FAULTS, SR_FAULTS, torchao_sr
 
     from harness.domains.stochastic_rounding import checks as S
     from harness.domains.stochastic_rounding import roundings

@@ -15,6 +15,7 @@ import torch
 from harness.domains.engines.compiler import compiling
 from harness.domains.patterns import COMPILED_CPU_ONLY, repeated
 from harness.domains.patterns import checkpointing as C
+from harness.domains.patterns.repro import checkpointing_repro
 
 pytestmark = pytest.mark.amp_capability("training parity")
 
@@ -41,6 +42,7 @@ def test_checkpointed_gradients_equal_the_unchecked_models_bit_for_bit(variant, 
         device=amp_device,
         dtype=amp_dtype,
         tags={"variant": variant, "parameters": len(reference.grads), "loss_scale": _scale(amp_dtype)},
+        repro=checkpointing_repro(amp_device, amp_dtype, variant, _scale(amp_dtype)),
     )
 
 

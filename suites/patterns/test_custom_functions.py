@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.domains.patterns import custom_functions as F
+from harness.domains.patterns.repro import custom_function_repro
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("autocast policy")
@@ -48,4 +49,5 @@ def test_a_custom_functions_matmuls_run_in_the_precision_its_decorators_promise(
         device=amp_device,
         dtype=amp_dtype,
         tags={"kind": kind, "forward": [list(d) for d in seen.forward], "backward": [list(d) for d in seen.backward]},
+        repro=custom_function_repro(amp_device, amp_dtype, kind),
     )

@@ -15,6 +15,7 @@ import torch
 
 from harness.domains.patterns import penalty as P
 from harness.domains.patterns import repeated
+from harness.domains.patterns.repro import penalty_repro
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
 
@@ -25,6 +26,7 @@ def test_the_penalty_is_the_float64_norm_of_the_unscaled_gradients(amp_device, a
         P.penalty_claim(step),
         dtype=amp_dtype,
         device=amp_device,
+        repro=penalty_repro(amp_device, amp_dtype, "penalty"),
     )
 
 
@@ -43,6 +45,7 @@ def test_the_penalised_step_equals_the_step_without_loss_scaling_bit_for_bit(amp
         P.unscaled_claim(scaled, plain),
         dtype=amp_dtype,
         device=amp_device,
+        repro=penalty_repro(amp_device, amp_dtype, "unscaled"),
     )
 
 
@@ -52,4 +55,5 @@ def test_an_inf_in_the_penalty_gradients_skips_the_step_and_backs_off_once(amp_d
         P.overflow_claim(step),
         device=amp_device,
         tags={"scale": [step.scale_before, step.scale_after]},
+        repro=penalty_repro(amp_device, torch.float16, "skip"),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.domains.patterns import optimizers as O
+from harness.domains.patterns.repro import optimizers_repro
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
@@ -54,4 +55,5 @@ def test_each_optimizer_decides_its_own_skip_and_the_scale_backs_off_once(overfl
             "optimizers": list(seen.optimizers),
             "scale": [seen.scale_before, seen.scale_after],
         },
+        repro=optimizers_repro(amp_device, overflow_in),
     )

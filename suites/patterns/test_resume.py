@@ -12,6 +12,7 @@ import pytest
 
 from harness.domains.patterns import repeated
 from harness.domains.patterns import resume as R
+from harness.domains.patterns.repro import resume_repro
 from harness.numerics.comparison import compare_claim
 
 pytestmark = pytest.mark.amp_capability("training parity")
@@ -37,4 +38,5 @@ def test_a_resumed_run_continues_bit_for_bit_as_the_uninterrupted_one(amp_device
         device=amp_device,
         dtype=amp_dtype,
         tags={"steps": R.STEPS, "saved_after": R.SAVE_AT, "scales": list(uninterrupted.scales)},
+        repro=resume_repro(amp_device, amp_dtype),
     )

@@ -1,12 +1,9 @@
-"""Deliberately wrong implementations, one module per fault family: each must make a named check
-of the suites fail (the ``tests/test_*_suite_can_fail.py`` files run the real suite files with
-them injected).
-
-* :mod:`faults.casts` fp32 -> low-precision casts (the format suite's ``cast_under_test``);
-* :mod:`faults.autocast` autocast policy and kernel regressions (patched torch functions);
-* :mod:`faults.scalers` GradScaler bugs (given to the scaler suite through ``scaler_factory``);
-* :mod:`faults.training` training-loop regressions (patched GradScaler.step / F.linear);
-* :mod:`faults.distributed` compression hooks, a sharded scaler and ranks that crash or hang.
+"""Deliberately wrong implementations, one module per claim family (``faults.<family>``, the name
+of the family's package under ``harness/domains/``): each must make a named check of that family's
+suite fail (the ``tests/test_*_can_fail.py`` files run the real suite files with them injected).
+``faults.stacks`` is not a family's: it installs the families' harness-free faults by name, in an
+injected conftest or a standalone script's interpreter. ``tests/test_architecture.py`` holds the
+modules to the families.
 
 Typed and checked by ``mypy --strict`` with the harness (``.ci/run``).
 """

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from faults.stacks import autocast_kernel
+
 Fn = Callable[..., torch.Tensor]
 
 
@@ -120,3 +122,74 @@ def _registering(case: str, summary: str) -> Callable[[dict[Any, Any]], dict[Any
 registry_with_a_stale_finding = _registering("torch.mm", "claimed: mm runs in fp32 (it does not)")
 #: A registry entry for the disagreement an op moved between the lists causes (F.mse_loss).
 registry_with_the_mse_loss_finding = _registering("F.mse_loss", "registered on purpose by a negative control")
+
+
+def register_layer_norm_autocast_lowp() -> Any:
+    """aten::layer_norm's autocast kernel casting to the low-precision dtype (autocast's fp32 list
+    losing an op: a policy regression in the dispatcher, not in a Python wrapper)."""
+
+    def layer_norm(
+        x: Any, shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, cudnn: bool = True
+    ) -> Any:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            w, b = (None if t is None else t.to(lp) for t in (weight, bias))
+            return torch.ops.aten.layer_norm(x.to(lp), shape, w, b, eps, cudnn)
+
+    return autocast_kernel("layer_norm", layer_norm)
+
+
+def register_mm_autocast_one_ulp_off() -> Any:
+    """aten::mm's autocast kernel returning its first element one unit in the last place off:
+    autocast's result is no longer the op run by hand on inputs cast to its choice."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            out = torch.ops.aten.mm(a.to(lp), b.to(lp)).clone()
+        out.view(torch.int16).view(-1)[0] += 1
+        return out
+
+    return autocast_kernel("mm", mm)
+
+
+def register_mm_autocast_casting_float64() -> Any:
+    """aten::mm's autocast kernel casting every floating input, float64 too, to low precision."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.mm(a.to(lp), b.to(lp))
+
+    return autocast_kernel("mm", mm)
+
+
+def register_mm_autocast_in_fp32() -> Any:
+    """aten::mm's autocast kernel running in float32 (a lower-precision-list op left in fp32)."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.mm(a.float(), b.float())
+
+    return autocast_kernel("mm", mm)
+
+
+def register_linear_autocast_uncached() -> Any:
+    """aten::linear's autocast kernel casting its weight on every call (the cast cache lost)."""
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> Any:
+        lp = torch.get_autocast_dtype("cpu")
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.linear(x.to(lp), w.to(lp), None if b is None else b.to(lp))
+
+    return autocast_kernel("linear", linear)
+
+
+def register_gelu_autocast_kernel() -> Any:
+    """An autocast kernel for aten::gelu, which has none (a release registering a new op)."""
+
+    def gelu(x: torch.Tensor, approximate: str = "none") -> Any:
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten.gelu(x, approximate=approximate)
+
+    return autocast_kernel("gelu", gelu)

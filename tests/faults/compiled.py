@@ -213,3 +213,68 @@ SWEEP_SAMPLE = ("torch.mm", "F.linear", "F.layer_norm")
 def catalogue_sample(catalogue: list[Any]) -> list[Any]:
     """A patch of ``harness.domains.compiled.catalogue.CATALOGUE``: :data:`SWEEP_SAMPLE` only."""
     return [c for c in catalogue if c.name in SWEEP_SAMPLE]
+
+
+def _compiled_returning(transform: Callable[[Any], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A ``torch.compile`` fault: compiled functions return ``transform`` of what they computed
+    (eager is untouched)."""
+
+    def factory(real: Callable[..., Any]) -> Callable[..., Any]:
+        def compile(fn: Any = None, **kwargs: Any) -> Any:
+            compiled = real(fn, **kwargs)
+            return lambda *args, **kw: transform(compiled(*args, **kw))
+
+        return compile
+
+    return factory
+
+
+def _softmax_to_4_bits(out: Any) -> Any:
+    if isinstance(out, dict) and "softmax" in out:
+        m, e = torch.frexp(out["softmax"].detach().float())
+        out = {**out, "softmax": torch.ldexp(torch.round(m * 16) / 16, e).to(out["softmax"].dtype)}
+    return out
+
+
+#: ``torch.compile`` returning a ``softmax`` stage kept to 4 significand bits (a compiler losing
+#: precision in one stage)
+compile_rounding_softmax = _compiled_returning(_softmax_to_4_bits)
+
+
+def _softmax_in_float32(out: Any) -> Any:
+    return {**out, "softmax": out["softmax"].float()} if isinstance(out, dict) and "softmax" in out else out
+
+
+#: ``torch.compile`` returning the ``softmax`` stage in float32 where eager gives it in the
+#: low-precision dtype (a compiler dropping autocast's choice for one op)
+compile_softmax_in_float32 = _compiled_returning(_softmax_in_float32)
+
+
+def _tensor_in_float32(out: Any) -> Any:
+    return out.float() if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+
+#: ``torch.compile`` returning every floating tensor result in float32 (a compiler dropping
+#: autocast's low-precision choice for every op compiled alone)
+compile_outputs_in_float32 = _compiled_returning(_tensor_in_float32)
+
+
+def _tensor_scaled_off(out: Any) -> Any:
+    return out * (1 + 2**-4) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+
+#: ``torch.compile`` returning a compiled model's output 1 + 2^-4 times what it computed (a constant
+#: folded wrong in its 4th bit): compiled training drifts from eager (3.2x the MLP's parity
+#: allowance; outputs merely rounded to 2 significand bits stay within it)
+compile_output_scaled_off = _compiled_returning(_tensor_scaled_off)
+
+
+def _region_out_in_low_precision(out: Any) -> Any:
+    if isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
+        return out[0], out[1].to(out[0].dtype)
+    return out
+
+
+#: ``torch.compile`` whose functions returning ``(h, out)`` give ``out`` in ``h``'s low-precision
+#: dtype (autocast leaking into a region that disabled it)
+compile_region_in_low_precision = _compiled_returning(_region_out_in_low_precision)

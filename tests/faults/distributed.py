@@ -206,13 +206,3 @@ def ranks_wait_to_be_killed(rank: int, world: int, pid_dir: str) -> None:
     while time.monotonic() < deadline:
         dist.barrier()
         time.sleep(0.05)
-
-
-def all_reduce_slowed(tensor: torch.Tensor) -> None:
-    """An all-reduce twice as slow as the backend's (a degraded link, a misconfigured transport):
-    the real collective, then a pause as long as it took. Twice, not the 1.3x a judged floor is
-    placed to catch: a loopback calibration that just passes the scatter test still lets a clean
-    run stray close to the floor, and the control must not depend on a quiet host."""
-    start = time.perf_counter()
-    dist.all_reduce(tensor)
-    time.sleep(time.perf_counter() - start)

@@ -4,18 +4,14 @@ functions are patched where the suite uses torchao directly (Float8Linear, train
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
 
-from harness.domains.block_scaled.blocklinear import EmulatedBlockLinear, TorchaoBlockLinear
-from harness.domains.block_scaled.blockquant import BlockQuantized, TorchaoBlockScaling, TorchBlockScaling
 from harness.domains.fp8.adapters import TorchaoScaling
 from harness.domains.fp8.delayed import TorchDelayedScaling
-from harness.numerics.blockscaled import BlockSpec
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2
 from harness.numerics.scaled import AMAX_EPS, CastSpec, Granularity
 
@@ -119,11 +115,6 @@ def exact_pow2(original: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[to
         return torch.where(torch.isfinite(scale) & (scale > 0), exact, scale)
 
     return fixed
-
-
-def one_less(original: int) -> int:
-    """A constant one below torchao's (an element format's largest power of two, off by one)."""
-    return original - 1
 
 
 class PlainTorchScaling:
@@ -233,88 +224,6 @@ def scaled_mm_without_kernel(original: Callable[..., torch.Tensor]) -> Callable[
     return missing
 
 
-# -- stochastic rounding (suites/stochastic_rounding/test_stochastic_rounding.py) ------------------------------------
-def _sr_with(threshold: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """fp32 -> bf16 stochastic rounding, away from zero where ``threshold(shape) < low 16 bits``."""
-
-    def rounding(x: torch.Tensor) -> torch.Tensor:
-        bits = x.contiguous().view(torch.int32)
-        low, toward = bits & 0xFFFF, bits & ~0xFFFF
-        out = torch.where(threshold(x) < low, toward + 0x10000, toward)
-        return out.view(torch.float32).bfloat16()
-
-    return rounding
-
-
-def sr_biased(bias: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Rounds away from zero ``bias`` (a fraction of the step) more often than it should."""
-    return _sr_with(lambda x: torch.randint(0, 1 << 16, x.shape, dtype=torch.int32) - int(bias * 65536))
-
-
-def _unseeded(x: torch.Tensor) -> torch.Tensor:
-    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-    return torch.randint(0, 1 << 16, x.shape, dtype=torch.int32, generator=g)
-
-
-SR_FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "round_to_nearest": lambda x: x.bfloat16(),
-    "biased_an_eighth": sr_biased(1 / 8),
-    "zeros": lambda x: torch.zeros_like(x, dtype=torch.bfloat16),
-    "deterministic": _sr_with(lambda x: torch.full(x.shape, 1 << 15, dtype=torch.int32)),
-    "ignores_the_generator": _sr_with(
-        lambda x: torch.randint(0, 1 << 16, x.shape, dtype=torch.int32, generator=torch.Generator().manual_seed(7))
-    ),
-    "unseeded": _sr_with(_unseeded),
-}
-
-
-def _e2m1_sr_with(uniform: Callable[[torch.Size], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """fp32 -> e2m1 stochastic rounding (within +-6), away from zero where ``uniform(shape)`` lies
-    below the input's fraction of its step (steps 0.5 below 2, 1 below 4, 2 up to 6)."""
-
-    def rounding(x: torch.Tensor) -> torch.Tensor:
-        a = x.to(torch.float64).abs()
-        step = torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0)).to(torch.float64)
-        low = torch.floor(a / step)
-        away = uniform(a.shape) < a / step - low
-        return torch.copysign(((low + away.to(torch.float64)) * step).clamp(max=6.0), x.to(torch.float64))
-
-    return rounding
-
-
-def _unseeded_uniform(shape: torch.Size) -> torch.Tensor:
-    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-    return torch.rand(shape, dtype=torch.float64, generator=g)
-
-
-def _e2m1_nearest(x: torch.Tensor) -> torch.Tensor:
-    from harness.numerics.formats import FP4_E2M1
-    from harness.numerics.rounding import round_to_format
-
-    return round_to_format(x.to(torch.float64), FP4_E2M1)
-
-
-#: The same faults as :data:`SR_FAULTS`, in fp32 -> e2m1 stochastic rounding ("zeros" is what one GPU
-#: generation's NVFP4 rounding returned: NVIDIA/TransformerEngine PR 3281).
-E2M1_SR_FAULTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "round_to_nearest": _e2m1_nearest,
-    "biased_an_eighth": _e2m1_sr_with(lambda shape: torch.rand(shape, dtype=torch.float64) - 1 / 8),
-    "zeros": lambda x: torch.zeros_like(x),
-    "deterministic": _e2m1_sr_with(lambda shape: torch.full(shape, 0.5, dtype=torch.float64)),
-    "ignores_the_generator": _e2m1_sr_with(
-        lambda shape: torch.rand(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
-    ),
-    "unseeded": _e2m1_sr_with(_unseeded_uniform),
-}
-
-
-def torchao_sr() -> Callable[[torch.Tensor], torch.Tensor]:
-    """torchao's fp32 -> bf16 stochastic rounding (the implementation the suite judges)."""
-    from torchao.optim.quant_utils import _fp32_to_bf16_sr
-
-    return _fp32_to_bf16_sr  # type: ignore[no-any-return]
-
-
 # -- delayed scaling (suites/fp8/test_delayed_scaling.py) ---------------------------------------------
 class NeverRolls(TorchDelayedScaling):
     """A history that fills once and never rolls: the first window's amaxes decide forever."""
@@ -416,83 +325,51 @@ class RoundTripDropsHistory(TorchDelayedScaling):
         self._scale = state["scale"].clone()
 
 
-# -- block-scaled quantisers (MX, NVFP4) ----------------------------------------------------------------
-class BlockScaleOneBinadeHigh(TorchaoBlockScaling):
-    """torchao's quantiser with every block scale stored one binade high (an exponent bias off by
-    one: e8m0 code + 1, e4m3 exponent field + 1); the elements were quantised with the right one,
-    so every value decodes at twice its size."""
+def tensor_to_scale_doubled(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """torchao's ``tensor_to_scale`` returning twice its scale (a binade off: saturating casts)."""
 
-    name = "block scale one binade high"
+    def tensor_to_scale(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return real(*args, **kwargs) * 2
 
-    def quantize(self, x: torch.Tensor, spec: BlockSpec) -> BlockQuantized:
-        good = super().quantize(x, spec)
-        step = 1 if spec.scale_format == "e8m0" else 1 << FP8_E4M3FN.mantissa_bits
-        return replace(good, scale_codes=good.scale_codes + step, values=good.values * 2)
+    return tensor_to_scale
 
 
-class LinearOverBinadeHighScales(EmulatedBlockLinear):
-    """A block-scaled linear over :class:`BlockScaleOneBinadeHigh`: every operand decodes at twice
-    its size, so every product is four times the float64 one."""
+def scaled_mm_without_scale_b(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``torch._scaled_mm`` that drops its second operand's scale (multiplies by 1 instead: a
+    kernel reading the wrong scale pointer), so every output is off by that operand's scale."""
 
-    def __init__(self) -> None:
-        super().__init__(BlockScaleOneBinadeHigh())
+    def scaled_mm(a: torch.Tensor, b: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs.get("scale_b") is not None:
+            kwargs["scale_b"] = torch.ones_like(kwargs["scale_b"])
+        return real(a, b, *args, **kwargs)
 
-
-class Fp4GradientsLinear(TorchaoBlockLinear):
-    """torchao's MX linear with its output gradients cast to e2m1 where the recipe says e4m3 (a
-    recipe table that mixes up MXFP8 and MXFP4 for the backward): both gradients lose ~13 dB, the
-    output is untouched."""
-
-    name = "MX linear with fp4 gradients"
-
-    def __init__(self) -> None:
-        super().__init__(grad_dtype=torch.float4_e2m1fn_x2)
+    return scaled_mm
 
 
-class E5m2GradientsLinear(TorchaoBlockLinear):
-    """torchao's MX linear with its output gradients cast to e5m2 where MXFP8 says e4m3 (the
-    float8 tensorwise recipes' gradient format carried over): two significand bits fewer in the
-    backward only."""
+def fp8_decode_subnormals_flushed(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float8 -> float32 conversion flushes subnormal codes to (signed) zero: a
+    decoding table that forgot the subnormals."""
 
-    name = "MX linear with e5m2 gradients"
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and out.dtype is torch.float32:
+            tiny = out.abs() < float(torch.finfo(self.dtype).smallest_normal)
+            out = torch.where(tiny, out * 0, out)
+        return out
 
-    def __init__(self) -> None:
-        super().__init__(grad_dtype=torch.float8_e5m2)
-
-
-class UsersAdapterOverTorchao:
-    """A user's own MX quantiser that inherits torchao's substitute divisor at the smallest e8m0
-    scale: the registry excuses torchao's releases, not code of one's own, so it must fail."""
-
-    name = "a user's adapter over torchao"
-
-    def __init__(self) -> None:
-        self._torchao = TorchaoBlockScaling()
-
-    def unsupported(self, spec: BlockSpec) -> str | None:
-        return self._torchao.unsupported(spec)
-
-    def quantize(self, x: torch.Tensor, spec: BlockSpec) -> BlockQuantized:
-        return self._torchao.quantize(x, spec)
+    return to
 
 
-class TransposedTiles(TorchBlockScaling):
-    """The harness's own NVFP4 quantiser with its 16x16 tile scales laid out transposed (tile (i, j)
-    quantised and stored with tile (j, i)'s scale): the layout bug of a colwise copy that reuses the
-    rowwise scale grid without transposing it."""
+def e8m0_cast_rounding_down(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> e8m0 cast takes the power of two below (a truncating exponent
+    extraction) where the nearest one is above; every other conversion is untouched."""
 
-    name = "2-D tile scales transposed"
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype is torch.float8_e8m0fnu:
+            finite = torch.isfinite(self) & (self > 0)
+            below = (torch.frexp(self.double())[1] - 1 + 127).clamp(0, 254).to(torch.uint8)
+            out = torch.where(finite, below, out.view(torch.uint8)).view(torch.float8_e8m0fnu)
+        return out
 
-    def block_amax(self, x: torch.Tensor, spec: BlockSpec) -> torch.Tensor:
-        grid = super().block_amax(x, spec)
-        return grid.T.contiguous() if spec.block[0] > 1 and grid.shape[0] == grid.shape[1] else grid
-
-
-def nvfp4_zero_guarded(original: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A torchao whose per-tensor NVFP4 scale treats a zero amax as 1 (TransformerEngine's guard):
-    the registered zero-tensor finding "appears fixed"."""
-
-    def fixed(amax: torch.Tensor) -> torch.Tensor:
-        return torch.where(amax == 0, torch.ones_like(original(amax)), original(amax))
-
-    return fixed
+    return to

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch.amp.grad_scaler import GradScaler, OptState
 
+from faults.stacks import kernel
+
 Step = Callable[..., Any]
 
 
@@ -158,10 +160,8 @@ def optimizer_step_drifting_between_runs(original: Any) -> Any:
 
 @contextlib.contextmanager
 def lossy_gelu_kernel(bits: int = 3) -> Iterator[None]:
-    """aten::gelu's CPU kernel replaced by :func:`faults.stacks.lossy_gelu` (``bits`` significand
+    """aten::gelu's CPU kernel replaced by :func:`faults.training.lossy_gelu` (``bits`` significand
     bits of a bf16/fp16 output, float64 exact). Undone on exit."""
-    from faults.stacks import register_lossy_gelu
-
     lib = register_lossy_gelu(bits)
     try:
         yield
@@ -178,3 +178,23 @@ def recording_under_lossy_gelu(original: Any) -> Any:
             return original(*args, **kwargs)
 
     return faulty
+
+
+def lossy_gelu(bits: int = 3) -> Callable[..., torch.Tensor]:
+    """An aten::gelu kernel keeping only ``bits`` significand bits of a bf16/fp16 output; float64
+    calls stay exact, so the op localiser's reference is unaffected (a kernel regression in one op)."""
+    import math
+
+    def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        y = 0.5 * x.double() * (1 + torch.erf(x.double() / math.sqrt(2)))
+        if x.dtype in (torch.bfloat16, torch.float16):
+            m, e = torch.frexp(y)
+            y = torch.ldexp(torch.round(m * 2.0**bits) / 2.0**bits, e)
+        return y.to(x.dtype)
+
+    return gelu
+
+
+def register_lossy_gelu(bits: int = 3) -> Any:
+    """:func:`lossy_gelu` as aten::gelu's CPU kernel while the returned Library lives."""
+    return kernel("gelu", lossy_gelu(bits), "CPU")

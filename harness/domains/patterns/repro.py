@@ -1,17 +1,27 @@
-"""The training patterns' reproductions: the AMP examples' patterns as scripts whose model and data
-are seeded as the checks build them, so a script needs no saved tensors. Gradient accumulation
-under GradScaler: the sum of the micro-batches under one scale, and an inf in any micro-batch
-skipping the effective batch (``scripts/accumulation.py``)."""
+"""The training patterns' reproductions: each of the six AMP patterns as a script whose model and
+data are seeded as the checks build them, so a script needs no saved tensors: gradient
+accumulation (``scripts/accumulation.py``), activation checkpointing (``checkpointing.py``), custom
+autograd functions (``custom_functions.py``), several optimizers with one scaler
+(``optimizers.py``), the gradient penalty (``penalty.py``) and save-and-resume (``resume.py``)."""
 
 from __future__ import annotations
 
 import torch
 
 from harness.domains.patterns import accumulation as A
+from harness.domains.patterns import checkpointing as C
+from harness.domains.patterns import optimizers as O
+from harness.domains.patterns import penalty as P
+from harness.domains.patterns import resume as R
 from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src
 
 #: gradient accumulation under GradScaler, standalone: ``scripts/accumulation.py``
 ACCUMULATION = ScriptTemplate(__package__ or "harness.domains.patterns", "accumulation")
+CHECKPOINTING = ScriptTemplate(__package__ or "harness.domains.patterns", "checkpointing")
+CUSTOM_FUNCTIONS = ScriptTemplate(__package__ or "harness.domains.patterns", "custom_functions")
+OPTIMIZERS = ScriptTemplate(__package__ or "harness.domains.patterns", "optimizers")
+PENALTY = ScriptTemplate(__package__ or "harness.domains.patterns", "penalty")
+RESUME = ScriptTemplate(__package__ or "harness.domains.patterns", "resume")
 
 
 def accumulation_repro(device: torch.device, dtype: torch.dtype, inf_in: int | None = None) -> FailureRepro:
@@ -36,3 +46,88 @@ def accumulation_repro(device: torch.device, dtype: torch.dtype, inf_in: int | N
         what = f"gradient accumulation under GradScaler with an inf in micro-batch {inf_in}: promises broken"
         allowance = "exact: the step skipped bitwise and the scale halved once"
     return FailureRepro("patterns", what, code, allowance, device=device.type)
+
+
+def _device(device: torch.device) -> str:
+    return f"torch.device({device.type!r})"
+
+
+def checkpointing_repro(device: torch.device, dtype: torch.dtype, variant: str, scale: float) -> FailureRepro:
+    """The eager model with its blocks checkpointed in ``variant`` against the model without
+    checkpointing, bit for bit."""
+    values = {
+        "DEVICE": _device(device),
+        "DTYPE": dtype_src(dtype),
+        "VARIANT": repr(variant),
+        "WIDTH": repr(C.WIDTH),
+        "BLOCKS": repr(C.BLOCKS),
+        "BATCH": repr(C.BATCH),
+        "SCALE": repr(scale),
+    }
+    code = CHECKPOINTING.fill("parameters", "checkpointing", values=values)
+    what = f"{variant} activation checkpointing under {dtype} autocast: gradients unlike the unchecked model's"
+    return FailureRepro(
+        "patterns", what, code, "exact: the recomputation runs in the forward's precision", device=device.type
+    )
+
+
+def custom_function_repro(device: torch.device, dtype: torch.dtype, kind: str) -> FailureRepro:
+    """The custom linear decorated ``kind``-wise, its matmuls' dtypes observed forward and backward."""
+    values = {"DEVICE": _device(device), "DTYPE": dtype_src(dtype), "KIND": repr(kind)}
+    code = CUSTOM_FUNCTIONS.fill("parameters", "custom_function", values=values)
+    what = f"a custom autograd function ({kind}) under {dtype} autocast: matmuls in another dtype"
+    return FailureRepro("patterns", what, code, "exact: every matmul in the decorators' dtype", device=device.type)
+
+
+def optimizers_repro(device: torch.device, overflow_in: int | None) -> FailureRepro:
+    """Two models and optimizers with one GradScaler, an inf in model ``overflow_in`` (None: clean)."""
+    values = {
+        "DEVICE": _device(device),
+        "OVERFLOW_IN": repr(overflow_in),
+        "WIDTH": repr(O.WIDTH),
+        "BATCH": repr(O.BATCH),
+        "SCALE": repr(O.SCALE),
+    }
+    code = OPTIMIZERS.fill("parameters", "two_optimizers", values=values)
+    what = f"two optimizers with one GradScaler, overflow in {overflow_in}: promises broken"
+    allowance = "exact: each optimizer skips only for its own inf, a taken step bitwise its reference, one backoff"
+    return FailureRepro("patterns", what, code, allowance, device=device.type)
+
+
+def penalty_repro(device: torch.device, dtype: torch.dtype, judgement: str) -> FailureRepro:
+    """The gradient-penalty step, judged ``"penalty"`` (against float64), ``"unscaled"`` (against
+    the step without GradScaler) or ``"skip"`` (an inf in the penalty's gradients)."""
+    values = {
+        "DEVICE": _device(device),
+        "DTYPE": dtype_src(dtype),
+        "WIDTH": repr(P.WIDTH),
+        "BATCH": repr(P.BATCH),
+        "SCALE": repr(P.SCALE),
+    }
+    code = PENALTY.fill("parameters", "step", judgement, values=values)
+    allowance = {
+        "penalty": "gamma_(n+1)(2^-24) x the float64 norm (Higham 3.1)",
+        "unscaled": "exact: scaling by a power of two and unscaling by hand",
+        "skip": "exact: the step skipped bitwise and the scale halved once",
+    }[judgement]
+    what = f"the gradient penalty under GradScaler and {dtype} autocast ({judgement})"
+    return FailureRepro("patterns", what, code, allowance, device=device.type)
+
+
+def resume_repro(device: torch.device, dtype: torch.dtype) -> FailureRepro:
+    """A run saved after ``resume_at`` steps and resumed in fresh objects against the uninterrupted one."""
+    values = {
+        "DEVICE": _device(device),
+        "DTYPE": dtype_src(dtype),
+        "WIDTH": repr(R.WIDTH),
+        "BATCH": repr(R.BATCH),
+        "STEPS": repr(R.STEPS),
+        "RESUME_AT": repr(R.SAVE_AT),
+        "GROWTH_INTERVAL": repr(R.GROWTH_INTERVAL),
+        "INIT_SCALE": repr(R.INIT_SCALE),
+    }
+    code = RESUME.fill("parameters", "resume", values=values)
+    what = f"save and resume under {dtype} autocast: the resumed run parts from the uninterrupted one"
+    return FailureRepro(
+        "patterns", what, code, "exact: losses, scales and final parameters bitwise", device=device.type
+    )

@@ -9,6 +9,7 @@ suite: the control of the controls), so that single transitions of it can be bro
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -313,3 +314,121 @@ class StateNotRestored(GrowsEveryOtherStep):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return None
+
+
+def update_never_backing_off(real: Callable[..., None]) -> Callable[..., None]:
+    """``GradScaler.update`` that keeps the scale where an overflow should halve it."""
+
+    def update(self: Any, new_scale: Any = None) -> None:
+        before = None if new_scale is not None or self._scale is None else self._scale.clone()
+        real(self, new_scale)
+        if before is not None:
+            self._scale.copy_(torch.maximum(self._scale, before))
+
+    return update
+
+
+def scale_a_quarter_high(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``GradScaler.scale`` multiplying the loss by 1.25 x the scale ``unscale_`` divides by: every
+    fp16 + GradScaler step is a quarter too long (the MLP's parity: 13x its allowance)."""
+
+    def scale(self: Any, outputs: Any) -> Any:
+        return real(self, outputs) * 1.25
+
+    return scale
+
+
+def scaler_stepping_on_overflow(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``GradScaler._maybe_opt_step`` stepping whatever ``found_inf`` says: an overflow step moves
+    the parameters (a for-loop or foreach optimizer's skip is this method's)."""
+
+    def _maybe_opt_step(self: Any, optimizer: Any, optimizer_state: Any, *args: Any, **kwargs: Any) -> Any:
+        return optimizer.step(*args, **kwargs)
+
+    return _maybe_opt_step
+
+
+def _clip_by(params: list[Any], max_norm: float, norm: torch.Tensor) -> torch.Tensor:
+    """clip_grad_norm_'s last part: every gradient times min(1, max_norm / (norm + 1e-6))."""
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for p in params:
+        p.grad.mul_(coef)
+    return norm
+
+
+def clip_grad_norm_in_bf16(original: Any) -> Any:
+    """``clip_grad_norm_`` whose total norm is accumulated in bf16 (a lossy reduction): its
+    coefficient, and so every clipped gradient, is off by up to bf16's rounding. It honours
+    ``error_if_nonfinite``: the fault is the reduction's precision and nothing else."""
+
+    def lossy(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        params = [p for p in parameters if p.grad is not None]
+        norm: torch.Tensor = torch.stack([p.grad.to(torch.bfloat16).float().norm() for p in params]).norm()
+        if kwargs.get("error_if_nonfinite") and not bool(norm.isfinite()):
+            raise RuntimeError("The total norm is non-finite, so it cannot be clipped.")
+        return _clip_by(params, max_norm, norm)
+
+    return lossy
+
+
+def clip_norm_sentinel(original: Any) -> Any:
+    """``clip_grad_norm_`` that turns a non-finite total norm into a -1 sentinel (the bug
+    DeepSpeed's bf16 gradient-norm guard pins): the coefficient max_norm / (-1 + eps) is negative
+    and flips every gradient's sign; a finite norm is reported where the step overflowed."""
+
+    def sentinel(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        params = [p for p in parameters if p.grad is not None]
+        norm: torch.Tensor = torch.stack([p.grad.detach().float().norm() for p in params]).norm()
+        if not bool(norm.isfinite()):
+            if kwargs.get("error_if_nonfinite"):
+                raise RuntimeError("The total norm is non-finite, so it cannot be clipped.")
+            norm = torch.tensor(-1.0)
+        return _clip_by(params, max_norm, norm)
+
+    return sentinel
+
+
+def clip_ignoring_error_if_nonfinite(original: Any) -> Any:
+    """``clip_grad_norm_`` that drops ``error_if_nonfinite``: a non-finite norm is clipped (every
+    gradient turned NaN) instead of raising."""
+
+    def ignoring(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> torch.Tensor:
+        kwargs.pop("error_if_nonfinite", None)
+        out: torch.Tensor = original(parameters, max_norm, *args, **kwargs)
+        return out
+
+    return ignoring
+
+
+def sgd_without_weight_decay(real: Callable[..., None]) -> Callable[..., None]:
+    """torch's functional ``sgd`` (what ``SGD.step`` calls, every implementation) dropping the
+    weight decay it was given: each step misses ``lr * weight_decay * p``."""
+
+    def sgd(*args: Any, **kwargs: Any) -> None:
+        real(*args, **{**kwargs, "weight_decay": 0.0})
+
+    return sgd
+
+
+def _update_keeping(scale: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A factory: a third-party scaler's update(found_inf) that keeps the attribute ``scale`` where
+    an overflow lowers it."""
+
+    def factory(real: Callable[..., None]) -> Callable[..., None]:
+        def update(self: Any, found_inf: bool) -> None:
+            before = getattr(self, scale)
+            real(self, found_inf)
+            if found_inf:
+                setattr(self, scale, before)
+
+        return update
+
+    return factory
+
+
+#: megatron-core's ``DynamicGradScaler.update`` and DeepSpeed's ``DynamicLossScaler.update_scale``
+#: never backing off
+megatron_update_never_backing_off = _update_keeping("_scale")
+
+
+deepspeed_update_never_backing_off = _update_keeping("cur_scale")

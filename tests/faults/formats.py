@@ -117,3 +117,80 @@ def half_flushing_subnormals(real: Callable[..., torch.Tensor]) -> Callable[...,
         return torch.where(out.abs() < 2.0**-14, torch.zeros_like(out), out)
 
     return half
+
+
+def fp16_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float16 cast rounds toward zero where it should round up in
+    magnitude (a truncating conversion kernel); every other conversion is untouched."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype is torch.float16:
+            up = (out.float().abs() > self.abs()) & (out != 0)
+            out = out.clone()
+            out.view(torch.int16)[up] -= 1  # one code toward zero (sign and magnitude)
+        return out
+
+    return to
+
+
+class _Finfo:
+    """``torch.finfo`` of one dtype with its ``max`` halved (a wrong limit table)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._real, name)
+        return value / 2 if name == "max" else value
+
+
+def finfo_fp16_max_halved(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.finfo`` whose float16 ``max`` is half the format's largest finite value."""
+
+    def finfo(*args: Any) -> Any:
+        info = real(*args)
+        return _Finfo(info) if info.dtype == "float16" else info
+
+    return finfo
+
+
+def fp8_e4m3_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float8_e4m3fn cast rounds toward zero where it should round
+    up in magnitude (a truncating conversion kernel); every other conversion is untouched."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype is torch.float8_e4m3fn:
+            up = (real(out, torch.float32).abs() > self.abs()) & (real(out, torch.float32) != 0)
+            out = out.clone()
+            out.view(torch.uint8)[up] -= 1  # one code toward zero (sign and magnitude)
+        return out
+
+    return to
+
+
+def fp8_overflow_to_nan(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float8 casts give NaN beyond the format's largest finite
+    value, where torch saturates (e4m3fn) or gives inf (e5m2): a release changing its choice."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            beyond = self.abs() > float(torch.finfo(out.dtype).max)
+            out = torch.where(beyond, real(torch.full_like(self, float("nan")), out.dtype), out)
+        return out
+
+    return to
+
+
+def fp8_nan_to_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``Tensor.to`` whose float32 -> float8 casts turn NaN into zero."""
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = real(self, *args, **kwargs)
+        if self.dtype is torch.float32 and out.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            out = torch.where(self.isnan(), real(torch.zeros_like(self), out.dtype), out)
+        return out
+
+    return to
