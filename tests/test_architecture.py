@@ -241,7 +241,7 @@ def test_every_function_named_by_a_module_function_string_exists():
     from harness.domains.engines.ranks.ranks import resolve
 
     found = _spec_strings([REPO / "harness", REPO / "suites"])
-    assert len(found) >= 10, found  # the ranks' programs and torch's collectives, at least
+    assert len(found) >= 5, found  # torch's FSDP2 names and collectives, the scaler and interconnect programs
     missing = []
     for spec, where in sorted(found.items()):
         try:

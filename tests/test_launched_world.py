@@ -21,6 +21,8 @@ from harness.storage import report as rp
 
 SUITE = "distributed/test_mixed_precision_distributed.py"
 FP32_ALLREDUCE = "test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_process"
+#: the bandwidth metric: a timing, in the speed suite, run on the same launched world
+INTERCONNECT = "speed/test_interconnect.py"
 
 
 def _port() -> int:
@@ -148,10 +150,11 @@ def test_two_nodes_write_one_report_of_four_ranks_and_one_ranks_fault_fails_on_a
     """Two torchrun invocations of two ranks each (node ranks 0 and 1): one run report holding every
     rank's rows; rank 1's corrupted reduction fails the fp32 all-reduce check in all four sessions,
     the bandwidth metric (clean) is recorded from all four."""
-    suite_copy(SUITE)
+    suite_copy(SUITE, INTERCONNECT)
     faulty = {"ddp_plain_hook": "faults.distributed:allreduce_corrupted_on_rank_1"}
     clean = {"allreduce_timed": "torch.distributed:all_reduce"}  # the injected conftest replaces the suite's
-    inject(pytester, "distributed", fixtures={k: repr(v) for k, v in {**faulty, **clean}.items()})
+    inject(pytester, "distributed", fixtures={k: repr(v) for k, v in faulty.items()})
+    inject(pytester, "speed", fixtures={k: repr(v) for k, v in clean.items()})
     nodes = _finish(_two_nodes(pytester, "-k", f"{FP32_ALLREDUCE} or bandwidth"), timeout=300)
     assert all(rc != 0 for rc, _, _ in nodes), nodes
     for _, out, err in nodes:  # each node's two sessions: the check failed, the metric passed

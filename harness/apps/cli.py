@@ -341,7 +341,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     }
     path = profiles.save(root, prof)
     print(f"hardware class {hc.id}: thresholds written to {path}; review and commit it with your baselines")
-    return 0
+    if args.cases or device.type != "cpu":  # a GPU's interconnect is calibrated on its own world: --allreduce
+        return 0
+    # every speed check of this class calibrated by one command: the all-reduce floors of spawned
+    # ranks too (a timing of the speed capability); ranks that cannot run here leave them uncalibrated
+    from harness.domains.engines.ranks.ranks import RankError  # lazy: imports torch
+
+    try:
+        return _calibrate_allreduce(args)
+    except RankError as exc:
+        print(f"  all-reduce floors not calibrated: the ranks did not run here: {str(exc).splitlines()[0]}")
+        return 0
 
 
 def _cmd_kernels(args: argparse.Namespace, rest: list[str]) -> int:
@@ -647,8 +657,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument(
         "--allreduce",
         action="store_true",
-        help="calibrate the all-reduce bus bandwidth floors instead, on --world spawned ranks (gloo on the CPU, NCCL "
-        "with as many GPUs), or on the world torchrun launched (run it under torchrun: rank 0 writes)",
+        help="calibrate only the all-reduce bus bandwidth floors, on --world spawned ranks (gloo on the CPU, NCCL "
+        "with as many GPUs), or on the world torchrun launched (run it under torchrun: rank 0 writes); a plain "
+        "calibration on the CPU calibrates the spawned ranks' floors too",
     )
     k.add_argument("--world", type=_positive_int, default=2, help="ranks spawned for --allreduce (default 2)")
     k.add_argument("--runs", type=_positive_int, default=5, help="independent measurements per workload (default 5)")

@@ -41,7 +41,7 @@ def _nccl() -> bool:
 def test_ddp_compressed_gradients_stay_within_the_format_budget_of_plain_allreduce(fmt_name, ddp_hook, amp_record):
     if fmt_name == "bf16" and not _nccl():
         pytest.skip("bf16 compression is missing: torch's bf16_compress_hook refuses gloo (it needs NCCL: 2+ GPUs)")
-    results = dist_h.launch("harness.domains.distributed.programs:ddp_gradients", world=WORLD, hook=ddp_hook[fmt_name])
+    results = dist_h.launch(programs.ddp_gradients, world=WORLD, hook=ddp_hook[fmt_name])
     fmt = FP16 if fmt_name == "fp16" else BF16
     _require_declared(amp_record, f"ddp.{fmt_name}_compression", results, "hooked_observed", torch_dtype(fmt))
     repro = _repro(
@@ -70,7 +70,7 @@ def test_ddp_fp32_allreduce_averages_gradients_within_the_fp32_budget_of_one_pro
     a precision loss anywhere in DDP's communication path fails here, where the compression checks
     above only compare DDP with DDP."""
     results = dist_h.launch(
-        "harness.domains.distributed.programs:ddp_gradients",
+        programs.ddp_gradients,
         world=WORLD,
         hook=f"{programs.DEFAULT_HOOKS}:allreduce_hook",
         plain_hook=ddp_plain_hook,
@@ -102,9 +102,7 @@ def test_ddp_autocast_gradscaler_training_matches_one_process(ddp_amp_hook, amp_
     held to that reordering's rounding budget, which a gradient off by any real fraction leaves;
     the losses of every step, to the compounded budget (loose: it bounds six steps of drift)."""
     steps = 6
-    ranks = dist_h.launch(
-        "harness.domains.distributed.programs:ddp_amp_training", world=WORLD, steps=steps, hook=ddp_amp_hook
-    )
+    ranks = dist_h.launch(programs.ddp_amp_training, world=WORLD, steps=steps, hook=ddp_amp_hook)
     single = programs.single_process_amp_training(steps)
     grad_budget = budgets.reordered_batch_gradient(
         torch.cat(programs.per_sample_gradient_magnitudes(0)), programs.GLOBAL_BATCH, programs.MODEL_MODULES, FP16
@@ -146,7 +144,7 @@ def _fsdp2(shard: str) -> dict[str, list]:
     for rd in REDUCE_DTYPES:
         if (shard, rd) not in _FSDP2_RUNS:
             _FSDP2_RUNS[(shard, rd)] = dist_h.launch(
-                "harness.domains.distributed.programs:fsdp2_gradients", world=WORLD, reduce_dtype=rd, shard=shard
+                programs.fsdp2_gradients, world=WORLD, reduce_dtype=rd, shard=shard
             )
     return {rd: _FSDP2_RUNS[(shard, rd)] for rd in REDUCE_DTYPES}
 
@@ -233,7 +231,7 @@ def test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_does_not(fsdp2_
 def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharded_scaler, amp_record):
     """Each rank in turn holds the only inf (one launch: starting ranks is this suite's cost)."""
     per_rank = dist_h.launch(
-        "harness.domains.distributed.programs:sharded_scaler_step",
+        programs.sharded_scaler_step,
         world=WORLD,
         scaler=sharded_scaler,
         inf_ranks=list(range(WORLD)),

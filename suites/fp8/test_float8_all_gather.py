@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from harness.domains.engines.ranks import ranks as dist_h
+from harness.domains.fp8 import allgather
 from harness.domains.fp8 import repro as fp8_repro
 from harness.numerics.comparison import compare_claim
 
@@ -31,7 +32,7 @@ def test_float8_all_gather_under_fsdp2_trains_bit_for_bit_as_without_it(
     if amp_device.type == "cuda" and torch.cuda.device_count() < WORLD:
         pytest.skip(f"float8 all-gather needs {WORLD} GPUs for NCCL ranks; {torch.cuda.device_count()} here")
     ranks = dist_h.launch(
-        "harness.domains.fp8.allgather:float8_fsdp2_training",
+        allgather.float8_fsdp2_training,
         world=WORLD,
         steps=ALL_GATHER_STEPS,
         emulate=amp_device.type == "cpu",

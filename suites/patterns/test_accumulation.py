@@ -63,7 +63,7 @@ def no_sync_runs():
 
     if rank_programs.NO_SYNC not in _LAUNCHED:
         _LAUNCHED[rank_programs.NO_SYNC] = ranks.launch(
-            "harness.domains.patterns.rank_programs:ddp_no_sync_accumulation",
+            rank_programs.ddp_no_sync_accumulation,
             world=2,
             micro_batches=A.MICRO_BATCHES,
             cases=NO_SYNC_CASES,

@@ -77,7 +77,7 @@ def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit
     key = (rank_programs.CHECKPOINT, dtype)  # read here: the negative controls swap the checkpoint function
     if key not in _FSDP2:
         _FSDP2[key] = ranks.launch(
-            "harness.domains.patterns.rank_programs:fsdp2_checkpointed_gradients",
+            rank_programs.fsdp2_checkpointed_gradients,
             world=2,
             dtype=dtype,
             checkpoint=rank_programs.CHECKPOINT,

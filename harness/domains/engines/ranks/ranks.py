@@ -1,13 +1,10 @@
-"""A rank launcher that cannot hang a test run: ``launch("package.module:program", world=2)`` runs a
-family's rank program (the distributed family's in ``harness.domains.distributed.programs``,
-the patterns' in ``harness.domains.patterns.rank_programs``, the interconnect's in
-``harness.domains.speed.interconnect``) on fresh ranks, or on the launched world.
-
-Ranks are fresh processes (forked from a forkserver that imported torch once; gloo on the CPU,
-NCCL with 2+ GPUs) rendezvousing through a file
-store in a fresh temporary directory, so parallel runs never compete for a port. Each rank writes
-its result (or its traceback) to a file; the launcher joins with a timeout, kills stragglers, and
-raises with the failing rank's traceback.
+"""A rank launcher that cannot hang a test run: ``launch(programs.ddp_gradients, world=2)`` runs a
+family's rank program (``distributed/programs.py``, ``patterns/rank_programs.py``, ...) on fresh
+ranks, or on the launched world. Ranks are fresh processes (forked from a forkserver that imported
+torch once; gloo on the CPU, NCCL with 2+ GPUs) rendezvousing through a file store in a fresh
+temporary directory, so parallel runs never compete for a port. Each rank writes its result (or its
+traceback) to a file; the launcher joins with a timeout, kills stragglers, and raises with the
+failing rank's traceback.
 """
 
 from __future__ import annotations
@@ -80,14 +77,20 @@ def _entry(rank: int, world: int, spec: str, kwargs: dict[str, Any], workdir: st
 
 
 def launch(
-    spec: str, world: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None, **kwargs: Any
+    program: str | Callable[..., Any],
+    world: int = 2,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    backend: str | None = None,
+    **kwargs: Any,
 ) -> list[Any]:
-    """Run ``spec(rank=, world=, **kwargs)`` on ``world`` ranks; their return values, by rank.
+    """Run ``program(rank=, world=, **kwargs)`` on ``world`` ranks (a module-level function, or its
+    ``"module:function"`` name); their return values, by rank.
     Under a launcher (:mod:`harness.domains.engines.ranks.world`) it runs on the launched world
     instead, whatever ``world`` asks: this process is one rank of it, and every rank gets every
     rank's result, so each judges the same results and every rank reaches the same verdict."""
     from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, start_processes
 
+    spec = program if isinstance(program, str) else f"{program.__module__}:{program.__qualname__}"
     launched = W.launched()
     if launched is not None:
         return _on_launched_world(spec, launched, timeout_s, kwargs)
