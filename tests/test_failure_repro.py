@@ -329,6 +329,12 @@ CONTROLS.update(
             "fp16",
             ("*continues_bit_for_bit_as_the_uninterrupted_one[[]cpu-fp16]",),
         ),
+        # the scaler's recorded hazards: the finding's script exits 1 where it no longer holds
+        "scaler_never_backs_off/hazards": (
+            "scaler/test_overflow_in_training.py",
+            "no_floor and not Sharded",
+            ("*scale_has_no_floor_and_a_zero_scale_corrupts_parameters[[]GradScaler-cpu]",),
+        ),
         "patterns_update_per_optimizer": (
             "patterns/test_multiple_optimizers.py",
             "inf_in_model_0",
@@ -351,8 +357,8 @@ PATCHES = {
     },
 }
 #: controls whose failed test writes more than one script: a block-scaled linear's three products;
-#: the overscaling GradScaler's parity (the whole run) and AMP lane (its judged steps)
-SCRIPTS = {"fp8_mx_scale_binade_high": 3, "scaler_scaling_a_quarter_high": 2}
+#: the overscaling GradScaler's parity (the whole run) and AMP lane (its judged steps); the zero-scale hazard's two findings
+SCRIPTS = {"fp8_mx_scale_binade_high": 3, "scaler_scaling_a_quarter_high": 2, "scaler_never_backs_off/hazards": 2}
 #: suite file -> the folder of its golden tables (copied into the control's run)
 GOLDEN = {
     "scaler/test_overflow_in_training.py": "scaler",

@@ -31,7 +31,7 @@ from harness.domains.scaler.gradscaler_machine import (
     capped_growth_claim,
     exercised_claims,
 )
-from harness.domains.scaler.repro import scaler_rules
+from harness.domains.scaler.repro import hazard_repro, scaler_rules
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
 
@@ -87,6 +87,13 @@ def test_growth_is_capped_at_the_largest_float32(amp_device, scaler_factory, amp
     got = scaler.get_scale()
     amp_record.require(
         capped_growth_claim(got, ref.scale, known),
+        repro=hazard_repro(
+            f"{scaler_factory.__qualname__}: growth past float32's top",
+            f"{scaler_factory.__module__}.{scaler_factory.__qualname__}",
+            "capped_growth",
+            amp_device.type,
+            capped=not known,
+        ),
         device=amp_device,
         tags={"scaler": issues.scaler_kind(scaler_factory)},
     )

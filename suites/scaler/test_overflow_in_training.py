@@ -19,7 +19,7 @@ from harness.domains import versions
 from harness.domains.scaler import known_issues as issues
 from harness.domains.scaler import optimizers
 from harness.domains.scaler import overflow as O
-from harness.domains.scaler.repro import scaler_trace
+from harness.domains.scaler.repro import hazard_repro, scaler_trace
 from harness.domains.versions import minor
 from harness.storage.baselines import KeyKind
 
@@ -80,12 +80,26 @@ def test_the_scale_and_skip_trace_matches_the_golden_trace(amp_device, scaler_fa
 
 
 # -- hazards: recorded findings, each with a check ----------------------------------------------
+def _hazard(scaler_factory, hazard: str, device):
+    """The hazard's script on the scaler under test (where it is importable standalone)."""
+    return hazard_repro(
+        f"{scaler_factory.__qualname__}: the recorded hazard {hazard} no longer holds",
+        f"{scaler_factory.__module__}.{scaler_factory.__qualname__}",
+        hazard,
+        device.type,
+    )
+
+
 def test_finding_the_scale_has_no_floor_and_a_zero_scale_corrupts_parameters(amp_device, scaler_factory, amp_record):
     """torch backs off without a lower bound: after enough consecutive overflows the float32 scale
     is exactly 0. The next clean step scales every gradient to 0, and unscaling multiplies by
     1/0 = inf: 0 * inf = NaN. The inf/NaN check runs on the scaled gradients (all 0, finite)
     before that multiply, so the NaN is not detected and the step writes NaN into the parameters."""
-    amp_record.require_all(O.zero_scale_findings(scaler_factory(amp_device.type), amp_device), device=amp_device)
+    amp_record.require_all(
+        O.zero_scale_findings(scaler_factory(amp_device.type), amp_device),
+        device=amp_device,
+        repro_of=lambda _: _hazard(scaler_factory, "zero_scale", amp_device),
+    )
 
 
 def test_finding_unscaling_overflows_undetected_below_a_scale_of_2_to_the_minus_128(
@@ -94,13 +108,22 @@ def test_finding_unscaling_overflows_undetected_below_a_scale_of_2_to_the_minus_
     """Below 2^-128, 1/scale is inf in float32: unscaling turns finite gradients into inf after the
     inf check, so the step writes inf into the parameters (and only the next step is skipped)."""
     scaler = scaler_factory(amp_device.type)
-    amp_record.require(O.tiny_scale_finding(scaler, amp_device), device=amp_device, tags={"scale": scaler.get_scale()})
+    amp_record.require(
+        O.tiny_scale_finding(scaler, amp_device),
+        device=amp_device,
+        tags={"scale": scaler.get_scale()},
+        repro=_hazard(scaler_factory, "tiny_scale", amp_device),
+    )
 
 
 def test_finding_a_nan_loss_with_finite_gradients_is_not_skipped(amp_device, scaler_factory, amp_record):
     """GradScaler inspects gradients only: a loss that is NaN through a detached term (finite
     gradients) is stepped on. Check the loss yourself if it can be NaN without NaN gradients."""
-    amp_record.require(O.nan_loss_finding(scaler_factory(amp_device.type), amp_device), device=amp_device)
+    amp_record.require(
+        O.nan_loss_finding(scaler_factory(amp_device.type), amp_device),
+        device=amp_device,
+        repro=_hazard(scaler_factory, "nan_loss", amp_device),
+    )
 
 
 # -- known issues registry --------------------------------------------------------------------

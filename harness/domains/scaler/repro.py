@@ -1,6 +1,7 @@
 """The loss-scaling family's reproductions: a scaler's trace and its state machine's rules against
 the rule written out, a third-party scaler's conformance example against its release's rule, one
-optimizer step under GradScaler against its float64 update or a skip, and a clipped step."""
+optimizer step under GradScaler against its float64 update or a skip, a clipped step, and the
+scaler's recorded hazards and capped growth (``scripts/hazards.py``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from harness.domains.scaler.optimizers import FLAGS, HYPER, ROUNDINGS, STATE_ROU
 
 #: a scaler's scale against its rule, standalone: ``scripts/loss_scale.py``
 LOSS_SCALE = ScriptTemplate(__package__ or "harness.domains.scaler", "loss_scale")
+#: the scaler's recorded hazards and capped growth, standalone: ``scripts/hazards.py``
+HAZARDS = ScriptTemplate(__package__ or "harness.domains.scaler", "hazards")
 
 
 def _scaler_blocks(qualname: str) -> tuple[str, ...]:
@@ -52,6 +55,19 @@ def scaler_trace(
     }
     code = LOSS_SCALE.fill(*_scaler_blocks(qualname), "trace", values=values, replace=_module_of(module))
     return FailureRepro("scaler", what, code, "exact: the trace is deterministic, the rule integral")
+
+
+def hazard_repro(what: str, scaler_cls: str, hazard: str, device: str, capped: bool = True) -> FailureRepro | None:
+    """One of the scaler's recorded hazards (``zero_scale``, ``tiny_scale``, ``nan_loss``) or its
+    ``capped_growth`` on ``scaler_cls`` (module.qualname; None where it cannot be imported
+    standalone): the script exits 1 when the finding no longer holds."""
+    module, _, qualname = scaler_cls.rpartition(".")
+    if not module or "<" in qualname or not (module == "torch" or module.startswith("torch.")):
+        return None
+    values = {"SCALER": scaler_cls, "DEVICE": repr(device), "CAPPED": repr(capped)}
+    code = HAZARDS.fill(*_scaler_blocks(qualname), "parameters", hazard, values=values, replace=_module_of(module))
+    allowance = "exact: the finding holds" if hazard != "capped_growth" else "exact: the rule's scale"
+    return FailureRepro("scaler", what, code, allowance, device=device)
 
 
 def scaler_rules(
