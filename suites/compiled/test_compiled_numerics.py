@@ -100,7 +100,13 @@ def test_emulated_precision_casts_stay_within_the_budget_and_show_where_inductor
         )
     result = _judge(block_runs, amp_dtype, variant)
     _record_errors(amp_record, result, amp_device, amp_dtype)
-    amp_record.require(result.claim(), dtype=amp_dtype, device=amp_device, tags={"worst": result.worst()})
+    amp_record.require(
+        result.claim(),
+        dtype=amp_dtype,
+        device=amp_device,
+        tags={"worst": result.worst()},
+        repro=block_repro_of(block_runs, amp_dtype, result, variant),
+    )
 
 
 #: Seeds (block initialisation and inputs) of the rate measurement, and the clean compiles that may

@@ -13,6 +13,7 @@ import pytest
 
 from harness.domains.engines.ranks import ranks as dist_h
 from harness.domains.speed import interconnect
+from harness.domains.speed.repro import interconnect_repro
 from harness.numerics.comparison import explain
 from harness.numerics.verdict import Outcome
 
@@ -57,7 +58,12 @@ def test_allreduce_bus_bandwidth_meets_the_floor_calibrated_for_this_worlds_shap
         row_tags = {**tags, "values": list(judged.values), "median_s_per_rank": first.median_s_per_rank[dtype]}
         if judged.outcome in (Outcome.PASS, Outcome.FAIL):
             claim = interconnect.bandwidth_claim(first, dtype, judged)
-            if not amp_record.result(claim, dtype=dtype, device=device, tags=row_tags):
+            repro = None
+            if judged.outcome is Outcome.FAIL and judged.floor is not None:
+                repro = interconnect_repro(
+                    first.backend, first.world, first.nbytes, interconnect.BANDWIDTH_REPEATS, dtype, judged.floor
+                )
+            if not amp_record.result(claim, dtype=dtype, device=device, tags=row_tags, repro=repro):
                 missed.append(claim)
         else:
             amp_record("allreduce.bus_bandwidth", gbps, dtype=dtype, device=device, unit="GB/s",

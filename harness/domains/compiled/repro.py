@@ -31,17 +31,22 @@ def compiled_dtypes(
     )
 
 
-def block_repro_of(block_runs: BlockRuns, dtype: torch.dtype, result: NumericsResult) -> FailureRepro | None:
-    """The standalone reproduction of a failed numerics check of the default variant: the probe
-    block (its source, its weights and inputs saved), eager and ``torch.compile`` (Inductor, what a
-    user gets) under autocast, against float64, each quantity's excess over eager within the budget
-    the harness derived (written into the script with its origin). None for a custom backend."""
+def block_repro_of(
+    block_runs: BlockRuns, dtype: torch.dtype, result: NumericsResult, variant: Variant | None = None
+) -> FailureRepro | None:
+    """The standalone reproduction of a failed numerics check of the default variant (or
+    ``variant``, its Inductor switches written into the script): the probe block (its source, its
+    weights and inputs saved), eager and ``torch.compile`` (Inductor, what a user gets) under
+    autocast, against float64, each quantity's excess over eager within the budget the harness
+    derived (written into the script with its origin). None for a custom backend, or a variant
+    that configures more than Inductor."""
 
-    if block_runs.backend != "inductor":
+    if block_runs.backend != "inductor" or (variant is not None and variant.functorch):
         return None
     opening, tensors = _block_script(block_runs, dtype)
     allowance = {k: result.budget.allowance[k] for k in result.compiled}
-    code = opening("block_numerics", {"ALLOWANCE": repr(allowance)})
+    config = dict(variant.inductor) if variant is not None else {}
+    code = opening("block_numerics", {"ALLOWANCE": repr(allowance), "INDUCTOR_CONFIG": repr(config)})
     return FailureRepro(
         "compiled",
         f"torch.compile (Inductor) of the probe block under {dtype} autocast: every stage and gradient's error "

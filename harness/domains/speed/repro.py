@@ -5,7 +5,8 @@ class that failed: AMP against fp32 in interleaved rounds (fp32 block, AMP block
 thread's CPU time with torch on one thread (CUDA: events after a synchronise), the median of the
 rounds' ratios, against the class's calibrated threshold. As in the check, a failure counts only
 when a second measurement confirms it. The contention probe and the busy-machine rule stay in the
-harness: run the script on an idle machine.
+harness: run the script on an idle machine. The all-reduce floor's script forks gloo ranks and
+holds their bus bandwidth to the class's floor (``scripts/interconnect.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from harness.domains.engines.bench.bench import BLOCK_S, CPU_THREADS, MIN_ROUNDS
 from harness.domains.engines.bench.workload import Workload
-from harness.domains.repro import FailureRepro
+from harness.domains.repro import FailureRepro, ScriptTemplate
 from harness.domains.speed.workloads import SPEEDUP
 
 
@@ -50,4 +51,29 @@ def repro_of(
         origin,
         prelude[1],
         device=device.type,
+    )
+
+
+#: the all-reduce's bus bandwidth against the class's floor, standalone: ``scripts/interconnect.py``
+INTERCONNECT = ScriptTemplate(__package__ or "harness.domains.speed", "interconnect")
+
+
+def interconnect_repro(
+    backend: str, world: int, nbytes: int, repeats: int, dtype: str, floor: float
+) -> FailureRepro | None:
+    """A failed all-reduce floor as a script forking ``world`` gloo ranks (None for another backend:
+    NCCL's world is the launcher's, not a script's)."""
+    if backend != "gloo":
+        return None
+    values = {
+        "WORLD": repr(world),
+        "DTYPE": f"torch.{dtype}",
+        "BANDWIDTH_BYTES": repr(nbytes),
+        "REPEATS": repr(repeats),
+        "FLOOR": repr(floor),
+    }
+    code = INTERCONNECT.fill("parameters", "measure", "floor", values=values)
+    what = f"the {dtype} all-reduce's bus bandwidth on {world} gloo ranks under the class's floor"
+    return FailureRepro(
+        "speed", what, code, "the calibrated median slowed sqrt(1.3) times, confirmed twice", device="cpu"
     )

@@ -86,6 +86,7 @@ STATE = Block().state_dict()
 BLOCK_ARGS = (16, 1, 8)  # width, heads, classes
 DTYPE = torch.bfloat16  # the autocast dtype
 BACKEND = "eager"  # torch.compile's backend (Inductor: what a user gets)
+INDUCTOR_CONFIG: dict[str, Any] = {}  # Inductor's configuration of the compile (a variant's switches)
 model = Block(*BLOCK_ARGS).to(x.device)
 model.load_state_dict(STATE)
 Found = dict[str, torch.Tensor]
@@ -111,7 +112,8 @@ def observe_block(fn: Callable[..., Any], m: nn.Module, x: torch.Tensor, y: torc
 
 eager = observe_block(call_block, model, x, y, DTYPE)
 torch._dynamo.reset()
-compiled = observe_block(torch.compile(call_block, backend=BACKEND), model, x, y, DTYPE)
+with torch._inductor.config.patch(INDUCTOR_CONFIG):
+    compiled = observe_block(torch.compile(call_block, backend=BACKEND), model, x, y, DTYPE)
 
 # -- block_numerics --
 ref = observe_block(call_block, copy.deepcopy(model).double(), x.double(), y, None)  # the float64 reference
