@@ -15,7 +15,7 @@ import torch
 from harness.domains.engines.compiler import compiling
 from harness.domains.patterns import COMPILED_CPU_ONLY, repeated
 from harness.domains.patterns import checkpointing as C
-from harness.domains.patterns.repro import checkpointing_repro
+from harness.domains.patterns.repro import checkpointing_overflow_repro, checkpointing_repro
 
 pytestmark = pytest.mark.amp_capability("training parity")
 
@@ -52,6 +52,7 @@ def test_an_overflow_in_a_recomputed_block_skips_the_step_and_backs_off_once(var
     step = C.overflow_in_a_recomputed_block(variant, amp_device, torch.float16)
     amp_record.require(
         C.overflow_step_claim(step, variant),
+        repro=checkpointing_overflow_repro(amp_device, variant),
         device=amp_device,
         dtype=torch.float16,
         tags={"variant": variant, "scale_before": step.scale_before, "scale_after": step.scale_after},

@@ -64,11 +64,28 @@ def checkpointing_repro(device: torch.device, dtype: torch.dtype, variant: str, 
         "BATCH": repr(C.BATCH),
         "SCALE": repr(scale),
     }
-    code = CHECKPOINTING.fill("parameters", "checkpointing", values=values)
+    code = CHECKPOINTING.fill("parameters", "model", "gradients", values=values)
     what = f"{variant} activation checkpointing under {dtype} autocast: gradients unlike the unchecked model's"
     return FailureRepro(
         "patterns", what, code, "exact: the recomputation runs in the forward's precision", device=device.type
     )
+
+
+def checkpointing_overflow_repro(device: torch.device, variant: str) -> FailureRepro:
+    """An inf in a checkpointed block under fp16 autocast and GradScaler: the step skipped and the
+    scale halved once."""
+    values = {
+        "DEVICE": _device(device),
+        "VARIANT": repr(variant),
+        "WIDTH": repr(C.WIDTH),
+        "BLOCKS": repr(C.BLOCKS),
+        "BATCH": repr(C.BATCH),
+        "SCALE": repr(C.SCALE),
+    }
+    code = CHECKPOINTING.fill("parameters", "model", "overflow", values=values)
+    what = f"{variant} checkpointing with an inf in a recomputed block: promises broken"
+    allowance = "exact: the step skipped bitwise and the scale halved once"
+    return FailureRepro("patterns", what, code, allowance, device=device.type)
 
 
 def custom_function_repro(device: torch.device, dtype: torch.dtype, kind: str) -> FailureRepro:
