@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.domains.patterns import accumulation as A
-from harness.domains.patterns.repro import accumulation_repro
+from harness.domains.patterns.repro import accumulation_repro, no_sync_repro
 
 pytestmark = pytest.mark.amp_capability("loss scaling")
 
@@ -72,12 +72,21 @@ def no_sync_runs():
     return _LAUNCHED[rank_programs.NO_SYNC]
 
 
+def rank_programs_default() -> bool:
+    """The accumulation context is torch's no_sync (a swapped one, a negative control's, has no
+    script: the script runs the documented loop)."""
+    from harness.domains.patterns import rank_programs
+
+    return f"{rank_programs.__name__}:no_sync_but_last" == rank_programs.NO_SYNC
+
+
 @pytest.mark.amp_capability("distributed")
 def test_under_no_sync_the_synchronised_gradient_is_the_float64_average_of_the_ranks_sums(amp_record):
     runs = no_sync_runs()
     world, clean = len(runs), [r[0] for r in runs]
     amp_record.require(
         A.no_sync_claim(clean),
+        repro=no_sync_repro(str(clean[0]["device"]), None) if rank_programs_default() else None,
         device=clean[0]["device"],
         tags={"world": world, "micro_batches": A.MICRO_BATCHES},
     )
@@ -91,6 +100,7 @@ def test_under_no_sync_an_inf_on_one_rank_skips_the_step_on_every_rank(case, amp
     seen = [r[case] for r in no_sync_runs()]
     amp_record.require(
         A.no_sync_overflow_claim(seen, NO_SYNC_CASES[case]),
+        repro=no_sync_repro(str(seen[0]["device"]), NO_SYNC_CASES[case]) if rank_programs_default() else None,
         device=seen[0]["device"],
         tags={"case": NO_SYNC_CASES[case]},
     )

@@ -15,7 +15,11 @@ import torch
 from harness.domains.engines.compiler import compiling
 from harness.domains.patterns import COMPILED_CPU_ONLY, repeated
 from harness.domains.patterns import checkpointing as C
-from harness.domains.patterns.repro import checkpointing_overflow_repro, checkpointing_repro
+from harness.domains.patterns.repro import (
+    checkpointing_overflow_repro,
+    checkpointing_repro,
+    fsdp2_checkpoint_repro,
+)
 
 pytestmark = pytest.mark.amp_capability("training parity")
 
@@ -85,6 +89,7 @@ def test_checkpointed_blocks_inside_fsdp2_units_give_the_unchecked_gradients_bit
         )
     amp_record.require(
         C.fsdp2_claim(_FSDP2[key], dtype),
+        repro=fsdp2_checkpoint_repro(str(_FSDP2[key][0]["device"]), dtype, rank_programs.CHECKPOINT),
         dtype=dtype,
         device=_FSDP2[key][0]["device"],
     )

@@ -22,6 +22,8 @@ CUSTOM_FUNCTIONS = ScriptTemplate(__package__ or "harness.domains.patterns", "cu
 OPTIMIZERS = ScriptTemplate(__package__ or "harness.domains.patterns", "optimizers")
 PENALTY = ScriptTemplate(__package__ or "harness.domains.patterns", "penalty")
 RESUME = ScriptTemplate(__package__ or "harness.domains.patterns", "resume")
+#: the patterns on data-parallel ranks (DDP no_sync, FSDP2 checkpointing): ``scripts/ranks.py``
+RANKS = ScriptTemplate(__package__ or "harness.domains.patterns", "ranks")
 
 
 def accumulation_repro(device: torch.device, dtype: torch.dtype, inf_in: int | None = None) -> FailureRepro:
@@ -147,4 +149,36 @@ def resume_repro(device: torch.device, dtype: torch.dtype) -> FailureRepro:
     what = f"save and resume under {dtype} autocast: the resumed run parts from the uninterrupted one"
     return FailureRepro(
         "patterns", what, code, "exact: losses, scales and final parameters bitwise", device=device.type
+    )
+
+
+def no_sync_repro(device: str, inf_at: list[int] | None) -> FailureRepro | None:
+    """DDP accumulation under ``no_sync`` on two forked gloo ranks: clean (``inf_at`` None), one
+    scale and one synchronised gradient within its float64 budget; with an inf at ``[rank,
+    micro-batch]``, every rank skipping. None off the CPU (NCCL ranks are not a script's)."""
+    if device != "cpu":
+        return None
+    values = {"WORLD": "2", "MICRO_BATCHES": repr(A.MICRO_BATCHES), "INF_AT": repr(inf_at)}
+    judgement = "no_sync_sum" if inf_at is None else "no_sync_skip"
+    code = RANKS.fill("prelude", "no_sync", "launch", judgement, "verdict", values=values)
+    what = "DDP accumulation under no_sync(): " + (
+        "the synchronised gradient" if inf_at is None else f"an inf at {inf_at}"
+    )
+    allowance = (
+        "gamma_(k+world-2)(2^-24) of the micro-batches' magnitudes" if inf_at is None else "exact: every rank skips"
+    )
+    return FailureRepro("patterns", what, code, allowance, device="cpu")
+
+
+def fsdp2_checkpoint_repro(device: str, dtype: str, checkpoint: str) -> FailureRepro | None:
+    """FSDP2 with checkpointed blocks (``checkpoint``: ``module:function``) under ``dtype`` autocast
+    on two forked gloo ranks, against the same model without checkpointing, bit for bit."""
+    if device != "cpu":
+        return None
+    values = {"WORLD": "2", "DTYPE": f"torch.{dtype}", "CHECKPOINT": repr(checkpoint)}
+    code = RANKS.fill("prelude", "fsdp2_checkpoint", "launch", "fsdp2_same", "verdict", values=values)
+    what = f"checkpointed blocks inside FSDP2 units under {dtype} autocast: shards unlike the unchecked model's"
+    needs = tuple(sorted({"torch", checkpoint.partition(":")[0].split(".")[0]}))
+    return FailureRepro(
+        "patterns", what, code, "exact: the recomputation runs in the forward's precision", needs=needs, device="cpu"
     )
