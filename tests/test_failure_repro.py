@@ -155,6 +155,12 @@ CONTROLS = {
         ("*scaled_mm_is_within*[[]cpu-tensorwise-e4m3xe4m3-float32]",),
     ),
     # Float8Linear's products: the script converts a linear with torchao and takes its three products
+    # a recipe whose operand's format changed: the script reads torchao's config against the spec
+    "fp8_recipe_rowwise_grad_output_e5m2": (
+        "fp8/test_fp8_scaling.py",
+        "recipe_casts and rowwise",
+        ("*recipe_casts_each_operand_as_its_specification_says[[]rowwise]",),
+    ),
     "fp8_linear_scale_doubled": (
         "fp8/test_scaled_matmul.py",
         "float8_linear and tensorwise",

@@ -24,7 +24,7 @@ from harness.domains import versions
 from harness.domains.fp8 import known_issues, recipes
 from harness.domains.fp8.adapters import TorchaoScaling
 from harness.domains.fp8.conformance import check_fp8_scaling
-from harness.domains.fp8.repro import fp8_scales
+from harness.domains.fp8.repro import fp8_scales, recipe_casts
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP8_E4M3FN, FP8_E5M2, FP32, torch_dtype
 from harness.numerics.scaled import (
@@ -107,6 +107,7 @@ def test_torchaos_recipe_casts_each_operand_as_its_specification_says(name, amp_
             allowance=0,
         ),
         tags={"torchao": torchao_version()},
+        repro=recipe_casts(name, spec.casts),
     )
 
 

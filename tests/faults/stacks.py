@@ -129,6 +129,10 @@ STACKS: dict[str, tuple[str, str]] = {
         "torchao.prototype.mx_formats.mx_tensor.to_mx",
         "faults.block_scaled.to_mx_scale_binade_high",
     ),
+    "fp8_recipe_rowwise_grad_output_e5m2": (
+        "torchao.float8.Float8LinearConfig.from_recipe_name",
+        "faults.fp8.rowwise_grad_output_e5m2",
+    ),
     "fp8_scaled_mm_without_scale_b": ("torch._scaled_mm", "faults.fp8.scaled_mm_without_scale_b"),
     "matmul_slowed_under_autocast": ("torch.Tensor.__matmul__", "faults.speed.matmul_slowed_under_autocast"),
     "autocast_disabled": ("torch.amp.autocast_mode.autocast.__init__", "faults.memory.autocast_disabled"),

@@ -3,16 +3,19 @@ definitions (a float8 linear's products against float64 are :mod:`harness.domain
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src, float_src
 from harness.numerics.formats import format_of
+from harness.numerics.scaled import CastSpec, Granularity
 
 #: the family's scripts, each a file of ``scripts/``
 FP8_SCALES = ScriptTemplate(__package__ or "harness.domains.fp8", "fp8_scales")
 FORMAT_CODES = ScriptTemplate(__package__ or "harness.domains.fp8", "format_codes")
+#: a recipe's casts against its specification: ``scripts/recipe_casts.py``
+RECIPE_CASTS = ScriptTemplate(__package__ or "harness.domains.fp8", "recipe_casts")
 #: float8 all-gather under FSDP2 on forked gloo ranks: ``scripts/all_gather.py``
 ALL_GATHER = ScriptTemplate(__package__ or "harness.domains.fp8", "all_gather")
 
@@ -90,3 +93,18 @@ def float8_all_gather(what: str, world: int, shard: str, steps: int, emulate: bo
     return FailureRepro(
         "fp8", what, code, "exact: torchao promises identical numerics with float8 all-gather", needs=tuple(needs)
     )
+
+
+def recipe_casts(name: str, spec: Mapping[tuple[str, str], CastSpec | None]) -> FailureRepro:
+    """torchao's ``Float8LinearConfig.from_recipe_name(name)`` against the recipe's specification
+    ``spec`` (each operand's cast: format, one scale per tensor or along an axis, power of two)."""
+    written = {
+        key: None
+        if cast is None
+        else (cast.fmt.short, "tensor" if cast.granularity is Granularity.TENSOR else cast.axis, cast.power_of_2)
+        for key, cast in spec.items()
+    }
+    values = {"RECIPE": repr(name), "SPEC": repr(written)}
+    code = RECIPE_CASTS.fill("parameters", "casts", values=values)
+    what = f"torchao's {name} recipe: operands cast unlike the specification"
+    return FailureRepro("fp8", what, code, "exact: the recipe's specification", needs=("torch", "torchao"))
