@@ -238,8 +238,9 @@ def test_an_inf_on_any_one_rank_makes_every_rank_skip_with_the_same_scale(sharde
     )
     missed = []
     for case, inf_rank in enumerate(range(WORLD)):
-        claims = checks.sharded_scaler_claims([r[case] for r in per_rank], inf_rank)
-        scales = [c["scale"] for c in (r[case] for r in per_rank)]
+        seen = [r[case] for r in per_rank]
+        claims = checks.sharded_scaler_claims(seen, inf_rank)
+        scales = [s["scale"] for s in seen]
         repro = _repro(
             "an inf on one rank of sharded training: cases where a rank stepped or the ranks' scales differ",
             "sharded_scaler",

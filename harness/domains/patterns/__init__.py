@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
+
 #: the qualification capability this family's suite decides (harness/domains/capabilities.py)
 CAPABILITY: tuple[str, ...] = ()
 #: why this family does not decide exactly one capability of its own
@@ -34,3 +36,28 @@ def repeated(run: Callable[[], T], differing: Callable[[T, T], Sequence[str]]) -
     (``differing``'s words; empty where the device repeats it bit for bit)."""
     first = run()
     return first, list(differing(first, run()))
+
+
+def problems_claim(name: str, problems: Sequence[str], criterion: str, context: str = "") -> ClaimComparison:
+    """A pattern's promises as one claim: the broken ones counted (none may be), each named in the
+    detail after ``context`` (where and how the pattern ran)."""
+    joined = "; ".join(problems)
+    return compare_claim(
+        name,
+        len(problems),
+        not problems,
+        criterion,
+        detail=f"{context}: {joined}" if context else joined,
+        expected=0,
+        allowance=0,
+        unit="problems",
+    )
+
+
+def skipped_and_halved(touched: bool, scale_before: float, scale_after: float) -> list[str]:
+    """What an overflowing step broke of GradScaler's promise: nothing moved (``touched``: the step
+    changed parameters or optimizer state), the scale halved once."""
+    problems = ["the step changed parameters or optimizer state"] if touched else []
+    if scale_after != scale_before * 0.5:
+        problems.append(f"scale {scale_before} -> {scale_after}, expected x0.5")
+    return problems

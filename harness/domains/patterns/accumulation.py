@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.domains.patterns import problems_claim, skipped_and_halved
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
@@ -170,21 +171,13 @@ def sum_claims(run: Accumulated) -> SumClaims:
 def overflow_claim(run: Accumulated, inf_in: int) -> ClaimComparison:
     """An inf in micro-batch ``inf_in`` skips the effective batch's step (parameters and optimizer
     state bitwise untouched) and halves the scale once."""
-    problems = []
-    if run.stepped or not run.untouched:
-        problems.append("the step changed parameters or optimizer state")
-    if run.scale_after_update != run.scale_start * 0.5:
-        problems.append(f"scale {run.scale_start} -> {run.scale_after_update}, expected x0.5")
-    return compare_claim(
+    problems = skipped_and_halved(run.stepped or not run.untouched, run.scale_start, run.scale_after_update)
+    return problems_claim(
         "accumulation.overflow_problems",
-        len(problems),
-        not problems,
+        problems,
         "an inf in one micro-batch skips the effective batch's step (parameters and optimizer state bitwise "
         "untouched) and halves the scale once",
-        detail=f"inf in micro-batch {inf_in}: " + "; ".join(problems),
-        expected=0,
-        allowance=0,
-        unit="problems",
+        f"inf in micro-batch {inf_in}",
     )
 
 
@@ -207,17 +200,12 @@ def no_sync_claim(clean: list[dict[str, Any]]) -> ClaimComparison:
     if over:
         worst = float(((grads[0] - reference).abs() / budget.clamp_min(math.ulp(0.0))).max())
         problems.append(f"{over} of {reference.numel()} gradient elements over budget (worst {worst:.3g}x)")
-    return compare_claim(
+    return problems_claim(
         "accumulation.no_sync.problems",
-        len(problems),
-        not problems,
+        problems,
         "under no_sync() on all but the last micro-batch: one scale per effective batch on every rank, the same "
         "synchronised gradient on every rank, within gamma_(k+world-2)(2^-24) of the float64 average of the "
         "ranks' sums of their micro-batches' own gradients",
-        detail="; ".join(problems),
-        expected=0,
-        allowance=0,
-        unit="problems",
     )
 
 
@@ -230,14 +218,10 @@ def no_sync_overflow_claim(seen: list[dict[str, Any]], case: list[int]) -> Claim
         for r, s in enumerate(seen)
         if s["scale_after"] != s["scales"][0] * 0.5
     ]
-    return compare_claim(
+    return problems_claim(
         "accumulation.no_sync.overflow_problems",
-        len(problems),
-        not problems,
+        problems,
         "an inf in one rank's micro-batch (inside no_sync or in the synchronised one) skips the step on every "
         "rank (parameters and momentum untouched) and halves every rank's scale once",
-        detail=f"inf on rank {case[0]}, micro-batch {case[1]}: " + "; ".join(problems),
-        expected=0,
-        allowance=0,
-        unit="problems",
+        f"inf on rank {case[0]}, micro-batch {case[1]}",
     )

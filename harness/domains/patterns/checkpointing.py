@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.utils import checkpoint as ckpt
 
+from harness.domains.patterns import problems_claim
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: The forms checked, as the AMP examples page and torch.utils.checkpoint document them.
@@ -251,16 +252,12 @@ def overflow_step_claim(step: OverflowStep, variant: str) -> ClaimComparison:
             ),
         ]
     )
-    return compare_claim(
+    return problems_claim(
         f"checkpoint.{variant}.overflow_step_problems",
-        len(problems),
-        not problems,
+        problems,
         "an inf in a recomputed block skips the step (parameters and optimizer state bitwise unchanged) "
         "and halves the scale once",
-        detail=f"{variant}: {'; '.join(problems)}",
-        expected=0,
-        allowance=0,
-        unit="problems",
+        variant,
     )
 
 
@@ -275,16 +272,11 @@ def fsdp2_claim(per_rank: list[dict[str, object]], dtype: str) -> ClaimCompariso
             problems.append(f"rank {rank}: the checkpointed backward raised {checked['raised']}")
         elif checked["grads"] != plain["grads"]:
             problems.append(f"rank {rank}: gradient shards differ from the model without checkpointing")
-    return compare_claim(
+    return problems_claim(
         f"fsdp2_checkpointing.{dtype}.problems",
-        len(problems),
-        not problems,
+        problems,
         "checkpointed blocks inside FSDP2 units recompute under the forward's autocast: every rank's averaged "
         "gradient shards equal those without checkpointing, bit for bit",
-        detail="; ".join(problems),
-        expected=0,
-        allowance=0,
-        unit="problems",
     )
 
 

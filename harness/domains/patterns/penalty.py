@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from harness.domains.patterns import problems_claim, skipped_and_halved
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import FP32
 from harness.numerics.tolerance import gamma
@@ -156,19 +157,9 @@ def unscaled_claim(scaled: PenaltyStep, plain: PenaltyStep) -> ClaimComparison:
 def overflow_claim(step: PenaltyStep) -> ClaimComparison:
     """An inf in the gradients the penalty is computed from skips the step (parameters and
     optimizer state bitwise untouched) and halves the scale once."""
-    problems = []
-    if step.stepped or not step.untouched:
-        problems.append("the step changed parameters or optimizer state")
-    if step.scale_after != step.scale_before * 0.5:
-        problems.append(f"scale {step.scale_before} -> {step.scale_after}, expected x0.5")
-    return compare_claim(
+    return problems_claim(
         "gradient_penalty.overflow_problems",
-        len(problems),
-        not problems,
+        skipped_and_halved(step.stepped or not step.untouched, step.scale_before, step.scale_after),
         "an inf in the gradients the penalty is computed from skips the step (parameters and optimizer state "
         "bitwise untouched) and halves the scale once",
-        detail="; ".join(problems),
-        expected=0,
-        allowance=0,
-        unit="problems",
     )
