@@ -79,6 +79,18 @@ CONTROLS = {
         "optimizers_update_in_float64 and SGD-for-loop",
         ("*update_in_float64[[]cpu-SGD-for-loop]",),
     ),
+    # pure low-precision training: the script loads the bf16 step and judges it in bf16's roundings
+    "sgd_skipping_low_precision_parameters": (
+        "scaler/test_optimizer_implementations.py",
+        "low_precision_parameters and SGD-for-loop and bfloat16-gradscaler",
+        ("*low_precision_parameters*[[]cpu-SGD-for-loop-bfloat16-gradscaler]",),
+    ),
+    # the same fault on fp16 parameters, which the optimizer steps alone
+    "sgd_skipping_low_precision_parameters/alone": (
+        "scaler/test_optimizer_implementations.py",
+        "low_precision_parameters and SGD-for-loop and float16 and not bfloat16",
+        ("*low_precision_parameters*[[]cpu-SGD-for-loop-float16]",),
+    ),
     "scaler_stepping_on_overflow": (
         "scaler/test_optimizer_implementations.py",
         "leaves_parameters and SGD-for-loop",
@@ -135,6 +147,12 @@ CONTROLS = {
         "bits_equal_the_exact_reference and mxfp8-rceil",
         ("*bits_equal_the_exact_reference[[]mxfp8-rceil]",),
     ),
+    # a block of zeros given the e8m0 NaN scale: the script dequantises torchao's cast of zeros
+    "fp8_mx_zero_block_scale_nan": (
+        "block_scaled/test_block_scaling.py",
+        "zeros and mxfp8-rceil",
+        ("*zeros_quantizes_to_zeros[[]mxfp8-rceil]",),
+    ),
     # NVFP4's elements truncated: the script's reference with float32 evaluation's windows
     "fp8_nvfp4_elements_toward_zero": (
         "block_scaled/test_block_scaling.py",
@@ -147,6 +165,13 @@ CONTROLS = {
         "block_scaled/test_block_training.py",
         "mlp_training and mxfp8-rceil",
         ("*block_scaled_mlp_training_stays_within_its_band[[]cpu-mxfp8-rceil]",),
+    ),
+    # the same fault against the AMP lane's step rule: the failed step claim names the first
+    # block-scaled linear over budget in its worst step, whose products the script takes again
+    "fp8_mx_scale_binade_high/steps": (
+        "block_scaled/test_block_training.py",
+        "as_accurate_as_correctly_rounded and mlp and mxfp8-rceil",
+        ("*as_accurate_as_correctly_rounded_ones[[]cpu-mlp-mxfp8-rceil]",),
     ),
     # a tensorwise scaled product: the script calls torch._scaled_mm on the saved fp8 operands
     "fp8_scaled_mm_without_scale_b": (

@@ -28,7 +28,7 @@ from harness.domains.block_scaled.blockquant import (
     TorchBlockScaling,
     check_block_scaling,
 )
-from harness.domains.block_scaled.repro import block_scaling_repro_of
+from harness.domains.block_scaled.repro import block_scaling_repro_of, zeros_repro_of
 from harness.numerics import blockscaled as B
 from harness.numerics.comparison import compare_claim
 from harness.numerics.formats import FP32, FloatFormat
@@ -262,4 +262,5 @@ def test_a_tensor_of_zeros_quantizes_to_zeros(spec_id, block_scaling_under_test,
             finding=excused,
         ),
         tags={"implementation": impl.name, **({"finding": ZERO_ISSUE.id} if excused else {})},
+        repro=zeros_repro_of(impl, spec),
     )

@@ -17,7 +17,7 @@ import torch
 
 from harness.domains.scaler import known_issues as issues
 from harness.domains.scaler import optimizers as opt
-from harness.domains.scaler.repro import optimizer_repro_of
+from harness.domains.scaler.repro import low_precision_repro_of, optimizer_repro_of
 from harness.numerics.comparison import compare_within
 from harness.numerics.formats import format_of
 from harness.numerics.verdict import Outcome
@@ -117,6 +117,9 @@ def test_every_step_of_low_precision_parameters_is_the_update_in_float64_within_
         ),
         device=amp_device,
         tags={"optimizer": name, "implementation": impl, "param_dtype": dtype, "gradscaler": scaled},
+        repro=low_precision_repro_of(name, impl, seen.first_over, fmt.unit_roundoff, scaled, amp_device)
+        if seen.first_over is not None and optimizer_factory is opt.make
+        else None,
     )
 
 

@@ -27,6 +27,19 @@ def to_mx_scale_binade_high(real: Callable[..., Any]) -> Callable[..., Any]:
     return to_mx
 
 
+def to_mx_zero_block_scale_nan(real: Callable[..., Any]) -> Callable[..., Any]:
+    """torchao's MX ``to_mx`` giving a block of zeros the e8m0 NaN code (255), as a scale computed
+    from log2(0) = -inf and wrapped instead of clamped would: the block dequantises to NaN."""
+
+    def to_mx(data_hp: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        scale, data = real(data_hp, *args, **kwargs)
+        codes = scale.view(torch.uint8)
+        zero = data_hp.reshape(*codes.shape, -1).abs().amax(-1) == 0
+        return torch.where(zero, 255, codes).to(torch.uint8).view(scale.dtype), data
+
+    return to_mx
+
+
 def f4_cast_toward_zero(real: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """torchao's float32 -> e2m1 (fp4) cast truncating: where the nearest code lies above the value
     in magnitude, the code one below (sign and magnitude: the low three bits minus one)."""

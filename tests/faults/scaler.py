@@ -410,6 +410,19 @@ def sgd_without_weight_decay(real: Callable[..., None]) -> Callable[..., None]:
     return sgd
 
 
+def sgd_skipping_low_precision_parameters(real: Callable[..., None]) -> Callable[..., None]:
+    """torch's functional ``sgd`` (every implementation) doing nothing when its parameters are bf16
+    or fp16, as torch 2.13's fused CPU SGD did to their whole vector blocks: they never train and
+    no momentum buffer is kept."""
+
+    def sgd(params: list[torch.Tensor], *args: Any, **kwargs: Any) -> None:
+        if params and all(p.dtype in (torch.bfloat16, torch.float16) for p in params):
+            return
+        real(params, *args, **kwargs)
+
+    return sgd
+
+
 def _update_keeping(scale: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """A factory: a third-party scaler's update(found_inf) that keeps the attribute ``scale`` where
     an overflow lowers it."""

@@ -100,6 +100,10 @@ STACKS: dict[str, tuple[str, str]] = {
     "layer_norm_in_low_precision": ("torch.nn.functional.layer_norm", "faults.autocast.layer_norm_in_low_precision"),
     "scaler_never_backs_off": ("torch.amp.GradScaler.update", "faults.scaler.update_never_backing_off"),
     "sgd_without_weight_decay": ("torch.optim.sgd.sgd", "faults.scaler.sgd_without_weight_decay"),
+    "sgd_skipping_low_precision_parameters": (
+        "torch.optim.sgd.sgd",
+        "faults.scaler.sgd_skipping_low_precision_parameters",
+    ),
     "scaler_scaling_a_quarter_high": ("torch.amp.GradScaler.scale", "faults.scaler.scale_a_quarter_high"),
     "adamw_losing_fp32_update_precision": (
         "torch.optim.AdamW.step",
@@ -128,6 +132,10 @@ STACKS: dict[str, tuple[str, str]] = {
     "fp8_mx_scale_binade_high": (
         "torchao.prototype.mx_formats.mx_tensor.to_mx",
         "faults.block_scaled.to_mx_scale_binade_high",
+    ),
+    "fp8_mx_zero_block_scale_nan": (
+        "torchao.prototype.mx_formats.mx_tensor.to_mx",
+        "faults.block_scaled.to_mx_zero_block_scale_nan",
     ),
     "fp8_recipe_rowwise_grad_output_e5m2": (
         "torchao.float8.Float8LinearConfig.from_recipe_name",

@@ -18,6 +18,7 @@ from harness.domains.repro import FailureRepro, ScriptTemplate
 from harness.numerics import blockscaled as B
 
 BLOCK_BITS = ScriptTemplate(__package__ or "harness.domains.block_scaled", "block_bits")
+ZEROS = ScriptTemplate(__package__ or "harness.domains.block_scaled", "zeros")
 
 
 def mx_scale_codes(
@@ -136,4 +137,30 @@ def block_scaling_repro_of(
         },
         found.get("rceil", []),
         [*smallest, *found.get("overflow", [])],
+    )
+
+
+def zeros_repro_of(impl: BlockScaling, spec: B.BlockSpec) -> FailureRepro | None:
+    """The standalone reproduction of a tensor of zeros that did not come back zero from torchao's
+    quantiser (None for another: the script would need its code), with the cast ``spec`` names."""
+    if not isinstance(impl, TorchaoBlockScaling):
+        return None
+    if spec.scale_format == "e8m0":
+        assert spec.mode is not None
+        values = {
+            "BLOCK": repr(spec.block),
+            "MODE": repr(spec.mode.value),
+            "ELEM_DTYPE": str(torch_elem_dtype(spec)),
+        }
+        cast = "torchao_mx"
+    else:
+        values = {"BLOCK": repr(spec.block), "PER_TENSOR": repr(bool(spec.per_tensor))}
+        cast = "torchao_nvfp4"
+    return FailureRepro(
+        "block_scaled",
+        f"values of torchao's {spec.name} ({spec.describe()}) of a tensor of zeros, dequantised, that are not zero",
+        ZEROS.fill("parameters", cast, "zeros", values=values),
+        "exact: zero is representable in every block-scaled format",
+        {},
+        ("torch", "torchao"),
     )

@@ -170,13 +170,17 @@ def optimizer_step(
     roundings: int,
     state_roundings: Mapping[str, int],
     device: str = "cpu",
+    unit_roundoff: float = 2.0**-24,
+    scaled: bool = True,
 ) -> FailureRepro | None:
     """One step of torch's optimizer ``name`` (``flags``: foreach, fused) stepped by GradScaler,
     from the parameters, state and scaled gradients the run had at ``step`` (saved exactly; the
     smallest faithful part of a training run). Without overflow: against the update written out in
     float64, within gamma_k(2^-24) of it evaluated on magnitudes (k: ``roundings``, the state's
     ``state_roundings``). With a planted non-finite gradient: parameters and state bitwise as they
-    were, nothing created but zeros, the scale halved. None for an optimizer with no reference."""
+    were, nothing created but zeros, the scale halved. ``unit_roundoff``: the parameters' format's
+    (low-precision parameters); ``scaled=False``: the optimizer steps alone. None for an optimizer
+    with no reference."""
     family = "Adam" if name in ("Adam", "AdamW") else name
     if family not in _OPTIMIZER_REFERENCES:
         return None
@@ -190,13 +194,14 @@ def optimizer_step(
     else:
         reference = ONE_STEP.blocks()[block]
         used = {k: v for k, v in state_roundings.items() if f'K_STATE["{k}"]' in reference}
-        values.update(K=repr(roundings), K_STATE=dict_src(used))
+        values.update(K=repr(roundings), K_STATE=dict_src(used), U=repr(unit_roundoff))
         if family == "Adam":
             values["DECOUPLED"] = repr(name == "AdamW")
-        code = ONE_STEP.fill("parameters", "loaded", "step", "gamma", "roundings", block, "compare", values=values)
+        stepping = "step" if scaled else "step_alone"
+        code = ONE_STEP.fill("parameters", "loaded", stepping, "gamma", "roundings", block, "compare", values=values)
         allowance = (
-            f"gamma_k(2^-24) times the update evaluated on magnitudes, k = {roundings} roundings of torch's "
-            f"{name} formula (state: its own roundings; step counts exact)"
+            f"gamma_k(u = {unit_roundoff:.3g}) times the parameter and the update evaluated on magnitudes, "
+            f"k = {roundings} roundings of torch's {name} formula (state: its own roundings; step counts exact)"
         )
     return FailureRepro("scaler", what, code, allowance, tensors, device=device)
 
@@ -255,6 +260,34 @@ def clipping_repro_of(o: ClipObservation, foreach: bool, kind: str, device: torc
         o.max_norm,
         foreach,
         device=device.type,
+    )
+
+
+def low_precision_repro_of(
+    name: str, implementation: str, step: Step, unit_roundoff: float, scaled: bool, device: torch.device
+) -> FailureRepro | None:
+    """The failed ``step`` of pure low-precision training (parameters and state in bf16 or fp16,
+    ``unit_roundoff`` theirs) as a standalone script: that one step, by GradScaler where ``scaled``
+    or the optimizer alone, against the update in float64 within the format's roundings."""
+    dtype = str(step.params_before[0].dtype).removeprefix("torch.")
+    return optimizer_step(
+        f"torch's {implementation} {name} on {dtype} parameters"
+        + (" under GradScaler" if scaled else "")
+        + f", step {step.index}: |update - float64| in units of its budget",
+        name,
+        FLAGS[implementation],
+        HYPER[name],
+        step.index,
+        step.scale_before,
+        step.params_before,
+        step.grads_scaled,
+        step.state_before,
+        overflow=False,
+        roundings=ROUNDINGS[name],
+        state_roundings=STATE_ROUNDINGS,
+        device=device.type,
+        unit_roundoff=unit_roundoff,
+        scaled=scaled,
     )
 
 

@@ -67,6 +67,11 @@ params, opt, scaler = load()
 scaler.step(opt)
 scaler.update()
 
+# -- step_alone --
+# the optimizer alone (parameters in fp16, whose gradients GradScaler refuses to unscale; SCALE 1)
+params, opt, scaler = load()
+opt.step()
+
 # -- overflow --
 # reference: a step with a non-finite gradient is skipped (nothing moves) and the scale is halved
 wrong = untouched(params, opt)
@@ -78,7 +83,7 @@ measured: float = len(wrong)  # things the skipped step changed
 allowed: float = 0
 
 # -- gamma --
-U = 2.0**-24  # float32's unit roundoff
+U = 2.0**-24  # the parameters' format's unit roundoff (float32's)
 
 
 def gamma(k: int) -> float:  # the bound on k float32 roundings: k u / (1 - k u)
