@@ -91,6 +91,12 @@ CONTROLS = {
         "low_precision_parameters and SGD-for-loop and float16 and not bfloat16",
         ("*low_precision_parameters*[[]cpu-SGD-for-loop-float16]",),
     ),
+    # checkpointing through the compiler's partitioner: the script compiles both models with the backend
+    "compile_recomputing_in_fp32": (
+        "patterns/test_checkpointing.py",
+        "partitioned and bf16 and non_reentrant",
+        ("*partitioned_by_the_compiler*[[]cpu-bf16-non_reentrant]",),
+    ),
     "scaler_stepping_on_overflow": (
         "scaler/test_optimizer_implementations.py",
         "leaves_parameters and SGD-for-loop",

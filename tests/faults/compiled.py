@@ -278,3 +278,15 @@ def _region_out_in_low_precision(out: Any) -> Any:
 #: ``torch.compile`` whose functions returning ``(h, out)`` give ``out`` in ``h``'s low-precision
 #: dtype (autocast leaking into a region that disabled it)
 compile_region_in_low_precision = _compiled_returning(_region_out_in_low_precision)
+
+
+def compile_recomputing_in_fp32(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile`` whose partitioning backend (``aot_eager_decomp_partition``, named) is
+    :data:`RECOMPUTE_IN_FP32`: checkpointed regions recompute in fp32 in the compiled backward."""
+
+    def compile(fn: Any = None, **kwargs: Any) -> Any:
+        if kwargs.get("backend") == "aot_eager_decomp_partition":
+            kwargs = {**kwargs, "backend": RECOMPUTE_IN_FP32}
+        return real(fn, **kwargs)
+
+    return compile

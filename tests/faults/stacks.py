@@ -180,6 +180,7 @@ STACKS: dict[str, tuple[str, str]] = {
     ),
     "patterns_update_per_optimizer": ("torch.amp.GradScaler.step", "faults.patterns.update_per_optimizer"),
     "compile_rounding_softmax": ("torch.compile", "faults.compiled.compile_rounding_softmax"),
+    "compile_recomputing_in_fp32": ("torch.compile", "faults.compiled.compile_recomputing_in_fp32"),
     "compile_softmax_in_float32": ("torch.compile", "faults.compiled.compile_softmax_in_float32"),
     "compile_region_in_low_precision": ("torch.compile", "faults.compiled.compile_region_in_low_precision"),
     "compile_outputs_in_float32": ("torch.compile", "faults.compiled.compile_outputs_in_float32"),

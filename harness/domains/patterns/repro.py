@@ -54,9 +54,14 @@ def _device(device: torch.device) -> str:
     return f"torch.device({device.type!r})"
 
 
-def checkpointing_repro(device: torch.device, dtype: torch.dtype, variant: str, scale: float) -> FailureRepro:
-    """The eager model with its blocks checkpointed in ``variant`` against the model without
-    checkpointing, bit for bit."""
+def checkpointing_repro(
+    device: torch.device, dtype: torch.dtype, variant: str, scale: float, backend: object = None
+) -> FailureRepro | None:
+    """The model with its blocks checkpointed in ``variant`` against the model without
+    checkpointing, bit for bit: eager, or both compiled with ``backend`` (a backend of torch's,
+    named; None for a backend object, whose code the script would need)."""
+    if backend is not None and not isinstance(backend, str):
+        return None
     values = {
         "DEVICE": _device(device),
         "DTYPE": dtype_src(dtype),
@@ -65,9 +70,13 @@ def checkpointing_repro(device: torch.device, dtype: torch.dtype, variant: str, 
         "BLOCKS": repr(C.BLOCKS),
         "BATCH": repr(C.BATCH),
         "SCALE": repr(scale),
+        "BACKEND": repr(backend),
     }
     code = CHECKPOINTING.fill("parameters", "model", "gradients", values=values)
-    what = f"{variant} activation checkpointing under {dtype} autocast: gradients unlike the unchecked model's"
+    compiled = "" if backend is None else f", compiled by {backend}"
+    what = (
+        f"{variant} activation checkpointing under {dtype} autocast{compiled}: gradients unlike the unchecked model's"
+    )
     return FailureRepro(
         "patterns", what, code, "exact: the recomputation runs in the forward's precision", device=device.type
     )

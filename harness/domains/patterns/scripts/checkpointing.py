@@ -13,6 +13,7 @@ it lies it checks non-reentrant checkpointing under bf16 autocast on the CPU.
 
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -26,6 +27,7 @@ WIDTH = 32  # the blocks' width
 BLOCKS = 3  # blocks checkpointed
 BATCH = 16  # samples
 SCALE = 1.0  # the loss scale (a power of two: fp16's first GradScaler step, else 1)
+BACKEND: str | None = None  # None: eager; else both models' forward compiled with this torch.compile backend
 
 # -- model --
 
@@ -70,13 +72,17 @@ def forward(m: nn.Sequential, x: torch.Tensor, variant: str | None) -> torch.Ten
 def gradients(variant: str | None) -> dict[str, torch.Tensor]:
     m = model()
     x, y = batch()
+    run: Callable[..., torch.Tensor] = functools.partial(forward, variant=variant)
+    if BACKEND is not None:  # compiled afresh: Dynamo caches per code object, and both runs compile forward
+        torch._dynamo.reset()
+        run = torch.compile(run, backend=BACKEND)
     with torch.autocast(DEVICE.type, dtype=DTYPE):
-        out = forward(m, x, variant)
+        out = run(m, x)
     torch.autograd.backward(nn.functional.mse_loss(out.float(), y) * SCALE)
     return {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
 
 
-plain = gradients(None)  # reference: the model without checkpointing
+plain = gradients(None)  # reference: the model without checkpointing (compiled alike)
 try:
     checked = gradients(VARIANT)
     differ = [
@@ -88,7 +94,10 @@ try:
     ]
 except RuntimeError as exc:  # a recomputation that fails its own checks (another dtype met) is the defect
     differ = [f"the checkpointed backward raised {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"]
-print(f"{VARIANT} checkpointing under {DTYPE} autocast: " + (", ".join(differ) or "bitwise the unchecked gradients"))
+print(
+    f"{VARIANT} checkpointing under {DTYPE} autocast{'' if BACKEND is None else f', compiled by {BACKEND}'}: "
+    + (", ".join(differ) or "bitwise the unchecked gradients")
+)
 measured = len(differ)  # parameters whose gradients differ from the unchecked model's
 allowed = 0
 
