@@ -117,28 +117,35 @@ FSDP2_REDUCE = "*::test_fsdp2_fp32_reduce_meets_the_fp32_budget_and_bf16_reduce_
 
 
 @pytest.mark.parametrize(
-    ("fault", "caught", "message"),
+    ("fault", "caught", "message", "scripts"),
     [
-        (
+        (  # scripts: the policy's reduce-scatter row and the fp32 reduce's budget
             "fully_shard_ignoring_reduce_dtype",
             (FSDP2_POLICY, FSDP2_REDUCE),
             "*fsdp2.reduce_float32.declared_vs_observed.reduce_dtype.reduce_scatter: FAILED*",
+            2,
         ),
-        (
+        (  # scripts: the output row under each reduce dtype
             "fully_shard_ignoring_output_dtype",
             (FSDP2_POLICY,),
             "*fsdp2.reduce_float32.declared_vs_observed.output_dtype: FAILED*",
+            2,
         ),
     ],
 )
-def test_an_ignored_fsdp2_policy_field_fails_naming_it(pytester, suite_copy, fault, caught, message):
+def test_an_ignored_fsdp2_policy_field_fails_naming_it(
+    pytester, suite_copy, fault, caught, message, scripts, capsys, distributed_scripts
+):
     """FSDP2 dropping one declared field: the declared-vs-observed check names the field, the rank
-    and what was carried; a dropped reduce dtype also fails the reduce's fp32 budget."""
+    and what was carried; a dropped reduce dtype also fails the reduce's fp32 budget. Each failed
+    row keeps its script."""
     suite_copy(SUITE, conftest=False)
     _override(pytester, "fsdp2_shard", f"faults.distributed:{fault}")
-    run = run_inner(pytester, "-k", "fsdp2")
+    run = run_inner(pytester, "-k", "fsdp2", _report(pytester))
     assert_caught(run, *caught)
     run.stdout.fnmatch_lines([message, "*rank 0: *bfloat16*"], consecutive=False)
+    fix = (f"SHARD = 'faults.distributed:{fault}'", "SHARD = 'torch.distributed.fsdp:fully_shard'")
+    _keep_scripts(pytester, capsys, distributed_scripts, fix, scripts)
 
 
 def test_a_lossy_reduce_that_carries_the_declared_dtype_fails_the_reduce_budgets(
@@ -182,8 +189,8 @@ def test_a_sharded_scaler_that_does_not_share_its_inf_flag_fails(pytester, suite
     _keep_scripts(pytester, capsys, distributed_scripts, fix, 1)
 
 
-#: the controls above whose scripts the next test runs (a script per control; FSDP2's: two)
-SCRIPTED = 2 + 1 + 2 + 2 + 1
+#: the controls above whose scripts the next test runs (a script per failed row)
+SCRIPTED = 2 + 1 + 2 + 2 + 1 + 2 + 2
 
 
 @pytest.mark.amp_thorough
@@ -191,7 +198,7 @@ def test_each_distributed_script_exits_1_with_the_fault_and_0_with_torchs_own(di
     """Each control's script, its ranks forked from a fresh interpreter that cannot import the
     harness (``faults`` importable: the faulty implementation is named in it): exit 1 as written,
     0 with torch's own implementation in the faulty one's place (the edit standing for the fix).
-    Thorough tier: 16 scripts of two gloo ranks each (DDP or FSDP2), in an interpreter of its own, about 60 s on 2 cores."""
+    Thorough tier: 24 scripts (12 and their fixes) of two gloo ranks each (DDP or FSDP2), in an interpreter of its own, about 60 s on 2 cores."""
     if len(distributed_scripts) < SCRIPTED:
         pytest.skip("the scripts are written by the controls above (file order): run them first")
     fixed = []

@@ -177,9 +177,26 @@ def test_fsdp2_does_what_its_mixed_precision_policy_declares(fsdp2_shard, amp_re
             f = per_rank[0]
             claim = policy.fsdp2_field_claim(rd, per_rank)
             observed = sorted({d for g in per_rank for d in g.observed})
-            if not amp_record.result(claim, dtype="bfloat16", tags={"declared": f.declared, "observed": observed}):
+            repro = None if claim.passed else _policy_repro(fsdp2_shard, f.field, rd)
+            tags = {"declared": f.declared, "observed": observed}
+            if not amp_record.result(claim, dtype="bfloat16", tags=tags, repro=repro):
                 missed.append(claim)
     assert not missed, "\n".join(explain(c) for c in missed)  # verdict recorded
+
+
+def _policy_repro(shard: str, field: str, reduce_dtype: str):
+    """One FSDP2 policy field's check as a script (gloo: on NCCL runs, none)."""
+    if _nccl():
+        return None
+    return distributed_repro(
+        f"FSDP2 MixedPrecisionPolicy {field} (reduce dtype {reduce_dtype}): module and collective calls carrying "
+        "another dtype",
+        "fsdp2_policy",
+        WORLD,
+        {"SHARD": shard},
+        reduce_dtype,
+        {"FIELD": field},
+    )
 
 
 def _against_exact_mean(

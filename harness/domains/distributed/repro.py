@@ -20,6 +20,7 @@ _BLOCKS = {
     "fsdp2_reduce": ("fsdp2", "fsdp2_reduce"),
     "ddp_amp_training": ("amp_training", "amp_training_reference"),
     "sharded_scaler": ("scaler", "sharded_scaler"),
+    "fsdp2_policy": ("fsdp2_policy", "fsdp2_policy_field"),
 }
 
 
@@ -37,7 +38,9 @@ def distributed(
     the budget derived inline as the check derives it. ``check``: ``ddp_compression`` (the hooked
     path against DDP's plain all-reduce), ``ddp_allreduce`` (DDP's plain path against the exact mean
     of the ranks' own gradients), ``fsdp2_reduce`` (FSDP2's reduced gradient against that mean),
-    ``sharded_scaler`` (an inf on any one rank: every rank skips, one scale) (float8 all-gather is the fp8 family's:
+    ``sharded_scaler`` (an inf on any one rank: every rank skips, one scale), ``fsdp2_policy`` (one
+    field of FSDP2's MixedPrecisionPolicy against what the modules and collectives carried;
+    ``settings`` names it, ``FIELD``, and ``fmt_name`` the declared reduce dtype) (float8 all-gather is the fp8 family's:
     :func:`harness.domains.fp8.repro.float8_all_gather`)."""
     if check not in _BLOCKS:
         return None
@@ -48,6 +51,9 @@ def distributed(
     if check == "ddp_compression":
         assert fmt is not None  # the compression format: unit roundoff, half its smallest subnormal
         values.update(U=repr(fmt.unit_roundoff), ETA=repr(fmt.smallest_subnormal / 2))
+    if check == "fsdp2_policy":
+        assert fmt is not None  # the declared reduce dtype
+        values["REDUCE_DTYPE"] = f"torch.{fmt_name}"
     if check == "fsdp2_reduce":
         assert fmt is not None  # the declared reduce dtype
         values.update(
@@ -69,6 +75,7 @@ _DIST_ALLOWANCE = {
     "fsdp2_reduce": "the declared reduce dtype's: its rounding and /W per rank and gamma_(W-1) of its sum (fp32: "
     "gamma_W(2^-24) mean|g|)",
     "sharded_scaler": "exact: a skipped step on every rank, one scale",
+    "fsdp2_policy": "exact: every module and collective call carries the declared dtype",
     "ddp_amp_training": "the batch reduced in another order: gamma_(B + 4 x modules)(2^-11) sum_i |g_i| of the first "
     "step's gradients, gamma_(B x steps)(2^-11) |L| of the losses",
 }

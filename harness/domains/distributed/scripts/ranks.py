@@ -1,8 +1,9 @@
 """A distributed check, standalone: its ranks forked from this process over gloo on the CPU, each
 running the suite's rank program on the suite's model and inputs, with the implementations under
 test named ``module:function``; then the check's judgement, with the budget derived as the check
-derives it: DDP's compressed or plain all-reduce, FSDP2's reduce in its declared dtype, DDP under
-AMP against one process and a sharded GradScaler's skip on every rank.
+derives it: DDP's compressed or plain all-reduce, FSDP2's reduce in its declared dtype, one field of
+FSDP2's mixed-precision policy against what its modules and collectives carried, DDP under AMP
+against one process and a sharded GradScaler's skip on every rank.
 
 amp-harness keeps the program and the judgement a failed check needs and writes its values over
 the defaults below (``harness.domains.distributed.repro``). As it lies here two ranks run DDP's
@@ -154,6 +155,71 @@ def rank_program(rank: int) -> Any:  # type: ignore[no-redef]  # noqa: F811
     return amp_loop(ddp, lambda s: tuple(t.chunk(WORLD)[rank] for t in global_batch(s)), mean_all)
 
 
+# -- fsdp2_policy --
+SHARD = "torch.distributed.fsdp:fully_shard"  # the sharding under test
+REDUCE_DTYPE = torch.bfloat16  # the declared reduce dtype
+GATHERS = ("all_gather_single", "all_gather_into_tensor", "all_gather")  # by release: torch 2.13 has *_single
+REDUCES = ("reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter", "all_reduce")
+COLLECTIVES = (*GATHERS, *REDUCES)
+
+
+def dtypes(obj: Any) -> list[str]:  # the dtypes of the floating tensors in obj (a DTensor's local one)
+    if isinstance(obj, torch.Tensor):
+        t = getattr(obj, "_local_tensor", obj)
+        return [str(t.dtype).removeprefix("torch.")] if t.is_floating_point() else []
+    if isinstance(obj, (list, tuple)):
+        return [d for x in obj for d in dtypes(x)]
+    if isinstance(obj, dict):
+        return [d for x in obj.values() for d in dtypes(x)]
+    return []
+
+
+def rank_program(rank: int) -> Any:  # type: ignore[no-redef]  # noqa: F811
+    """FSDP2 under the policy (bf16 parameters, the reduce dtype, inputs cast; fp32 output on the
+    root): what each module computed with and each collective call carried."""
+    import dataclasses
+
+    MixedPrecisionPolicy = resolve("torch.distributed.fsdp:MixedPrecisionPolicy")
+    x, y = batch(rank)
+    inner = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPE, cast_forward_inputs=True)
+    sharded = model()
+    for layer in list(sharded.modules()):
+        if isinstance(layer, torch.nn.Linear):
+            resolve(SHARD)(layer, mesh=cpu_mesh(), mp_policy=inner)
+    resolve(SHARD)(sharded, mesh=cpu_mesh(), mp_policy=dataclasses.replace(inner, output_dtype=torch.float32))
+    seen: dict[str, dict[str, list[str]]] = {"params": {}, "inputs": {}, "outputs": {}, "collectives": {}}
+    for name, module in sharded.named_modules():  # hooks after FSDP2's own: what the module computes with
+        if name and not list(module.parameters(recurse=False)):
+            continue
+
+        def pre(m: torch.nn.Module, args: Any, kwargs: Any, label: str = name or "<root>") -> None:
+            seen["inputs"].setdefault(label, []).extend(dtypes((args, kwargs)))
+            seen["params"].setdefault(label, []).extend(dtypes(list(m.parameters(recurse=False))))
+
+        def post(m: torch.nn.Module, args: Any, out: Any, label: str = name or "<root>") -> None:
+            seen["outputs"].setdefault(label, []).extend(dtypes(out))
+
+        module.register_forward_pre_hook(pre, with_kwargs=True)
+        module.register_forward_hook(post)
+    originals = {c: getattr(dist, c) for c in COLLECTIVES if hasattr(dist, c)}
+
+    def recording(c: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen["collectives"].setdefault(c, []).append("+".join(sorted(set(dtypes([*args, *kwargs.values()])))))
+            return originals[c](*args, **kwargs)
+
+        return call
+
+    for c in originals:
+        setattr(dist, c, recording(c))
+    try:
+        torch.autograd.backward(F.mse_loss(sharded(x), y))
+    finally:
+        for c, original in originals.items():
+            setattr(dist, c, original)
+    return seen
+
+
 # -- ddp --
 PLAIN_HOOK: str | None = None  # DDP's plain path's hook (None: its built-in all-reduce)
 HOOK = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks:fp16_compress_hook"  # the hooked path
@@ -268,6 +334,40 @@ def judge() -> Verdict:  # type: ignore[no-redef]  # noqa: F811
             print(f"inf only on rank {case}: ranks {[r for r, s in enumerate(stepped) if s]} stepped; scales {scales}")
             wrong += 1
     return wrong, 0  # cases where a rank stepped or the scales differ
+
+
+# -- fsdp2_policy_field --
+FIELD = "param_dtype"  # the policy field judged: param_dtype, param_dtype.all_gather, reduce_dtype.reduce_scatter,
+# output_dtype or cast_forward_inputs
+
+
+def judge() -> Verdict:  # type: ignore[no-redef]  # noqa: F811
+    """The declared field against what every rank observed: each module or collective call that
+    carried another dtype is a mismatch, and so is a field observed nowhere."""
+    param, reduce = "bfloat16", str(REDUCE_DTYPE).removeprefix("torch.")
+    declared = {
+        "param_dtype": param,
+        "param_dtype.all_gather": param,
+        "reduce_dtype.reduce_scatter": reduce,
+        "output_dtype": "float32",
+        "cast_forward_inputs": param,
+    }[FIELD]
+    bad = []
+    for rank, seen in enumerate(ranks):
+        calls = {c: [f"{c} call {i}: {d}" for i, d in enumerate(v)] for c, v in seen["collectives"].items()}
+        sites: dict[str, list[str]] = {
+            "param_dtype": [f"{m}: {d}" for m, ds in seen["params"].items() if ds for d in ds],
+            "param_dtype.all_gather": [x for c in GATHERS for x in calls.get(c, [])],
+            "reduce_dtype.reduce_scatter": [x for c in REDUCES for x in calls.get(c, [])],
+            "output_dtype": [f"<root> output: {d}" for d in seen["outputs"].get("<root>", [])],
+            "cast_forward_inputs": [f"{m} input: {d}" for m, ds in seen["inputs"].items() for d in ds],
+        }
+        found = sites[FIELD]
+        wrong = [x for x in found if x.rsplit(": ", 1)[1] != declared] or ([] if found else ["nothing observed"])
+        bad += [f"rank {rank}: {x}" for x in sorted(set(wrong))]
+    for line in bad:
+        print(f"{FIELD} declared {declared}; {line}")
+    return float(len(bad)), 0.0  # module or collective calls carrying another dtype
 
 
 # -- ddp_compression --
