@@ -10,7 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import assert_caught, assert_clean, inject, run_inner
+
+from harness.domains.autocast import banned
+from harness.domains.autocast.repro import banned_repro
+from harness.numerics.comparison import explain
 
 POLICY = "autocast/test_op_policy.py"
 NUMERICS = "autocast/test_op_numerics.py"
@@ -112,3 +117,28 @@ def test_a_numerics_regression_exceeds_the_derived_budget(pytester, suite_copy, 
     run.stdout.fnmatch_lines(
         ["*under autocast(cpu, *): FAILED: mismatched elements:*", "*greatest error/budget:*"], consecutive=False
     )
+
+
+def _refusing(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.")
+
+
+def test_the_bce_ban_fails_where_binary_cross_entropy_runs_and_its_script_agrees(monkeypatch):
+    """The CUDA-only ban's verdict and script, held on the CPU: CPU autocast runs
+    binary_cross_entropy (what a CUDA stack that lost the ban would do), so the claim fails and its
+    script measures 1; a binary_cross_entropy raising autocast's refusal passes both."""
+    cpu = torch.device("cpu")
+
+    def script_measures() -> int:
+        repro = banned_repro(cpu, torch.float16)
+        namespace: dict[str, object] = {"torch": torch}
+        exec(compile(repro.code, "<autocast banned script>", "exec"), namespace)
+        assert namespace["allowed"] == 0
+        return int(namespace["measured"])  # type: ignore[call-overload]
+
+    ran = banned.bce_banned_claim(cpu, torch.float16)
+    assert not ran.passed and "ran (float32)" in explain(ran)
+    assert script_measures() == 1
+    monkeypatch.setattr(torch.nn.functional, "binary_cross_entropy", _refusing)
+    assert banned.bce_banned_claim(cpu, torch.float16).passed
+    assert script_measures() == 0

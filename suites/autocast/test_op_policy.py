@@ -17,8 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.domains.autocast import oracle
-from harness.domains.autocast.repro import dtypes_repro, hand_cast_repro, policy_repro, registered_ops_repro
+from harness.domains.autocast import banned, oracle
+from harness.domains.autocast.repro import (
+    banned_repro,
+    dtypes_repro,
+    hand_cast_repro,
+    policy_repro,
+    registered_ops_repro,
+)
 from harness.domains.engines.ops.catalogue import CATALOGUE, INTERNAL_OPS, ISA_DEPENDENT_ON_CPU
 from harness.domains.engines.ops.probe import Category, HandCast, aten_base, policy_table, registered_autocast_ops
 from harness.domains.repro import FailureRepro
@@ -152,11 +158,11 @@ def test_float64_and_integer_inputs_are_never_cast(amp_device, amp_dtype, amp_re
 
 @pytest.mark.amp_cuda
 def test_binary_cross_entropy_is_banned_under_cuda_autocast(amp_record):
-    p, t = torch.rand(4, device="cuda"), torch.rand(4, device="cuda")
-    with torch.autocast("cuda", dtype=torch.float16), pytest.raises(RuntimeError, match="unsafe to autocast"):
-        F.binary_cross_entropy(p, t)
+    device = torch.device("cuda")
     amp_record.require(
-        compare_claim("binary_cross_entropy.raises", True, True, "banned under CUDA autocast: raises"), device="cuda"
+        banned.bce_banned_claim(device, torch.float16),
+        device="cuda",
+        repro=banned_repro(device, torch.float16),
     )
 
 

@@ -110,6 +110,18 @@ def dtypes_repro(
     return autocast_dtypes(what, kept, str(device), dtype, origin) if kept else None
 
 
+def banned_repro(device: torch.device, dtype: torch.dtype) -> FailureRepro:
+    """binary_cross_entropy under autocast, which must raise autocast's refusal."""
+    code = AUTOCAST.fill("banned", values={"DEVICE": repr(device.type), "DTYPE": dtype_src(dtype)})
+    return FailureRepro(
+        "autocast",
+        f"binary_cross_entropy under {device.type} autocast: 1 where it runs or raises another error",
+        code,
+        "exact: autocast refuses it",
+        device=device.type,
+    )
+
+
 def registered_ops_repro(device_type: str, expected: Sequence[str], *, missing_only: bool) -> FailureRepro:
     """The aten ops with an autocast kernel for ``device_type`` against a list: the golden one
     (every op added or gone), or the catalogue's reach (``missing_only``: registered, not reached)."""

@@ -31,6 +31,23 @@ if not MISSING_ONLY:
 measured = len(new) + len(gone)  # ops unlike the list
 allowed = 0
 
+# -- banned --
+DEVICE = "cpu"  # the autocast device (binary_cross_entropy is banned under CUDA autocast)
+DTYPE = torch.float16  # the autocast dtype
+p, t = (
+    torch.rand(4, generator=torch.Generator().manual_seed(0)),
+    torch.rand(4, generator=torch.Generator().manual_seed(1)),
+)
+try:
+    with torch.autocast(DEVICE, dtype=DTYPE):
+        outcome = f"ran ({torch.nn.functional.binary_cross_entropy(p.to(DEVICE), t.to(DEVICE)).dtype})"
+except RuntimeError as exc:
+    outcome = (str(exc).strip().splitlines() or [""])[0]
+print(f"binary_cross_entropy under {DEVICE} autocast ({DTYPE}): {outcome}")
+# reference: autocast refuses it, saying so (PyTorch's autocast_mode.cpp), pointing to the logits form
+measured = int("unsafe to autocast" not in outcome)  # 1: it ran, or raised something else
+allowed = 0
+
 # -- coverage --
 LISTS_FILE: str | None = None  # the lists file the check was given (None: the installed torch's)
 CLASS = "AutocastCPUTestLists"  # the class of the device's lists
