@@ -683,6 +683,27 @@ def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_
     assert "pytest 'suites/x/test_y.py::test_z'" in out
 
 
+def test_a_check_that_cannot_keep_a_script_says_why(tmp_path, capsys):
+    """A check whose subject is code a script cannot hold (your recipe) records why it keeps none;
+    ``repro`` prints that reason, not "not yet"."""
+    from harness.storage import report as rp
+
+    row = rp.make_row(
+        run_id="r1",
+        nodeid="suites/x/test_y.py::test_z",
+        suite="x",
+        check="test_z",
+        metric="m",
+        value=1.0,
+        outcome="fail",
+        tags={"no_script": "the recipe under test is code a script cannot hold"},
+    )
+    rp.write(tmp_path, "r1", [row.as_dict()], {"fingerprint": {"torch_version": "2.13.0"}})
+    assert main(["repro", "--report", str(tmp_path), "-o", str(tmp_path / "s")]) == 3
+    out = capsys.readouterr().out
+    assert "m: no standalone reproduction recorded (the recipe under test is code a script cannot hold)" in out
+
+
 def test_one_check_failing_at_two_dtypes_keeps_two_scripts(tmp_path, capsys):
     """The metric names a script; where bf16 and fp16 of one check both failed, the dtype tells
     their scripts apart (one would otherwise overwrite the other)."""

@@ -327,3 +327,5 @@ def test_a_broken_delayed_scaling_fails_the_specification_saying_where(pytester,
     run = _delayed(pytester, suite_copy, f"faults.fp8.{fault}")
     assert_caught(run, "*::test_delayed_scaling_follows_its_specification")
     run.stdout.fnmatch_lines(["*delayed_scaling.conforms: FAILED*", "*specification*"], consecutive=False)
+    failed = next(r for r in run.rows if r["metric"] == "delayed_scaling.conforms")
+    assert "code a script cannot hold" in json.loads(failed["tags"])["no_script"]  # repro says why it has none

@@ -531,9 +531,9 @@ def _repro_failed_checks(report: Path, selected: list[str], out: Path) -> int:
             continue
         if not isinstance(spec, dict):
             missing += 1
+            why = tags.get("no_script") or "checks of this kind do not record one yet"
             print(
-                f"{r['nodeid']} :: {r['metric']}: no standalone reproduction recorded (checks of this kind do not "
-                f"record one yet); rerun it with the harness: {rerun}"
+                f"{r['nodeid']} :: {r['metric']}: no standalone reproduction recorded ({why}); rerun it with the harness: {rerun}"
             )
             continue
         stem = _unique_stem(str(r["metric"]), str(r.get("dtype") or ""), used)

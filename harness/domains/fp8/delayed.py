@@ -55,6 +55,14 @@ from harness.numerics.formats import FP8_E4M3FN, FP32, FloatFormat
 
 Algorithm = Literal["max", "most_recent"]
 
+#: Why a failed conformance run keeps no standalone script: no library on this stack ships delayed
+#: scaling to call (torchao removed it; TransformerEngine's needs CUDA and comes through an adapter),
+#: so the recipe under test is code a script cannot hold. The row keeps the failing example instead.
+NO_SCRIPT = (
+    "the recipe under test is the specification's plain-torch stand-in or your adapter, code a script cannot "
+    "hold; the failing example (configuration, amaxes, round trips) is in the row's failure"
+)
+
 #: float32's largest finite value: the scale where ``fp8_max / amax`` overflows.
 FLOAT32_MAX = FP32.max
 
