@@ -250,7 +250,7 @@ def draws_claims(d: Draws, target: Target, inputs: int, draws: int) -> list[Clai
             d.off_support,
             d.on_support,
             f"every draw is the input's {target.name} neighbour toward or away from zero (from {target.reference})",
-            detail=f"{d.off_support} of {draws} draws were neither neighbour",
+            detail=f"{d.off_support} of {draws} draws were neither {target.name} neighbour of their input",
             expected=0,
             allowance=0,
             unit="draws",
@@ -263,8 +263,8 @@ def draws_claims(d: Draws, target: Target, inputs: int, draws: int) -> list[Clai
             f"from {target.reference}: every exact two-sided p-value x {inputs} (Bonferroni) >= "
             f"{FALSE_ALARM:g} (a correct rounding fails once in 1e6 runs; a probability bias of "
             f"{detectable_bias(inputs):.3g} of a step is caught with 99% power)",
-            detail=f"input {d.worst_input!r}: {d.away} of {DRAWS} draws away from zero, {d.expected_away:.4g} "
-            f"expected; adjusted p-value {d.adjusted_p:.3g}",
+            detail=f"biased: input {d.worst_input!r} drew {d.away} of {DRAWS} away from zero, {d.expected_away:.4g} "
+            f"expected (Bonferroni-adjusted binomial p-value {d.adjusted_p:.3g} < {FALSE_ALARM:g})",
             allowance=FALSE_ALARM,
         ),
     ]
@@ -280,7 +280,7 @@ def randomness_claims(r: Randomness, target: Target) -> list[ClaimComparison]:
             r.distinct,
             r.draws_both,
             f"{n} draws of {target.halfway!r}, halfway between its neighbours, include both (all one: (1/2)^{n - 1})",
-            detail=f"{r.distinct} distinct values drawn: the rounding is deterministic",
+            detail=f"deterministic: {n} draws of {target.halfway!r} gave {r.distinct} value(s), not both",
             expected=2,
             allowance=0,
         ),
@@ -289,14 +289,14 @@ def randomness_claims(r: Randomness, target: Target) -> list[ClaimComparison]:
             r.differing_between_seeds,
             r.seeds_differ,
             f"two seeds give different draws (equal by chance: (1/2)^{n})",
-            detail="two seeds drew the same 256 values: the randomness ignores the generator",
+            detail=f"two seeds drew the same {n} values: the rounding ignores torch's generator",
         ),
         compare_claim(
             f"sr_{target.name}.one_seed_repeats",
             r.differing_on_replay,
             r.repeats,
             "the same seed gives the same draws (a training run's rounding can be replayed)",
-            detail=f"{r.differing_on_replay} of {n} draws differ under the same seed",
+            detail=f"{r.differing_on_replay} of {n} draws differ under the same seed: not replayable",
             expected=0,
             allowance=0,
         ),
@@ -305,30 +305,22 @@ def randomness_claims(r: Randomness, target: Target) -> list[ClaimComparison]:
 
 @dataclass(frozen=True)
 class RoundingCheck:
-    """The four claims on one rounding (:func:`check_stochastic_rounding`), each decided by the same
-    property the fp8 suite's rows use."""
+    """The claims on one rounding (:func:`check_stochastic_rounding`): the suite's rows themselves,
+    so the API and the suite cannot disagree."""
 
     target: Target
     draws: Draws
     randomness: Randomness
+    inputs: int  # inputs drawn DRAWS times each
+
+    def claims(self) -> list[ClaimComparison]:
+        """The rows the suite records: :func:`draws_claims` and :func:`randomness_claims`."""
+        n = self.inputs
+        return [*draws_claims(self.draws, self.target, n, n * DRAWS), *randomness_claims(self.randomness, self.target)]
 
     def failures(self) -> list[str]:
-        d, r, t = self.draws, self.randomness, self.target
-        out = []
-        if not d.on_support:
-            out.append(f"{d.off_support} draws were neither {t.name} neighbour of their input")
-        if not d.unbiased:
-            out.append(
-                f"biased: input {d.worst_input!r} drew {d.away} of {DRAWS} away from zero, {d.expected_away:.4g} "
-                f"expected (Bonferroni-adjusted binomial p-value {d.adjusted_p:.3g} < {FALSE_ALARM:g})"
-            )
-        if not r.draws_both:
-            out.append(f"deterministic: {HALFWAY_DRAWS} draws of {t.halfway!r} gave {r.distinct} value(s), not both")
-        if not r.seeds_differ:
-            out.append("two seeds drew the same values: the rounding ignores torch's generator")
-        if not r.repeats:
-            out.append(f"{r.differing_on_replay} of {HALFWAY_DRAWS} draws differ under the same seed: not replayable")
-        return out
+        """What each claim that does not hold saw (its detail)."""
+        return ["; ".join(c.detail) for c in self.claims() if not c.passed]
 
     @property
     def passed(self) -> bool:
@@ -355,4 +347,5 @@ def check_stochastic_rounding(rounding: Rounding, target: str | Target = "bf16",
         raise ValueError(f"unknown stochastic-rounding target {target!r}: one of {sorted(TARGETS)}")
     t = TARGETS[target] if isinstance(target, str) else target
     x = t.inputs()
-    return RoundingCheck(t, judge_draws(x, draw(rounding, x, DRAWS, seed), t), judge_randomness(rounding, t, seed))
+    draws = judge_draws(x, draw(rounding, x, DRAWS, seed), t)
+    return RoundingCheck(t, draws, judge_randomness(rounding, t, seed), len(x))
