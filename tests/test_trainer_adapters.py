@@ -8,6 +8,7 @@ package is missing."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 
 import pytest
@@ -137,6 +138,14 @@ def test_a_loss_computed_in_bf16_fails_through_compute_loss_func_and_a_trainer_s
             (VerdictKind.LOSS_PRECISION, "hf_gpt2.bf16.losses_in_low_precision")
         ], str(failed.value)
         assert "loss 'loss' returned in bfloat16" in str(failed.value)
+    # where the harness sees the loss's inputs (compute_loss_func's logits and labels) it says how
+    # far the bf16 loss lies from the same loss on float64 logits
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(
+            dataclasses.replace(gpt2_program(), trainer={"compute_loss_func": bf16_cross_entropy}), [BF16], seeds=3
+        )
+    error = re.search(r"the same loss from float64 inputs: ([0-9.e-]+), ([0-9.e-]+) u of bfloat16", str(failed.value))
+    assert error is not None and float(error[2]) > 0.5, str(failed.value)  # the casts kept wide: a real size
 
 
 def test_a_trainer_class_that_is_no_trainer_is_refused(training_checks):
@@ -301,3 +310,81 @@ def test_a_lightning_precision_plugin_that_steps_through_an_overflow_fails_namin
         )
     names = [v.name for v in failed.value.result.failures]
     assert "lightning.fp16+scaler.overflow.optimizers.0" in names
+
+
+def gan_batches(seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(32, 8, generator=gen) + 2.0 for _ in range(12)]
+
+
+def lightning_gan(bypass_d: bool = False):
+    """A GAN in manual optimization with two optimizers, as Lightning's docs write one;
+    ``bypass_d``: the planted bug, the discriminator stepped on the raw optimizer (its gradients
+    still scaled under 16-mixed, and its overflow not skipped)."""
+    L = _lightning()
+
+    class Gan(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.generator = nn.Sequential(nn.Linear(4, 32), nn.GELU(), nn.Linear(32, 8))
+            self.discriminator = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 1))
+
+        def _judged(self, x: torch.Tensor, real: bool) -> torch.Tensor:
+            logits = self.discriminator(x).float()
+            return nn.functional.binary_cross_entropy_with_logits(logits, torch.full_like(logits, float(real)))
+
+        def training_step(self, real, index):
+            opt_g, opt_d = self.optimizers()
+            z = torch.randn(real.shape[0], 4, generator=torch.Generator().manual_seed(index)).to(real)
+            fake = self.generator(z)
+            d_loss = self._judged(real, True) + self._judged(fake.detach(), False)
+            opt_d.zero_grad()
+            self.manual_backward(d_loss)
+            (opt_d.optimizer if bypass_d else opt_d).step()
+            g_loss = self._judged(fake, True)
+            opt_g.zero_grad()
+            self.manual_backward(g_loss)
+            opt_g.step()
+            return {"loss": g_loss.detach(), "d_loss": d_loss.detach()}
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.generator.parameters(), 1e-3), torch.optim.Adam(
+                self.discriminator.parameters(), 1e-3
+            )
+
+    return lambda seed: Gan()
+
+
+@_needs("lightning", "lightning")
+def test_lightning_manual_optimization_with_two_optimizers_passes_in_bf16(training_checks):
+    result = training_checks.check_program(LightningProgram("lightning_gan", lightning_gan(), gan_batches), [BF16])
+    assert result.outcome is Outcome.PASS
+
+
+@_needs("lightning", "lightning")
+def test_lightnings_16_mixed_updates_the_scale_after_each_optimizer_and_the_verdict_names_it(training_checks):
+    """Lightning's MixedPrecision plugin calls update() after every optimizer's step; with two
+    optimizers in manual optimization that is twice per iteration (PyTorch's AMP examples: once,
+    after every optimizer has stepped). The contract fails naming the plugin as the caller; parity
+    and the overflow checks of both optimizers pass."""
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(LightningProgram("lightning_gan", lightning_gan(), gan_batches), [FP16_SCALER])
+    failures = failed.value.result.failures
+    assert [v.name for v in failures] == ["lightning_gan.fp16+scaler.scaler_contract"], str(failed.value)
+    assert "update() called 2 times" in str(failed.value)
+    assert "update() called from lightning.pytorch.plugins.precision.amp.MixedPrecision.optimizer_step" in str(
+        failed.value
+    )
+
+
+@_needs("lightning", "lightning")
+def test_a_lightning_gan_stepping_one_optimizer_around_the_plugin_fails_naming_it(training_checks):
+    """The discriminator stepped on the raw optimizer: under 16-mixed it consumes scaled gradients
+    and steps through overflows; the verdicts name that optimizer."""
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(
+            LightningProgram("lightning_gan", lightning_gan(bypass_d=True), gan_batches), [FP16_SCALER]
+        )
+    names = [v.name for v in failed.value.result.failures]
+    assert "lightning_gan.fp16+scaler.overflow.optimizers.1" in names, str(failed.value)

@@ -106,7 +106,8 @@ def test_a_gan_step_that_updates_the_scale_after_each_optimizer_fails_the_scaler
 
 
 def test_each_rule_of_the_scalers_contract_names_its_violation():
-    """On recorded calls: unscale_ twice, unscale_ after step, step after update, no update, and a
+    """On recorded calls: unscale_ twice, unscale_ after step, step after update (not where its loss
+    was scaled after that update), update twice naming its caller, no update, and a
     scale the reference state machine does not give; a clean sequence (growth after the interval,
     a back-off on a non-finite gradient) has none."""
     from harness.domains.training.step_checks import scaler_contract_violations as violations
@@ -136,6 +137,21 @@ def test_each_rule_of_the_scalers_contract_names_its_violation():
     assert (
         "scaler.step(b) after update()" in run([C("step", "a"), C("update", "", False, 8, 8, rule), C("step", "b")])[0]
     )
+    # each optimizer's loss scaled after the previous update (Lightning's manual optimization): its
+    # step is at the scale its gradients carry; only the second update breaks the contract
+    interleaved = [
+        C("scale"),
+        C("step", "a"),
+        C("update", "", False, 8, 8, rule, caller="trainer.Plugin.optimizer_step"),
+        C("scale"),
+        C("step", "b"),
+        C("update", "", False, 8, 8, rule, caller="trainer.Plugin.optimizer_step"),
+    ]
+    assert [v.split(";")[0] for v in run(interleaved)] == [
+        "step 0: update() called 2 times in an iteration whose scaler stepped a, b (once per iteration, after every "
+        "optimizer's step)"
+    ]
+    assert "update() called from trainer.Plugin.optimizer_step" in run(interleaved)[0]
     assert "update() called 0 times" in run([C("step", "a")])[0]
     assert "the reference state machine" in run([C("step", "a"), C("update", "", True, 8, 8, rule)])[0]
 

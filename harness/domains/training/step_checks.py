@@ -43,6 +43,7 @@ from harness.domains.training.user_step import (
     trace,
 )
 from harness.numerics.comparison import ClaimComparison, compare_claim
+from harness.numerics.formats import format_of
 from harness.platform.compat import force_eager
 
 
@@ -248,6 +249,7 @@ def judge_loss_precision(name: str, recipe: Recipe, amp: Trace) -> ClaimComparis
         for k, ds in amp.loss_dtypes.items()
     }
     low = {k: v for k, v in low.items() if v}
+    sizes = {k: _float64_error(amp.loss_float64.get(k, []), v) for k, v in low.items()}
     return compare_claim(
         f"{name}.{recipe.metric_id}.losses_in_low_precision",
         len(low),
@@ -257,7 +259,7 @@ def judge_loss_precision(name: str, recipe: Recipe, amp: Trace) -> ClaimComparis
         detail=(
             f"{name} / {recipe.name}: "
             + (
-                "; ".join(f"loss {k!r} returned in {', '.join(v)}" for k, v in sorted(low.items()))
+                "; ".join(f"loss {k!r} returned in {', '.join(v)}{sizes[k]}" for k, v in sorted(low.items()))
                 + ": computed outside autocast on low-precision outputs (e.g. a cross-entropy of bf16 logits); "
                 "compute it under autocast, or on .float() outputs"
                 if low
@@ -268,6 +270,16 @@ def judge_loss_precision(name: str, recipe: Recipe, amp: Trace) -> ClaimComparis
         allowance=0,
         unit="losses",
     )
+
+
+def _float64_error(pairs: Sequence[tuple[float, float]], dtypes: Sequence[str]) -> str:
+    """The worst relative error of a loss against its float64 recomputation, in units of the
+    widest low-precision dtype's unit roundoff ("" where the harness could not recompute it)."""
+    if not pairs:
+        return ""
+    worst = max(abs(got - ref) / abs(ref) if ref else abs(got) for got, ref in pairs)
+    u = max(format_of(getattr(torch, d)).unit_roundoff for d in dtypes)
+    return f" (worst relative error against the same loss from float64 inputs: {worst:.3g}, {worst / u:.3g} u of {dtypes[0]})"
 
 
 #: the parameter dtypes an fp32 reference run may train (anything narrower is no fp32 reference)
@@ -358,9 +370,11 @@ def scaler_contract_violations(run: Trace) -> list[str]:
         steps = [i for i, c in enumerate(calls) if c.kind == "step"]
         updates = [i for i, c in enumerate(calls) if c.kind == "update"]
         if steps and len(updates) != 1:
+            callers = sorted({calls[i].caller for i in updates if calls[i].caller})
             out.append(
                 f"step {k}: update() called {len(updates)} times in an iteration whose scaler stepped "
                 f"{', '.join(calls[i].optimizer for i in steps)} (once per iteration, after every optimizer's step)"
+                + (f"; update() called from {', '.join(callers)}" if callers else "")
             )
         for opt in dict.fromkeys(c.optimizer for c in calls if c.kind == "unscale_"):
             at = [i for i, c in enumerate(calls) if c.kind == "unscale_" and c.optimizer == opt]
@@ -369,9 +383,14 @@ def scaler_contract_violations(run: Trace) -> list[str]:
                 out.append(f"step {k}: unscale_({opt}) called {len(at)} times (at most once per optimizer per step)")
             if stepped and at[-1] > stepped[0]:
                 out.append(f"step {k}: unscale_({opt}) after scaler.step({opt}) (unscale_ comes before step)")
-        if updates and steps and steps[-1] > updates[0]:
-            late = calls[steps[-1]].optimizer
-            out.append(f"step {k}: scaler.step({late}) after update(): its step ran at a scale the update had moved")
+        for i in steps:  # a step after an update is at a moved scale unless its loss was scaled after it
+            before = [u for u in updates if u < i]
+            if before and not any(c.kind == "scale" for c in calls[before[-1] + 1 : i]):
+                out.append(
+                    f"step {k}: scaler.step({calls[i].optimizer}) after update() with no scale() between: its "
+                    "gradients were scaled at the scale the update then moved"
+                )
+                break
         done = [calls[i] for i in updates]
         if not done or any(c.explicit for c in done):
             scale = None  # the code set the scale itself (or took no scaled step): start again from what it is

@@ -22,6 +22,7 @@ import contextlib
 import inspect
 import io
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Protocol
@@ -281,10 +282,23 @@ class Observed:
     finite_before: dict[str, bool] = field(default_factory=dict)
 
 
+def _caller() -> str:
+    """``module.function`` of the first frame outside torch and this module: who called the scaler."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if not (module == __name__ or module.startswith("torch.")):
+            owner = frame.f_locals.get("self")
+            where = f"{type(owner).__name__}.{frame.f_code.co_name}" if owner is not None else frame.f_code.co_name
+            return f"{module}.{where}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
+
+
 @dataclass(frozen=True)
 class ScalerCall:
-    """One call the code made on a GradScaler in a step: ``unscale_`` (its own, not the one
-    ``step`` makes), ``step`` or ``update``; the optimizer's name; for ``update``, whether any
+    """One call the code made on a GradScaler in a step: ``scale``, ``unscale_`` (its own, not the
+    one ``step`` makes), ``step`` or ``update``; the optimizer's name; for ``update``, whether any
     optimizer stepped since the last update found a non-finite gradient, the scale before and
     after, the scaler's growth rule, and whether the code set the scale itself."""
 
@@ -295,6 +309,9 @@ class ScalerCall:
     scale_after: float = math.nan
     growth: tuple[float, float, int] = (2.0, 0.5, 2000)
     explicit: bool = False
+    #: who made the call (``module.Class.function`` of the first frame outside torch): the user's
+    #: code, or a trainer's plugin, which the verdict names
+    caller: str = ""
 
 
 @dataclass
@@ -319,6 +336,9 @@ class Trace:
     scaler_calls: dict[int, list[ScalerCall]] = field(default_factory=dict)
     #: loss name -> the dtypes it was returned in (as a tensor), over the run
     loss_dtypes: dict[str, set[torch.dtype]] = field(default_factory=dict)
+    #: loss name -> (the loss as computed, the same loss recomputed from float64 inputs) where the
+    #: harness sees its inputs (a trainer's ``compute_loss_func``): the size of a low-precision loss's error
+    loss_float64: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     #: the parameters (``model.path``) some optimizer of the code trains (a frozen teacher's are not)
     trained: set[str] = field(default_factory=set)
 
@@ -402,8 +422,13 @@ class Loop:
         ``trace.scaler_calls``, through the class's methods, while the step runs."""
         calls = self.trace.scaler_calls.setdefault(k, [])
         cls = torch.amp.GradScaler
-        originals = (cls.unscale_, cls.step, cls.update)
+        originals = (cls.unscale_, cls.step, cls.update, cls.scale)
         loop, inside = self, [0]
+
+        def scale(scaler: torch.amp.GradScaler, outputs: Any) -> Any:
+            if not inside[0] and scaler.is_enabled():
+                calls.append(ScalerCall("scale", caller=_caller()))
+            return originals[3](scaler, outputs)
 
         def unscale_(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> None:
             if not inside[0] and scaler.is_enabled():
@@ -429,13 +454,15 @@ class Loop:
             originals[2](scaler, new_scale)
             rule = (scaler.get_growth_factor(), scaler.get_backoff_factor(), scaler.get_growth_interval())
             calls.append(
-                ScalerCall("update", "", found, before, float(scaler.get_scale()), rule, new_scale is not None)
+                ScalerCall(
+                    "update", "", found, before, float(scaler.get_scale()), rule, new_scale is not None, _caller()
+                )
             )
 
-        cls.unscale_, cls.step, cls.update = unscale_, step, update  # type: ignore[method-assign,assignment]
+        cls.unscale_, cls.step, cls.update, cls.scale = unscale_, step, update, scale  # type: ignore[method-assign,assignment]
 
         def restore() -> None:
-            cls.unscale_, cls.step, cls.update = originals  # type: ignore[method-assign]
+            cls.unscale_, cls.step, cls.update, cls.scale = originals  # type: ignore[method-assign]
 
         self._unrecord = restore
 
@@ -469,10 +496,18 @@ class Loop:
         torch.amp.GradScaler.unscale_ = unscale_  # type: ignore[method-assign,assignment]
         self._unpatch = lambda: setattr(torch.amp.GradScaler, "unscale_", original)
 
-    def end(self, returned: object, dtypes: Mapping[str, torch.dtype] | None = None) -> None:
+    def end(
+        self,
+        returned: object,
+        dtypes: Mapping[str, torch.dtype] | None = None,
+        float64: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    ) -> None:
         """Step ``k`` ended, returning ``returned`` (its losses); ``dtypes``: the dtype each loss was
-        computed in, where ``returned`` no longer says (a trainer's losses summed as numbers)."""
+        computed in, where ``returned`` no longer says (a trainer's losses summed as numbers);
+        ``float64``: per loss, (as computed, recomputed from float64 inputs) where the caller could."""
         k = self.step
+        for loss, pairs in (float64 or {}).items():
+            self.trace.loss_float64.setdefault(loss, []).extend(pairs)
         if self._observing is not None:
             self._observing.close()
             self._observing = None

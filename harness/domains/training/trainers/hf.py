@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from harness.domains.training.trainers import require
@@ -65,6 +66,7 @@ class HFTrainerProgram:
 
             def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 self.trainer.micro_losses = []
+                self.trainer.float64_losses = []
                 loop.begin(
                     {"model": kw.get("model"), "optimizer": kw.get("optimizer"), "scheduler": kw.get("lr_scheduler")}
                 )
@@ -73,13 +75,28 @@ class HFTrainerProgram:
                 # the step's loss: its micro-batches' losses as training_step returns them (each
                 # already divided by the accumulation steps), summed
                 losses = self.trainer.micro_losses
-                loop.end(sum(float(x) for x in losses), {"loss": losses[0].dtype} if losses else None)
+                float64 = {"loss": list(self.trainer.float64_losses)} if self.trainer.float64_losses else None
+                loop.end(sum(float(x) for x in losses), {"loss": losses[0].dtype} if losses else None, float64)
 
         class Recording(base):  # type: ignore[misc]
             def training_step(self, *args: Any, **kwargs: Any) -> Any:
                 loss = super().training_step(*args, **kwargs)
                 self.micro_losses.append(loss.detach())
                 return loss
+
+            def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+                labels = inputs.get("labels") if isinstance(inputs, dict) else None  # compute_loss_func pops them
+                seen: dict[str, Any] = {}
+                handle = model.register_forward_hook(lambda m, a, out: seen.__setitem__("out", out))
+                try:
+                    result = super().compute_loss(model, inputs, *args, **kwargs)
+                finally:
+                    handle.remove()
+                loss = result[0] if isinstance(result, tuple) else result
+                ref = _float64_loss(self.compute_loss_func, seen.get("out"), labels, kwargs.get("num_items_in_batch"))
+                if ref is not None and isinstance(loss, torch.Tensor):
+                    self.float64_losses.append((float(loss.detach().double()), ref))
+                return result
 
         watch = Watch()
         with tempfile.TemporaryDirectory(prefix="amp-harness-hf-") as out:
@@ -104,3 +121,37 @@ class HFTrainerProgram:
             watch.trainer = trainer
             trainer.train()
         reset_state()
+
+
+def _float64_loss(loss_func: Any, outputs: Any, labels: Any, num_items_in_batch: Any) -> float | None:
+    """The user's ``compute_loss_func`` on the same outputs with their logits in float64, outside
+    autocast and with its casts to low precision kept in float64 (:class:`_KeptWide`): the loss as
+    its inputs define it, without the loss's own rounding. None where the
+    harness cannot see those inputs (no ``compute_loss_func``, no logits or labels)."""
+    logits = getattr(outputs, "logits", None)
+    if loss_func is None or not isinstance(logits, torch.Tensor) or not isinstance(labels, torch.Tensor):
+        return None
+    wide = type(outputs)(**{**outputs, "logits": logits.detach().double()})
+    with torch.no_grad(), torch.autocast(logits.device.type, enabled=False), _KeptWide():
+        ref = loss_func(wide, labels, num_items_in_batch=num_items_in_batch)
+    return float(ref.double()) if isinstance(ref, torch.Tensor) and ref.numel() == 1 else None
+
+
+_LOW = (torch.bfloat16, torch.float16)
+
+
+class _KeptWide(torch.overrides.TorchFunctionMode):
+    """Casts of a floating tensor to bf16 or fp16 (``to``, ``bfloat16``, ``half``, ``type``) leave it
+    as it is: a loss function that casts its logits down computes, here, in the logits' float64."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.bfloat16, torch.Tensor.half):
+            return args[0]
+        if func in (torch.Tensor.to, torch.Tensor.type):
+            target = kwargs.get("dtype", next((a for a in args[1:] if isinstance(a, torch.dtype)), None))
+            if target in _LOW and args[0].is_floating_point():
+                rest = {k: v for k, v in kwargs.items() if k != "dtype"}
+                others = [a for a in args[1:] if not isinstance(a, torch.dtype)]
+                return func(args[0], *others, **rest) if others or rest else args[0]
+        return func(*args, **kwargs)
