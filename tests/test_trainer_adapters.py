@@ -388,3 +388,46 @@ def test_a_lightning_gan_stepping_one_optimizer_around_the_plugin_fails_naming_i
         )
     names = [v.name for v in failed.value.result.failures]
     assert "lightning_gan.fp16+scaler.overflow.optimizers.1" in names, str(failed.value)
+
+
+# -- the trainers' own checkpoints -------------------------------------------------------------------
+@_needs("transformers", "hf")
+def test_the_hf_trainer_resumes_bit_for_bit_from_its_own_checkpoint_and_a_lost_optimizer_state_fails(
+    training_checks,
+):
+    """``resume_at`` drives the Trainer's ``save_steps`` and ``resume_from_checkpoint``: resumed, the
+    run is the uninterrupted one bit for bit. A Trainer that does not load its optimizer's state
+    (Adam's moments start again) parts from it and fails, naming the steps."""
+    result = training_checks.check_program(gpt2_program(), [BF16], seeds=3, resume_at=4)
+    assert [v.outcome for v in result.verdicts if "resume" in v.name] == [Outcome.PASS]
+    tf = _transformers()
+
+    class ForgetfulTrainer(tf.Trainer):
+        def _load_optimizer_and_scheduler(self, checkpoint):  # the planted bug: nothing restored
+            return None
+
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(
+            dataclasses.replace(gpt2_program(), trainer_class=ForgetfulTrainer), [BF16], seeds=3, resume_at=4
+        )
+    assert [v.name for v in failed.value.result.failures] == ["hf_gpt2.bf16.resume_differences"], str(failed.value)
+    assert "through the trainer's own checkpoint" in str(failed.value)
+
+
+@_needs("lightning", "lightning")
+@pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual"])
+def test_lightning_resumes_bit_for_bit_from_its_checkpoint_and_a_scaler_left_unrestored_fails(
+    training_checks, monkeypatch, manual
+):
+    """``resume_at`` saves a mid-epoch checkpoint and fits a fresh module from it (``ckpt_path``):
+    the run, the fp16 scale included, is the uninterrupted one bit for bit. A precision plugin that
+    does not load its GradScaler's state restarts the scale and fails fp16's resume."""
+    program = LightningProgram("lightning", regressor(manual), regression_batches)
+    result = training_checks.check_program(program, [BF16, FP16_SCALER], seeds=3, resume_at=5)
+    assert [v.outcome for v in result.verdicts if "resume" in v.name] == [Outcome.PASS, Outcome.PASS]
+    L = _lightning()
+    monkeypatch.setattr(L.pytorch.plugins.precision.MixedPrecision, "load_state_dict", lambda self, state: None)
+    with pytest.raises(TrainingCheckFailed) as failed:
+        training_checks.check_program(program, [BF16, FP16_SCALER], seeds=3, resume_at=5)
+    assert [v.name for v in failed.value.result.failures] == ["lightning.fp16+scaler.resume_differences"]
+    assert "scales" in str(failed.value)

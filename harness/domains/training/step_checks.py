@@ -41,6 +41,7 @@ from harness.domains.training.user_step import (
     precision_of,
     resumed,
     trace,
+    trace_resumed,
 )
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.numerics.formats import format_of
@@ -327,15 +328,24 @@ def judge_determinism(name: str, recipe: Recipe, a: Trace, b: Trace) -> ClaimCom
     )
 
 
-def judge_resume(name: str, recipe: Recipe, at: int, whole: Trace, back: Trace) -> ClaimComparison:
-    """The resumed run against the uninterrupted one, bit for bit."""
+def judge_resume(
+    name: str,
+    recipe: Recipe,
+    at: int,
+    whole: Trace,
+    back: Trace,
+    how: str = "through the objects' state dicts (with the scaler and torch's RNG)",
+) -> ClaimComparison:
+    """The resumed run against the uninterrupted one, bit for bit; ``how`` it was saved and loaded."""
     metric = f"{name}.{recipe.metric_id}.resume_differences"
     diffs = []
-    for t, (x, y) in enumerate(zip(whole.losses, back.losses, strict=True)):
+    if len(back.losses) != len(whole.losses):
+        diffs.append(f"the resumed run took {len(back.losses)} steps in all, the uninterrupted one {len(whole.losses)}")
+    if whole.scales != back.scales:  # first: a scale left behind explains the losses that follow
+        diffs.append(f"scales {whole.scales[at : at + 3]} != {back.scales[at : at + 3]} (from step {at})")
+    for t, (x, y) in enumerate(zip(whole.losses, back.losses, strict=False)):  # lengths: judged above
         if x != y:
             diffs.append(f"step {t} losses {x} != {y}")
-    if whole.scales != back.scales:
-        diffs.append(f"scales {whole.scales[at : at + 3]} != {back.scales[at : at + 3]} (from step {at})")
     for m in whole.final:
         if m not in back.final or not torch.equal(whole.final[m], back.final[m]):
             diffs.append(f"final weights of {m}")
@@ -343,8 +353,7 @@ def judge_resume(name: str, recipe: Recipe, at: int, whole: Trace, back: Trace) 
         metric,
         len(diffs),
         not diffs,
-        f"saved before step {at} through the objects' state dicts (with the scaler and torch's RNG) and loaded into "
-        "fresh objects, the run continues bit for bit",
+        f"saved before step {at} {how} and loaded into fresh objects, the run continues bit for bit",
         detail=(
             f"{name} / {recipe.name} resumed before step {at} parts from the uninterrupted run: "
             + " | ".join(diffs[:4]),
@@ -614,10 +623,16 @@ def _judge_recipe(
         again = trace(program, 0, make(recipe)())
         yield Judged("determinism", recipe.name, judge_determinism(name, recipe, amp, again), {})
     if resume_at is not None:
-        if isinstance(program, StepProgram):
-            back = resumed(program, 0, make(recipe), resume_at)
+        if isinstance(program, StepProgram) or (program.resumable is None and hasattr(program, "run_resumed")):
+            if isinstance(program, StepProgram):
+                back = resumed(program, 0, make(recipe), resume_at)
+                how = "through the objects' state dicts (with the scaler and torch's RNG)"
+            else:
+                back = trace_resumed(program, 0, make(recipe)(), resume_at)
+                how = "through the trainer's own checkpoint"
             whole = trace(program, 0, make(recipe)())
-            yield Judged("resume", recipe.name, judge_resume(name, recipe, resume_at, whole, back), {"at": resume_at})
+            verdict = judge_resume(name, recipe, resume_at, whole, back, how)
+            yield Judged("resume", recipe.name, verdict, {"at": resume_at})
         else:
             yield Judged(
                 "resume",
@@ -627,7 +642,9 @@ def _judge_recipe(
                     math.nan,
                     False,
                     "saved mid-run and resumed, the run continues bit for bit",
-                    detail=(f"{name}: {program.resumable}",),
+                    detail=(
+                        f"{name}: {program.resumable or 'the program has no run_resumed(seed, precision, loop, at)'}",
+                    ),
                     inconclusive=True,
                 ),
                 {},

@@ -593,7 +593,8 @@ class Program(Protocol):
 
     @property
     def resumable(self) -> str | None:
-        """None where the program can save and resume (:meth:`resume`); else why not."""
+        """None where the program can save and resume (a step program through the objects' state
+        dicts, a trainer's through its own checkpoints: ``run_resumed``); else why not."""
 
 
 def _arity(fn: Callable[..., Any]) -> int:
@@ -660,6 +661,20 @@ def trace(program: Program, seed: int, precision: Precision, **loop: Any) -> Tra
         raise CodeRaised(precision.name, max(observed.step, 0), error) from error
     finally:
         # hooks and the planting patch come off even when the user's code raises
+        trace_of_run = observed.finish()
+    return trace_of_run
+
+
+def trace_resumed(program: Any, seed: int, precision: Precision, at: int) -> Trace:
+    """One run of a program that saves and resumes through its trainer's own checkpoints
+    (``program.run_resumed``), observed as one run: steps before ``at`` from the first trainer,
+    the rest from the one resumed from its checkpoint."""
+    observed = Loop(precision, seed)
+    try:
+        program.run_resumed(seed, precision, observed, at)
+    except Exception as error:  # the user's code or its trainer: what it did
+        raise CodeRaised(precision.name, max(observed.step, 0), error) from error
+    finally:
         trace_of_run = observed.finish()
     return trace_of_run
 

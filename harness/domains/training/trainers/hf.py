@@ -16,6 +16,7 @@ The Trainer's AMP is Accelerate's: on a CPU its ``fp16=True`` trains in fp32 (IN
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,9 +49,32 @@ class HFTrainerProgram:
 
     @property
     def resumable(self) -> str | None:
-        return "the Trainer's checkpoints are not driven by the harness: use check_step with your loop"
+        return None  # through the Trainer's own checkpoints (run_resumed)
 
     def run(self, seed: int, precision: Precision, loop: Loop) -> None:
+        with tempfile.TemporaryDirectory(prefix="amp-harness-hf-") as out:
+            self._train(seed, precision, loop, out)
+
+    def run_resumed(self, seed: int, precision: Precision, loop: Loop, at: int) -> None:
+        """The run saved by the Trainer itself (``save_steps``) after ``at`` steps and stopped, then
+        a fresh Trainer resumed from that checkpoint (``resume_from_checkpoint``) to the end: what
+        its model, optimizer, scheduler, scaler, RNG and data position restore."""
+        with tempfile.TemporaryDirectory(prefix="amp-harness-hf-") as out:
+            self._train(seed, precision, loop, out, stop_at=at)
+            checkpoint = os.path.join(out, f"checkpoint-{at}")
+            if not os.path.isdir(checkpoint):
+                raise RuntimeError(f"the Trainer saved no checkpoint at step {at} (save_steps={at}): {os.listdir(out)}")
+            self._train(seed, precision, loop, out, resume=checkpoint)
+
+    def _train(
+        self,
+        seed: int,
+        precision: Precision,
+        loop: Loop,
+        out: str,
+        stop_at: int | None = None,
+        resume: str | None = None,
+    ) -> None:
         transformers = require("transformers")
         reset_state()
 
@@ -77,6 +101,8 @@ class HFTrainerProgram:
                 losses = self.trainer.micro_losses
                 float64 = {"loss": list(self.trainer.float64_losses)} if self.trainer.float64_losses else None
                 loop.end(sum(float(x) for x in losses), {"loss": losses[0].dtype} if losses else None, float64)
+                if stop_at is not None and state.global_step >= stop_at:
+                    control.should_save, control.should_training_stop = True, True
 
         class Recording(base):  # type: ignore[misc]
             def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -99,27 +125,25 @@ class HFTrainerProgram:
                 return result
 
         watch = Watch()
-        with tempfile.TemporaryDirectory(prefix="amp-harness-hf-") as out:
-            args = transformers.TrainingArguments(
-                output_dir=out,
-                max_steps=self.steps,
-                seed=seed,
-                data_seed=seed,
-                use_cpu=precision.device.type == "cpu",
-                report_to=[],
-                save_strategy="no",
-                logging_strategy="no",
-                disable_tqdm=True,
-                **precision.hf,
-                **self.args,
-            )
-            dataset = list(self.dataset(seed) if callable(self.dataset) else self.dataset)
-            transformers.set_seed(seed)
-            trainer = Recording(
-                model=self.model(seed), args=args, train_dataset=dataset, callbacks=[watch], **self.trainer
-            )
-            watch.trainer = trainer
-            trainer.train()
+        saving = {"save_strategy": "no"} if stop_at is None else {"save_strategy": "steps", "save_steps": stop_at}
+        args = transformers.TrainingArguments(
+            output_dir=out,
+            max_steps=self.steps,
+            seed=seed,
+            data_seed=seed,
+            use_cpu=precision.device.type == "cpu",
+            report_to=[],
+            logging_strategy="no",
+            disable_tqdm=True,
+            **saving,
+            **precision.hf,
+            **self.args,
+        )
+        dataset = list(self.dataset(seed) if callable(self.dataset) else self.dataset)
+        transformers.set_seed(seed)
+        trainer = Recording(model=self.model(seed), args=args, train_dataset=dataset, callbacks=[watch], **self.trainer)
+        watch.trainer = trainer
+        trainer.train(resume_from_checkpoint=resume)
         reset_state()
 
 

@@ -10,8 +10,10 @@ Example::
 
 from __future__ import annotations
 
+import os
+import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +39,29 @@ class LightningProgram:
 
     @property
     def resumable(self) -> str | None:
-        return "Lightning's checkpoints are not driven by the harness: use check_step with your loop"
+        return None  # through Lightning's own checkpoints (run_resumed)
 
     def run(self, seed: int, precision: Precision, loop: Loop) -> None:
+        self._fit(seed, precision, loop)
+
+    def run_resumed(self, seed: int, precision: Precision, loop: Loop, at: int) -> None:
+        """The run saved by Lightning after ``at`` steps (``Trainer.save_checkpoint``, mid-epoch) and stopped,
+        then a fresh module and Trainer fitted from it (``fit(ckpt_path=...)``) to the end: what its
+        model, optimizers, schedulers, precision plugin (the scaler) and loops restore."""
+        with tempfile.TemporaryDirectory(prefix="amp-harness-lightning-") as out:
+            path = os.path.join(out, "resume.ckpt")
+            self._fit(seed, precision, loop, stop_at=at, save=path)
+            self._fit(seed, precision, loop, resume=path)
+
+    def _fit(
+        self,
+        seed: int,
+        precision: Precision,
+        loop: Loop,
+        stop_at: int | None = None,
+        save: str | None = None,
+        resume: str | None = None,
+    ) -> None:
         lightning = require("lightning")
 
         callback: Any = lightning.pytorch.Callback
@@ -57,6 +79,9 @@ class LightningProgram:
 
             def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, index: int) -> None:
                 loop.end(outputs)
+                if stop_at is not None and save is not None and trainer.global_step >= stop_at:
+                    trainer.save_checkpoint(save)  # mid-epoch, as a step-based ModelCheckpoint saves
+                    trainer.should_stop = True
 
         torch.manual_seed(seed)
         module = self.module(seed)
@@ -64,7 +89,7 @@ class LightningProgram:
         chosen: dict[str, Any] = {"precision": precision.lightning}
         if precision.dtype is torch.float16 and precision.device.type == "cpu" and not self.as_configured:
             chosen = {"plugins": [lightning.pytorch.plugins.precision.MixedPrecision("16-mixed", "cpu")]}
-        loader: Any = torch.utils.data.DataLoader(data, batch_size=None, shuffle=False)  # type: ignore[arg-type]
+        loader: Any = ResumableBatches(data)
         with warnings.catch_warnings():
             # its notices (workers, logging, a precision it swapped) concern throughput or are
             # judged by the precision verdict: not errors of the run
@@ -83,4 +108,31 @@ class LightningProgram:
                 callbacks=[Watch()],
                 **self.trainer,
             )
-            trainer.fit(module, train_dataloaders=loader)
+            trainer.fit(module, train_dataloaders=loader, ckpt_path=resume)
+
+
+class ResumableBatches:
+    """The program's batches in order, as Lightning's stateful-loader protocol wants them
+    (``state_dict`` / ``load_state_dict``): a mid-epoch checkpoint resumes at the next batch, where a
+    plain ``DataLoader`` restarts the epoch (Lightning warns that this is unreliable), so the resume
+    verdict judges what Lightning restores, not a data order the harness chose."""
+
+    def __init__(self, data: Sequence[Any]) -> None:
+        self.data = list(data)
+        self.taken = 0  # batches handed out this epoch
+        self._start = 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __iter__(self) -> Iterator[Any]:
+        start, self._start = self._start, 0
+        for i in range(start, len(self.data)):
+            self.taken = i + 1
+            yield self.data[i]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"taken": self.taken}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._start = int(state["taken"])
