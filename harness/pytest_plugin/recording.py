@@ -195,12 +195,14 @@ class Recorder:
         run: Callable[[], object],
         *,
         repro: Callable[[BaseException], FailureRepro | None] | None = None,
+        no_script: str | None = None,
         **kw: Any,
     ) -> None:
         """Run ``run`` (a hypothesis state machine, a model-based test) as one claim: PASS when it
         returns, FAIL when it raises, the row carrying the error's first lines (what diverged,
         where). The test fails with the same explanation, chained to the error. ``repro``, called
-        with the error, returns what reproduces it without the harness.
+        with the error, returns what reproduces it without the harness; ``no_script`` says why a
+        failure keeps none (``amp-harness repro`` prints it). ``tags`` are read after the run.
 
         Example::
 
@@ -216,6 +218,8 @@ class Recorder:
                 metric, 1, False, criterion, detail=lines[:12], expected=0, allowance=0, unit="errors"
             )
             tags = {**(kw.pop("tags", None) or {}), "failure": "\n".join(lines[:12])}
+            if no_script is not None and repro is None:
+                tags["no_script"] = no_script
             self.result(claim, tags=tags, repro=None if repro is None else repro(exc), **kw)
             raise AssertionError(explain(claim)) from exc
         self.result(compare_claim(metric, 0, True, criterion, expected=0, allowance=0, unit="errors"), **kw)

@@ -39,7 +39,8 @@ def test_delayed_scaling_follows_its_specification(delayed_scaling_under_test, a
         "step and round trip (window rolls, scale from the step's own amax, margin once, inf/NaN amax kept out of "
         "the scale, zero amax keeps it, overflow gives float32's largest)",
         lambda: run_state_machine_as_test(machine, settings=settings(stateful_step_count=STEPS, deadline=None)),
-        tags={**counts, "no_script": delayed.NO_SCRIPT},
+        tags=counts,
+        no_script=delayed.NO_SCRIPT,
     )
     exercised = {
         "rolled": "a full window rolled (an entry left it)",
