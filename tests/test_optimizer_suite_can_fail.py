@@ -1,5 +1,6 @@
 """Negative controls of the optimizer-implementation and clipping checks: a fused kernel that
-ignores GradScaler's ``found_inf``, a lossy foreach kernel, a fused kernel that leaves bf16 and
+ignores GradScaler's ``found_inf``, an unscale kernel that forgets an earlier dtype group's inf,
+a lossy foreach kernel, a fused kernel that leaves bf16 and
 fp16 parameters as they were, torch 2.13's own fused CPU SGD on them (a real bug, unregistered),
 and three broken ``clip_grad_norm_``
 (a bf16 reduction, a -1 sentinel for a non-finite norm, ``error_if_nonfinite`` ignored) each fail
@@ -16,6 +17,7 @@ STEP = "test_every_step_without_overflow_is_the_optimizers_update_in_float64"
 OVERFLOW = "test_an_overflow_leaves_parameters_and_state_untouched_and_backs_the_scale_off"
 LOW = "test_every_step_of_low_precision_parameters_is_the_update_in_float64_within_their_roundings"
 LOW_IDS = ("bfloat16-gradscaler", "bfloat16", "float16")
+MIXED = "test_an_overflow_in_one_dtypes_gradients_skips_the_step_for_every_dtype"
 
 
 def _run(pytester, suite_copy, patches):
@@ -54,10 +56,29 @@ def test_torch_2_13s_fused_sgd_on_low_precision_parameters_fails_without_its_reg
 
 def test_a_fused_kernel_ignoring_found_inf_fails_the_overflow_check(pytester, suite_copy):
     run = _run(pytester, suite_copy, {"torch._fused_adamw_": "faults.scaler.fused_ignoring_found_inf"})
-    assert_caught(run, f"*::{OVERFLOW}[[]cpu-AdamW-fused]", f"*::{STEP}[[]cpu-AdamW-fused]")
+    assert_caught(
+        run,
+        f"*::{OVERFLOW}[[]cpu-AdamW-fused]",
+        f"*::{STEP}[[]cpu-AdamW-fused]",
+        f"*::{MIXED}[[]cpu-AdamW-fused-inf_in_*]",  # an inf in either dtype's gradients, stepped on
+    )
     run.stdout.fnmatch_lines(
         ["*AdamW.fused.overflow_untouched: FAILED*", "*step 0 changed parameter*"], consecutive=False
     )
+
+
+def test_an_unscale_kernel_that_forgets_an_earlier_groups_inf_fails_the_mixed_dtype_check(pytester, suite_copy):
+    """found_inf cleared per (device, dtype) group: an inf in the fp32 group (checked first) is
+    erased by the finite bf16 group and every optimizer steps on it; an inf in the bf16 group (the
+    last) is still found. Only the mixed-dtype check's fp32 cases fail: every other check has
+    gradients of one dtype."""
+    run = _run(
+        pytester,
+        suite_copy,
+        {"torch._amp_foreach_non_finite_check_and_unscale_": "faults.scaler.foreach_unscale_resetting_found_inf"},
+    )
+    assert_caught(run, f"*::{MIXED}[[]cpu-*-inf_in_fp32]")
+    run.stdout.fnmatch_lines(["*mixed_fp32_inf_untouched: FAILED*"], consecutive=False)
 
 
 def test_a_lossy_foreach_kernel_fails_the_float64_step_check(pytester, suite_copy):

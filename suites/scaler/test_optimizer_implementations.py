@@ -143,3 +143,23 @@ def test_an_overflow_leaves_parameters_and_state_untouched_and_backs_the_scale_o
             else None
         ),
     )
+
+
+@pytest.mark.parametrize("inf_in", opt.MIXED_DTYPES, ids=lambda f: f"inf_in_{f.short}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_an_overflow_in_one_dtypes_gradients_skips_the_step_for_every_dtype(
+    case, inf_in, amp_device, amp_record, optimizer_factory
+):
+    """GradScaler checks gradients one (device, dtype) group at a time: an inf in the fp32 group or
+    the bf16 group of one optimizer's gradients must skip the whole step, a finite group checked
+    after it never clearing what an earlier one found."""
+    name, impl = case
+    why = opt.missing(name, impl, amp_device, "bfloat16")
+    if why is not None:
+        pytest.skip(why)
+    step = opt.run_mixed_overflow(name, impl, amp_device, inf_in, optimizer_factory)
+    amp_record.require(
+        opt.mixed_overflow_claim(name, impl, inf_in, step),
+        device=amp_device,
+        tags={"optimizer": name, "implementation": impl, "inf_in": inf_in.name},
+    )

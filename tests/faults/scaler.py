@@ -410,6 +410,19 @@ def sgd_without_weight_decay(real: Callable[..., None]) -> Callable[..., None]:
     return sgd
 
 
+def foreach_unscale_resetting_found_inf(real: Callable[..., None]) -> Callable[..., None]:
+    """torch's ``_amp_foreach_non_finite_check_and_unscale_`` clearing ``found_inf`` before it checks
+    its group: GradScaler calls it once per (device, dtype) group with one ``found_inf``, so a finite
+    group checked after a non-finite one erases the finding (the shape of a real host-staged kernel's
+    bug, flagos-ai/Torch-FL#235) and the step is taken on inf."""
+
+    def check(grads: list[torch.Tensor], found_inf: torch.Tensor, inv_scale: torch.Tensor) -> None:
+        found_inf.zero_()
+        real(grads, found_inf, inv_scale)
+
+    return check
+
+
 def sgd_skipping_low_precision_parameters(real: Callable[..., None]) -> Callable[..., None]:
     """torch's functional ``sgd`` (every implementation) doing nothing when its parameters are bf16
     or fp16, as torch 2.13's fused CPU SGD did to their whole vector blocks: they never train and

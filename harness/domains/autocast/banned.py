@@ -16,7 +16,7 @@ REFUSAL = "unsafe to autocast"
 
 def bce_under_autocast(device: torch.device, dtype: torch.dtype) -> str:
     """What ``binary_cross_entropy`` of fp32 probabilities does under autocast to ``dtype``: the
-    first line of the error it raises, or ``ran (<output dtype>)``."""
+    first line of the error it raises, or ``returned <output dtype>``."""
     p = torch.rand(4, generator=torch.Generator().manual_seed(0)).to(device)
     t = torch.rand(4, generator=torch.Generator().manual_seed(1)).to(device)
     try:
@@ -24,7 +24,7 @@ def bce_under_autocast(device: torch.device, dtype: torch.dtype) -> str:
             out = F.binary_cross_entropy(p, t)
     except RuntimeError as exc:
         return (str(exc).strip().splitlines() or [""])[0]
-    return f"ran ({str(out.dtype).removeprefix('torch.')})"
+    return f"returned {str(out.dtype).removeprefix('torch.')}"
 
 
 def bce_banned_claim(device: torch.device, dtype: torch.dtype) -> ClaimComparison:

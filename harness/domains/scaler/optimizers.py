@@ -397,6 +397,76 @@ def changed(step: Step) -> list[str]:
     return differences(step.params_before, step.params_after, step.state_before, step.state_after)
 
 
+#: The parameter formats of one optimizer holding fp32 and bf16 parameters together (a model whose
+#: embeddings or norms someone kept in another dtype): GradScaler unscales and checks their
+#: gradients group by group, one (device, dtype) group at a time.
+MIXED_DTYPES: tuple[FloatFormat, ...] = (FP32, BF16)
+
+
+def run_mixed_overflow(
+    name: str, implementation: str, device: torch.device, inf_in: FloatFormat, factory: Factory = make
+) -> Step:
+    """One optimizer over parameters of :data:`LOW_PRECISION_SHAPES` whose dtypes alternate over
+    :data:`MIXED_DTYPES`, stepped by GradScaler: a clean step (so that the state exists), then a
+    step whose gradients carry one non-finite element in the ``inf_in`` parameters only. Returns
+    that second step: GradScaler must find the element whichever group it is in and skip the whole
+    step (a finite group checked after it must not clear what an earlier one found)."""
+    gen = torch.Generator().manual_seed(3)
+    dtypes = [getattr(torch, MIXED_DTYPES[i % len(MIXED_DTYPES)].name) for i in range(len(LOW_PRECISION_SHAPES))]
+    params = [
+        torch.nn.Parameter(_signed_uniform(shape, *PARAM_RANGE, gen).to(dtype).to(device))
+        for shape, dtype in zip(LOW_PRECISION_SHAPES, dtypes, strict=True)
+    ]
+    opt = factory(name, implementation, params)
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=GROWTH_INTERVAL)
+    planted_in = dtypes.index(getattr(torch, inf_in.name))
+    for t in range(2):
+        targets = [_signed_uniform(tuple(p.shape), *GRAD_RANGE, gen).to(p.dtype).to(device) for p in params]
+        opt.zero_grad(set_to_none=True)
+        loss = torch.stack([(p * g).float().sum() for p, g in zip(params, targets, strict=True)]).sum()
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        if t == 1:
+            grad = params[planted_in].grad
+            assert grad is not None
+            grad.view(-1)[0] = math.inf
+        scale = float(scaler.get_scale())
+        before = [p.detach().clone() for p in params]
+        scaled = [p.grad.detach().clone() for p in params if p.grad is not None]
+        state_before = state_of(opt, params)
+        scaler.step(opt)
+        scaler.update()
+    return Step(
+        1,
+        True,
+        scale,
+        float(scaler.get_scale()),
+        before,
+        [p.detach().clone() for p in params],
+        [g.to(torch.float64) / scale for g in scaled],
+        state_before,
+        state_of(opt, params),
+        scaled,
+    )
+
+
+def mixed_overflow_claim(name: str, impl: str, inf_in: FloatFormat, step: Step) -> ClaimComparison:
+    """The step with a non-finite element in one dtype's gradients: nothing changed (parameters of
+    every dtype, state, step counts, bitwise) and the scale halved."""
+    touched = changed(step)
+    halved = step.scale_after == step.scale_before * 0.5
+    problems = touched + ([] if halved else [f"the scale {step.scale_after:g}, not {step.scale_before * 0.5:g}"])
+    return compare_claim(
+        f"{name}.{impl}.mixed_{inf_in.short}_inf_untouched",
+        len(problems),
+        not problems,
+        f"an optimizer over fp32 and bf16 parameters: a non-finite element in the {inf_in.name} gradients only "
+        "skips the whole step (every dtype's parameters, state and step counts bitwise unchanged), scale x 0.5",
+        detail="changed: " + ", ".join(problems) if problems else "nothing changed, the scale halved",
+        expected=0,
+        allowance=0,
+    )
+
+
 FUSED_SGD_FIRST_STEP = "fused-sgd-first-step-overflow-keeps-uninitialised-momentum"
 
 

@@ -40,7 +40,7 @@ p, t = (
 )
 try:
     with torch.autocast(DEVICE, dtype=DTYPE):
-        outcome = f"ran ({torch.nn.functional.binary_cross_entropy(p.to(DEVICE), t.to(DEVICE)).dtype})"
+        outcome = f"returned {torch.nn.functional.binary_cross_entropy(p.to(DEVICE), t.to(DEVICE)).dtype}"
 except RuntimeError as exc:
     outcome = (str(exc).strip().splitlines() or [""])[0]
 print(f"binary_cross_entropy under {DEVICE} autocast ({DTYPE}): {outcome}")
