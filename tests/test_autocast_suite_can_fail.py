@@ -142,3 +142,21 @@ def test_the_bce_ban_fails_where_binary_cross_entropy_runs_and_its_script_agrees
     monkeypatch.setattr(torch.nn.functional, "binary_cross_entropy", _refusing)
     assert banned.bce_banned_claim(cpu, torch.float16).passed
     assert script_measures() == 0
+
+
+def test_an_autocast_that_leaves_a_fused_ops_inner_op_uncast_fails_the_fast_path_and_registry_checks(
+    pytester, suite_copy
+):
+    """torch 2.4/2.5's CPU autocast, re-created on this release: _addmm_activation passes its
+    operands through uncast, so the encoder layer's fused inference raises. Its fast-path cells fail
+    (the registry does not list the issue for this release) and the registry check fails as "present
+    outside its range"; MultiheadAttention's fast path does not call it and passes."""
+    suite_copy("autocast/test_module_fast_paths.py", conftest=False)
+    inject(pytester, "", imports=("faults.stacks", "torch"), kernels=("addmm_activation_autocast_uncast",))
+    run = run_inner(pytester)
+    assert_caught(
+        run,
+        "*::test_a_modules_inference_fast_path_runs_under_autocast[[]cpu-*-TransformerEncoderLayer*]",
+        "*::test_known_issue_status_matches_the_registry*",
+    )
+    run.stdout.fnmatch_lines(["*raised: mat1 and mat2 must have the same dtype*"], consecutive=False)

@@ -153,6 +153,13 @@ CONTROLS = {
         "bits_equal_the_exact_reference and mxfp8-rceil",
         ("*bits_equal_the_exact_reference[[]mxfp8-rceil]",),
     ),
+    # a fused op's inner op left uncast by autocast (torch 2.4/2.5's encoder fast path): the script
+    # runs the encoder layer's inference under autocast
+    "addmm_activation_autocast_uncast": (
+        "autocast/test_module_fast_paths.py",
+        "fast_path_runs and bf16 and TransformerEncoderLayer and not norm_first",
+        ("*runs_under_autocast[[]cpu-bf16-TransformerEncoderLayer]",),
+    ),
     # a block of zeros given the e8m0 NaN scale: the script dequantises torchao's cast of zeros
     "fp8_mx_zero_block_scale_nan": (
         "block_scaled/test_block_scaling.py",
@@ -404,7 +411,12 @@ GOLDEN = {
     "fp8/test_fp8_formats.py": "fp8",
 }
 #: faulty kernels in force for the whole test (the check's own calls)
-KERNEL_FAULTS = ("mm_autocast_casting_float64", "linear_autocast_uncached", "gelu_autocast_registered")
+KERNEL_FAULTS = (
+    "mm_autocast_casting_float64",
+    "linear_autocast_uncached",
+    "gelu_autocast_registered",
+    "addmm_activation_autocast_uncast",
+)
 
 
 def _exit_statuses(runs: list[dict[Path, list[str]]]) -> list[tuple[dict[str, int], str]]:

@@ -193,3 +193,16 @@ def register_gelu_autocast_kernel() -> Any:
             return torch.ops.aten.gelu(x, approximate=approximate)
 
     return autocast_kernel("gelu", gelu)
+
+
+def register_addmm_activation_autocast_uncast() -> Any:
+    """aten::_addmm_activation's AutocastCPU kernel passing its operands through uncast, as torch 2.4
+    and 2.5 had no CPU autocast entry for it (pytorch/pytorch#132613): inside the encoder layer's fused
+    fast path, whose attention autocast does cast, it meets a low-precision activation and fp32
+    weights and raises."""
+
+    def addmm_activation(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **kw: Any) -> Any:
+        with torch.autocast("cpu", enabled=False):
+            return torch.ops.aten._addmm_activation(bias, a, b, **kw)
+
+    return autocast_kernel("_addmm_activation", addmm_activation)

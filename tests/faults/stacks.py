@@ -50,6 +50,10 @@ KERNELS: dict[str, tuple[str, str]] = {
     "mm_autocast_in_fp32": ("mm", "faults.autocast.register_mm_autocast_in_fp32"),
     "linear_autocast_uncached": ("linear", "faults.autocast.register_linear_autocast_uncached"),
     "gelu_autocast_registered": ("gelu", "faults.autocast.register_gelu_autocast_kernel"),
+    "addmm_activation_autocast_uncast": (
+        "_addmm_activation",
+        "faults.autocast.register_addmm_activation_autocast_uncast",
+    ),
 }
 
 

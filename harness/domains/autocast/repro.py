@@ -122,6 +122,18 @@ def banned_repro(device: torch.device, dtype: torch.dtype) -> FailureRepro:
     )
 
 
+def fast_path_repro(module: str, device: torch.device, dtype: torch.dtype) -> FailureRepro:
+    """A module's fused inference fast path under autocast, which must run and give finite values."""
+    values = {"FAST_DEVICE": repr(device.type), "FAST_DTYPE": dtype_src(dtype), "MODULE": repr(module)}
+    return FailureRepro(
+        "autocast",
+        f"{module}'s inference fast path under {device.type} autocast: 1 where it raises or gives non-finite values",
+        AUTOCAST.fill("fast_path", values=values),
+        "exact: the fused path runs",
+        device=device.type,
+    )
+
+
 def registered_ops_repro(device_type: str, expected: Sequence[str], *, missing_only: bool) -> FailureRepro:
     """The aten ops with an autocast kernel for ``device_type`` against a list: the golden one
     (every op added or gone), or the catalogue's reach (``missing_only``: registered, not reached)."""

@@ -48,6 +48,32 @@ print(f"binary_cross_entropy under {DEVICE} autocast ({DTYPE}): {outcome}")
 measured = int("unsafe to autocast" not in outcome)  # 1: it ran, or raised something else
 allowed = 0
 
+# -- fast_path --
+FAST_DEVICE = "cpu"  # the autocast device
+FAST_DTYPE = torch.bfloat16  # the autocast dtype
+MODULE = "TransformerEncoderLayer"  # TransformerEncoderLayer, TransformerEncoderLayer.norm_first or MultiheadAttention
+torch.manual_seed(0)
+if MODULE == "MultiheadAttention":
+    fast_module: torch.nn.Module = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+else:
+    norm_first = MODULE.endswith("norm_first")
+    fast_module = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first)
+fast_module = fast_module.to(FAST_DEVICE).eval()
+fast_x = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(0)).to(FAST_DEVICE)
+try:
+    with torch.inference_mode(), torch.autocast(FAST_DEVICE, dtype=FAST_DTYPE):  # eval, no autograd: the fast path
+        if MODULE == "MultiheadAttention":
+            fast_out = fast_module(fast_x, fast_x, fast_x, need_weights=False)[0]
+        else:
+            fast_out = fast_module(fast_x)
+    fast_outcome = "finite" if bool(fast_out.isfinite().all()) else "non-finite values"
+except RuntimeError as exc:
+    fast_outcome = "raised: " + (str(exc).strip().splitlines() or [""])[0]
+print(f"{MODULE} inference under {FAST_DEVICE} autocast ({FAST_DTYPE}): {fast_outcome}")
+# reference: the fused inference path runs under autocast and gives finite values
+measured = int(fast_outcome != "finite")  # 1: it raised or gave non-finite values
+allowed = 0
+
 # -- coverage --
 LISTS_FILE: str | None = None  # the lists file the check was given (None: the installed torch's)
 CLASS = "AutocastCPUTestLists"  # the class of the device's lists

@@ -1,0 +1,48 @@
+"""Autocast behaviour of torch releases, each registered as an upstream lifecycle (first release,
+fix, last verified; :class:`~harness.domains.versions.KnownIssue`) and observed by the autocast
+suite on every run (``suites/autocast/test_module_fast_paths.py``), so that a release that changes
+it is noticed."""
+
+from __future__ import annotations
+
+from harness.domains.repro import Reproduction
+from harness.domains.versions import KnownIssue
+
+ENCODER_FAST_PATH = "cpu-autocast-encoder-fast-path-mixed-dtypes"
+
+#: ``first`` and ``fixed`` as running the issue's script on 2.4, 2.5, 2.6 and 2.10 to 2.15 found
+#: them (docs/releases/record.md); the op-registration probe placed the fix between 2.5 and 2.6.
+KNOWN_ISSUES: dict[str, KnownIssue] = {
+    ENCODER_FAST_PATH: KnownIssue(
+        ENCODER_FAST_PATH,
+        "nn.TransformerEncoderLayer's inference fast path (eval, no autograd) under CPU autocast raises 'mat1 and "
+        "mat2 must have the same dtype': autocast casts the fused attention to low precision but not "
+        "_addmm_activation, so the fused feed-forward meets a low-precision activation and fp32 weights",
+        first="2.4",
+        fixed="2.6",
+        verified="2.5",
+        reference="pytorch/pytorch#132613, fixed by #135936 (_addmm_activation in AutocastCPU's lower-precision list)",
+        devices=("cpu",),
+    ),
+}
+
+#: Where the registry lives, for the messages that ask to edit it.
+WHERE = "KNOWN_ISSUES in harness/domains/autocast/known_issues.py"
+
+#: The standalone script of each known issue above (``issue_scripts/``), and the edit standing for its fix.
+REPRODUCTIONS: dict[str, Reproduction] = {
+    r.issue: r
+    for r in (
+        Reproduction(
+            ENCODER_FAST_PATH,
+            "harness.domains.autocast",
+            ("torch",),
+            # the fix casts the fused feed-forward's operands alike: the layer's weights already in
+            # the autocast dtype stand for it (the fast path then meets one dtype)
+            (
+                '        with torch.inference_mode(), torch.autocast("cpu", dtype=dtype):\n            out = layer(x)\n',
+                '        with torch.inference_mode(), torch.autocast("cpu", dtype=dtype):\n            out = layer.to(dtype)(x.to(dtype))\n',
+            ),
+        ),
+    )
+}
