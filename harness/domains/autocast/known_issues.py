@@ -10,8 +10,8 @@ from harness.domains.versions import KnownIssue
 
 ENCODER_FAST_PATH = "cpu-autocast-encoder-fast-path-mixed-dtypes"
 
-#: ``first`` and ``fixed`` as running the issue's script on 2.4, 2.5, 2.6 and 2.10 to 2.15 found
-#: them (docs/releases/record.md); the op-registration probe placed the fix between 2.5 and 2.6.
+#: ``first`` and ``fixed`` as running the issue's script on every minor release from 2.4 to 2.15
+#: found them (docs/releases/record.md): present on 2.4 and 2.5, absent from 2.6 on.
 KNOWN_ISSUES: dict[str, KnownIssue] = {
     ENCODER_FAST_PATH: KnownIssue(
         ENCODER_FAST_PATH,
