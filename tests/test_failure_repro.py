@@ -676,7 +676,8 @@ def test_a_failed_precision_lane_writes_its_runs_as_a_script(pytester, suite_cop
     assert clean[str(script)] == 0, said_clean
 
 
-def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):
+def _repro_of_a_row_without_script(tmp_path, capsys, tags=None) -> str:
+    """``repro --report`` of a report whose one failed row recorded no script: its output (exit 3)."""
     from harness.storage import report as rp
 
     row = rp.make_row(
@@ -687,10 +688,15 @@ def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_
         metric="m",
         value=1.0,
         outcome="fail",
+        tags=tags,
     )
     rp.write(tmp_path, "r1", [row.as_dict()], {"fingerprint": {"torch_version": "2.13.0"}})
     assert main(["repro", "--report", str(tmp_path), "-o", str(tmp_path / "s")]) == 3
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_command(tmp_path, capsys):
+    out = _repro_of_a_row_without_script(tmp_path, capsys)
     assert "suites/x/test_y.py::test_z :: m: no standalone reproduction recorded" in out
     assert "pytest 'suites/x/test_y.py::test_z'" in out
 
@@ -698,21 +704,9 @@ def test_a_failed_check_without_a_recorded_reproduction_is_named_with_its_rerun_
 def test_a_check_that_cannot_keep_a_script_says_why(tmp_path, capsys):
     """A check whose subject is code a script cannot hold (your recipe) records why it keeps none;
     ``repro`` prints that reason, not "not yet"."""
-    from harness.storage import report as rp
-
-    row = rp.make_row(
-        run_id="r1",
-        nodeid="suites/x/test_y.py::test_z",
-        suite="x",
-        check="test_z",
-        metric="m",
-        value=1.0,
-        outcome="fail",
-        tags={"no_script": "the recipe under test is code a script cannot hold"},
+    out = _repro_of_a_row_without_script(
+        tmp_path, capsys, {"no_script": "the recipe under test is code a script cannot hold"}
     )
-    rp.write(tmp_path, "r1", [row.as_dict()], {"fingerprint": {"torch_version": "2.13.0"}})
-    assert main(["repro", "--report", str(tmp_path), "-o", str(tmp_path / "s")]) == 3
-    out = capsys.readouterr().out
     assert "m: no standalone reproduction recorded (the recipe under test is code a script cannot hold)" in out
 
 

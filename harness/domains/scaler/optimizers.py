@@ -340,6 +340,59 @@ def _signed_uniform(shape: tuple[int, ...], lo: float, hi: float, g: torch.Gener
     return magnitude * sign
 
 
+def _synthetic_step(
+    index: int,
+    params: list[torch.nn.Parameter],
+    opt: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    gen: torch.Generator,
+    plant: tuple[int, float] | None = None,
+) -> Step:
+    """One step of ``params`` on the loss ``sum(p * g)`` (in float32, so that parameters of several
+    dtypes share it), ``g`` drawn afresh (seeded) within GRAD_RANGE in each parameter's dtype, so
+    that each gradient is ``g`` exactly (times a power of two where ``scaler`` steps it); ``plant``:
+    (parameter index, value) written into that parameter's first gradient element before the step."""
+    targets = [_signed_uniform(tuple(p.shape), *GRAD_RANGE, gen).to(p.dtype).to(p.device) for p in params]
+    opt.zero_grad(set_to_none=True)
+    loss = torch.stack([(p * g).float().sum() for p, g in zip(params, targets, strict=True)]).sum()
+    scale = float(scaler.get_scale()) if scaler is not None else 1.0
+    (scaler.scale(loss) if scaler is not None else loss).backward()  # type: ignore[no-untyped-call]
+    if plant is not None:
+        grad = params[plant[0]].grad
+        assert grad is not None
+        grad.view(-1)[0] = plant[1]
+    before = [p.detach().clone() for p in params]
+    scaled_grads = [p.grad.detach().clone() for p in params if p.grad is not None]
+    state_before = state_of(opt, params)
+    if scaler is not None:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    return Step(
+        index,
+        plant is not None,
+        scale,
+        float(scaler.get_scale()) if scaler is not None else 1.0,
+        before,
+        [p.detach().clone() for p in params],
+        [g.to(torch.float64) / scale for g in scaled_grads],
+        state_before,
+        state_of(opt, params),
+        scaled_grads,
+    )
+
+
+def _synthetic_params(
+    dtypes: Sequence[torch.dtype], device: torch.device, gen: torch.Generator
+) -> list[torch.nn.Parameter]:
+    """Parameters of :data:`LOW_PRECISION_SHAPES` in ``dtypes`` (one per shape), drawn within PARAM_RANGE."""
+    return [
+        torch.nn.Parameter(_signed_uniform(shape, *PARAM_RANGE, gen).to(dtype).to(device))
+        for shape, dtype in zip(LOW_PRECISION_SHAPES, dtypes, strict=True)
+    ]
+
+
 def run_low_precision(
     name: str,
     implementation: str,
@@ -349,47 +402,12 @@ def run_low_precision(
     factory: Factory = make,
 ) -> Run:
     """Step parameters held in ``fmt`` (:data:`LOW_PRECISION_SHAPES`) STEPS times with the
-    optimizer ``factory`` makes, each step's gradients drawn afresh (seeded) within GRAD_RANGE and
-    produced by backward of ``sum(p * g)`` (so that the gradient is ``g`` exactly, scaled by a power
-    of two where ``scaled``: GradScaler steps it)."""
-    dtype = getattr(torch, fmt.name)
+    optimizer ``factory`` makes (:func:`_synthetic_step`; GradScaler steps it where ``scaled``)."""
     gen = torch.Generator().manual_seed(2)
-    params = [
-        torch.nn.Parameter(_signed_uniform(shape, *PARAM_RANGE, gen).to(dtype).to(device))
-        for shape in LOW_PRECISION_SHAPES
-    ]
+    params = _synthetic_params([getattr(torch, fmt.name)] * len(LOW_PRECISION_SHAPES), device, gen)
     opt = factory(name, implementation, params)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=GROWTH_INTERVAL) if scaled else None
-    out = Run(name, implementation)
-    for t in range(STEPS):
-        targets = [_signed_uniform(tuple(p.shape), *GRAD_RANGE, gen).to(dtype).to(device) for p in params]
-        opt.zero_grad(set_to_none=True)
-        loss = torch.stack([(p * g).sum() for p, g in zip(params, targets, strict=True)]).sum()
-        scale = float(scaler.get_scale()) if scaler is not None else 1.0
-        (scaler.scale(loss) if scaler is not None else loss).backward()  # type: ignore[no-untyped-call]
-        before = [p.detach().clone() for p in params]
-        scaled_grads = [p.grad.detach().clone() for p in params if p.grad is not None]
-        state_before = state_of(opt, params)
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        out.steps.append(
-            Step(
-                t,
-                False,
-                scale,
-                float(scaler.get_scale()) if scaler is not None else 1.0,
-                before,
-                [p.detach().clone() for p in params],
-                [g.to(torch.float64) / scale for g in scaled_grads],
-                state_before,
-                state_of(opt, params),
-                scaled_grads,
-            )
-        )
-    return out
+    return Run(name, implementation, [_synthetic_step(t, params, opt, scaler, gen) for t in range(STEPS)])
 
 
 def changed(step: Step) -> list[str]:
@@ -413,40 +431,11 @@ def run_mixed_overflow(
     step (a finite group checked after it must not clear what an earlier one found)."""
     gen = torch.Generator().manual_seed(3)
     dtypes = [getattr(torch, MIXED_DTYPES[i % len(MIXED_DTYPES)].name) for i in range(len(LOW_PRECISION_SHAPES))]
-    params = [
-        torch.nn.Parameter(_signed_uniform(shape, *PARAM_RANGE, gen).to(dtype).to(device))
-        for shape, dtype in zip(LOW_PRECISION_SHAPES, dtypes, strict=True)
-    ]
+    params = _synthetic_params(dtypes, device, gen)
     opt = factory(name, implementation, params)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=GROWTH_INTERVAL)
-    planted_in = dtypes.index(getattr(torch, inf_in.name))
-    for t in range(2):
-        targets = [_signed_uniform(tuple(p.shape), *GRAD_RANGE, gen).to(p.dtype).to(device) for p in params]
-        opt.zero_grad(set_to_none=True)
-        loss = torch.stack([(p * g).float().sum() for p, g in zip(params, targets, strict=True)]).sum()
-        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-        if t == 1:
-            grad = params[planted_in].grad
-            assert grad is not None
-            grad.view(-1)[0] = math.inf
-        scale = float(scaler.get_scale())
-        before = [p.detach().clone() for p in params]
-        scaled = [p.grad.detach().clone() for p in params if p.grad is not None]
-        state_before = state_of(opt, params)
-        scaler.step(opt)
-        scaler.update()
-    return Step(
-        1,
-        True,
-        scale,
-        float(scaler.get_scale()),
-        before,
-        [p.detach().clone() for p in params],
-        [g.to(torch.float64) / scale for g in scaled],
-        state_before,
-        state_of(opt, params),
-        scaled,
-    )
+    _synthetic_step(0, params, opt, scaler, gen)
+    return _synthetic_step(1, params, opt, scaler, gen, plant=(dtypes.index(getattr(torch, inf_in.name)), math.inf))
 
 
 def mixed_overflow_claim(name: str, impl: str, inf_in: FloatFormat, step: Step) -> ClaimComparison:

@@ -270,34 +270,25 @@ def low_precision_repro_of(
     ``unit_roundoff`` theirs) as a standalone script: that one step, by GradScaler where ``scaled``
     or the optimizer alone, against the update in float64 within the format's roundings."""
     dtype = str(step.params_before[0].dtype).removeprefix("torch.")
-    return optimizer_step(
+    what = (
         f"torch's {implementation} {name} on {dtype} parameters"
         + (" under GradScaler" if scaled else "")
-        + f", step {step.index}: |update - float64| in units of its budget",
-        name,
-        FLAGS[implementation],
-        HYPER[name],
-        step.index,
-        step.scale_before,
-        step.params_before,
-        step.grads_scaled,
-        step.state_before,
-        overflow=False,
-        roundings=ROUNDINGS[name],
-        state_roundings=STATE_ROUNDINGS,
-        device=device.type,
-        unit_roundoff=unit_roundoff,
-        scaled=scaled,
+        + f", step {step.index}: |update - float64| in units of its budget"
     )
+    return optimizer_repro_of(name, implementation, step, device, what, unit_roundoff=unit_roundoff, scaled=scaled)
 
 
-def optimizer_repro_of(name: str, implementation: str, step: Step, device: torch.device) -> FailureRepro | None:
+def optimizer_repro_of(
+    name: str, implementation: str, step: Step, device: torch.device, what: str | None = None, **settings: Any
+) -> FailureRepro | None:
     """The failed ``step`` of a torch optimizer's run as a standalone script: that one step under
     GradScaler from the saved parameters, state and scaled gradients, against the float64 update
-    (or, with overflow, against nothing moving and the scale halved)."""
+    (or, with overflow, against nothing moving and the scale halved); ``what`` and ``settings``
+    (:func:`optimizer_step`'s ``unit_roundoff`` and ``scaled``) for a run of low-precision parameters."""
     kind = "overflow step" if step.overflow else "step"
     return optimizer_step(
-        f"torch's {implementation} {name} under GradScaler, {kind} {step.index}: "
+        what
+        or f"torch's {implementation} {name} under GradScaler, {kind} {step.index}: "
         + ("what the skipped step changed" if step.overflow else "|update - float64| in units of its budget"),
         name,
         FLAGS[implementation],
@@ -311,4 +302,5 @@ def optimizer_repro_of(name: str, implementation: str, step: Step, device: torch
         roundings=ROUNDINGS[name],
         state_roundings=STATE_ROUNDINGS,
         device=device.type,
+        **settings,
     )

@@ -334,7 +334,7 @@ def judge_resume(
     at: int,
     whole: Trace,
     back: Trace,
-    how: str = "through the objects' state dicts (with the scaler and torch's RNG)",
+    how: str,
 ) -> ClaimComparison:
     """The resumed run against the uninterrupted one, bit for bit; ``how`` it was saved and loaded."""
     metric = f"{name}.{recipe.metric_id}.resume_differences"
