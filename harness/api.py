@@ -40,6 +40,11 @@
   :func:`check_stochastic_rounding` judges support, unbiasedness (an exact binomial test), draws
   that differ and seeded replay, returning a :class:`RoundingCheck`; the fp8 suite takes yours from
   a ``stochastic_rounding_under_test`` or ``e2m1_stochastic_rounding_under_test`` fixture.
+* Your data-parallel job auditing its own cards: :class:`ReplayAudit` (every N steps each rank
+  replays a neighbour's micro-batch and compares the gradients bitwise; :func:`replay_audit` is one
+  audit step), an :class:`AuditResult` with its :class:`AuditVerdict` naming the odd rank, raised
+  as :class:`ReplayAuditFailed`; :class:`AuditLog` keeps every verdict, :func:`load_audit_log`
+  reads it back.
 * Checks of your own: the comparisons (``compare_claim``, ``compare_within``, ...: each a typed
   result that ``amp_record.require`` turns into one row and one assertion), :class:`Tolerance`
   and ``EXACT``, the fp8 and fp4 formats, :class:`Workload` for ``amp_speedup``.
@@ -81,6 +86,8 @@ from harness.domains.fp8.adapters import Fp8Scaling, TorchaoScaling
 from harness.domains.fp8.conformance import ScalingCheck, check_fp8_scaling
 from harness.domains.fp8.delayed import DelayedConfig, DelayedScalingAdapter, TorchDelayedScaling
 from harness.domains.fp8.delayed import conformance_machine as delayed_scaling_machine
+from harness.domains.known_answers.replay import AuditResult, AuditVerdict, ReplayAudit, ReplayAuditFailed
+from harness.domains.known_answers.replay import audit as replay_audit
 from harness.domains.repro import FailureRepro
 from harness.domains.scaler.adapters import ADAPTERS as SCALER_ADAPTERS
 from harness.domains.scaler.adapters import semantics_of as scaler_semantics_of
@@ -134,6 +141,8 @@ from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP8_E5M2
 from harness.numerics.scaled import CastSpec, Granularity
 from harness.numerics.tolerance import EXACT, Tolerance
 from harness.numerics.verdict import Outcome, RowKind
+from harness.storage.audit_log import AuditLog
+from harness.storage.audit_log import load as load_audit_log
 from harness.storage.baselines import KeyKind
 from harness.storage.report import find_runs
 from harness.storage.report import load as load_report
@@ -155,6 +164,9 @@ __all__ = [
     "SCALER_ADAPTERS",
     "AccelerateProgram",
     "AmpLane",
+    "AuditLog",
+    "AuditResult",
+    "AuditVerdict",
     "BlockLinear",
     "BlockQuantized",
     "BlockScaledLinear",
@@ -185,6 +197,8 @@ __all__ = [
     "Program",
     "Recipe",
     "RegionError",
+    "ReplayAudit",
+    "ReplayAuditFailed",
     "RoundingCheck",
     "RowKind",
     "Run",
@@ -231,10 +245,12 @@ __all__ = [
     "judge_module_lane",
     "judge_overflow",
     "lane_steps",
+    "load_audit_log",
     "load_report",
     "module_lane",
     "op_against_float64",
     "plant_overflows",
+    "replay_audit",
     "scaler_semantics_of",
     "train",
 ]

@@ -71,3 +71,79 @@ def register_bf16_gemm_intermittent_flip(seed: int = 0, every: float = FLIP_EVER
             out.view(-1)[rng.randrange(out.numel())].view(torch.int16).bitwise_xor_(1)
 
     return _gemm_kernels(flip)
+
+
+# -- a data-parallel job auditing itself (harness.api.ReplayAudit), with one rank's card faulty -----
+
+#: the faults a rank program can give one rank, by name (``every``: the intermittent flip's rate)
+RANK_FAULTS: dict[str, Callable[[float], Any]] = {
+    "stuck_lane": lambda every: register_bf16_gemm_stuck_lane(),
+    "intermittent": lambda every: register_bf16_gemm_intermittent_flip(seed=1, every=every),
+}
+
+
+def audited_ddp_training(
+    rank: int,
+    world: int,
+    steps: int = 3,
+    every: int = 2,
+    fault: str | None = None,
+    faulty_rank: int = 1,
+    repeat: bool = True,
+    drift_rank: int | None = None,
+    nondeterministic: bool = False,
+    log: str | None = None,
+    flip_every: float = 3,
+) -> list[dict[str, Any]]:
+    """A user's DDP training in bf16 autocast with dropout, audited every ``every`` steps through the
+    public API (not raising: the results come back). ``fault`` on ``faulty_rank``: a defective bf16
+    GEMM unit (:data:`RANK_FAULTS`; the intermittent one flips a bit in one bf16 GEMM call in
+    ``flip_every``: at 3, an audit step's 24 calls all but surely hold one). ``drift_rank``: that rank's optimizer step is one ulp off on one
+    element after step 0 (its parameters leave DDP's). ``nondeterministic``: the loss draws noise
+    from a generator the audit does not seed (a step that cannot be replayed bit for bit). ``log``:
+    an :class:`~harness.api.AuditLog` path."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from harness.api import AuditLog, ReplayAudit
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Dropout(0.1), torch.nn.Linear(128, 128), torch.nn.GELU(),
+        torch.nn.Linear(128, 8),
+    )  # fmt: skip
+    model = DDP(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    noise = torch.Generator().manual_seed(12345 + rank)
+
+    def loss_of(m: torch.nn.Module, batch: Any) -> torch.Tensor:
+        x, y = batch
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        return loss * (1 + torch.rand((), generator=noise) * 1e-3) if nondeterministic else loss
+
+    lib = RANK_FAULTS[fault](flip_every) if fault is not None and rank == faulty_rank else None
+    record = AuditLog(log) if log is not None else None
+    audit = ReplayAudit(loss_of, every=every, repeat=repeat, record=record, raise_on_failure=False)
+    for step in range(steps):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        batch = (torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g))
+        audit(step, model, batch)
+        opt.zero_grad()
+        loss_of(model, batch).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        if step == 0 and rank == drift_rank:
+            with torch.no_grad():
+                first = net[0]
+                assert isinstance(first, torch.nn.Linear)
+                w = first.weight.view(-1)
+                w[0] = torch.nextafter(w[0], torch.tensor(float("inf")))
+    del lib
+    return [r.as_dict() for r in audit.results]
+
+
+def audited_ddp_scenarios(rank: int, world: int, scenarios: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """:func:`audited_ddp_training` once per scenario (its keyword arguments), in one launch of the
+    ranks: each scenario builds its model afresh and its fault lives only while it runs."""
+    return [audited_ddp_training(rank, world, **kw) for kw in scenarios]
