@@ -7,6 +7,7 @@ which then skips with this reason instead of failing on a compiler error deep in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import sys
@@ -28,10 +29,8 @@ def unavailable(device_type: str) -> str | None:
         if importlib.util.find_spec("triton") is None:
             return f"Inductor's CUDA backend needs triton, which is not installed beside torch {torch.__version__}"
         return None
-    from torch._inductor import cpp_builder
-
     try:
-        cxx = cpp_builder.get_cpp_compiler()
+        cxx = _cpp_compiler()
     except Exception as exc:
         return f"Inductor's CPU backend needs a C++ compiler: {exc}"
     if shutil.which(cxx) is None:
@@ -43,6 +42,30 @@ def unavailable(device_type: str) -> str | None:
             "(install the python3-dev package of this Python)"
         )
     return None
+
+
+def _cpp_compiler() -> str:
+    """The C++ compiler Inductor will call ($CXX or its default): ``cpp_builder.get_cpp_compiler``
+    from torch 2.5, ``codecache.cpp_compiler`` in 2.4."""
+    from torch._inductor import cpp_builder
+
+    found = getattr(cpp_builder, "get_cpp_compiler", None)
+    if found is None:
+        from torch._inductor import codecache
+
+        found = getattr(codecache, "cpp_compiler")  # noqa: B009  (torch 2.4 only: not in newer stubs)
+    return str(found())
+
+
+def _valid_vec_isa_list() -> object:
+    """Inductor's probe of the CPU's vector ISAs (``cpu_vec_isa`` from torch 2.5, ``codecache`` in 2.4)."""
+    import importlib
+
+    try:
+        home = importlib.import_module("torch._inductor.cpu_vec_isa")
+    except ImportError:
+        home = importlib.import_module("torch._inductor.codecache")
+    return home.valid_vec_isa_list()
 
 
 _warm_up: threading.Thread | None = None
@@ -66,14 +89,14 @@ def warm_up_in_background() -> None:
     # setuptools' distutils shim without setuptools, and the next compile failed on setuptools'
     # warning that distutils came first.
     import torch.utils.cpp_extension  # noqa: F401  (setuptools: Inductor's build options import it)
-    from torch._inductor import (
-        codecache,  # noqa: F401  (the probe's build and load)
-        cpu_vec_isa,
-    )
+    from torch._inductor import codecache  # noqa: F401  (the probe's build and load)
+
+    with contextlib.suppress(ImportError):
+        from torch._inductor import cpu_vec_isa  # noqa: F401  (the probe itself, from torch 2.5)
 
     def probe() -> None:
         try:
-            cpu_vec_isa.valid_vec_isa_list()
+            _valid_vec_isa_list()
         except Exception:  # Inductor probes again in the compiling test and says why
             return
 
