@@ -18,6 +18,7 @@ FILES = (
     "compiled/test_compiled_numerics.py",
     "compiled/test_compiled_training.py",
     "compiled/test_compiled_known_issues.py",
+    "compiled/test_compiled_scalars.py",
 )
 
 
@@ -53,11 +54,11 @@ def test_the_named_checks_pass_with_the_fault_free_backend(pytester, suite_copy)
         pytester,
         "-k",
         "eager_dtypes or error_stays_within or autocast_disabled_region or compiled_training or "
-        "(known_issue and compiled-backward)",
+        "(known_issue and compiled-backward) or rounds_a_python_scalar_as_eager",
     )
-    # bf16: policy, numerics, region forward, region backward, known issue, training; the rest of
-    # the selection (fp16 on the CPU) is thorough
-    assert_clean(run, at_least=6)
+    # bf16: policy, numerics, region forward, region backward, known issue, training, the 7 scalar
+    # cases; the rest of the selection (fp16 on the CPU) is thorough
+    assert_clean(run, at_least=13)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +91,16 @@ def test_the_named_checks_pass_with_the_fault_free_backend(pytester, suite_copy)
             ("*stays_fp32_in_the_compiled_backward*[[]cpu-bf16]",),
             ["*grad.fp32.weight: |compiled - eager| is *x twice the fp32 evaluation bound*"],
             id="backward traced under the forward's autocast",
+        ),
+        pytest.param(
+            "UNROUNDED_SCALARS",
+            "rounds_a_python_scalar_as_eager",
+            tuple(
+                f"*rounds_a_python_scalar_as_eager*[[]cpu-bf16-{c}]"
+                for c in ("gt", "eq", "sub_relu_mask", "clamp_add_grad", "margin_ranking_grad", "fmod", "remainder")
+            ),
+            ["*compiled gradient of margin_ranking_loss*at input 1.703125, bfloat16, S = 1.7 (rounded rule -1.0*"],
+            id="Python scalars kept unrounded",
         ),
         pytest.param(
             "SATURATING_OVERFLOW",

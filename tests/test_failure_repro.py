@@ -787,3 +787,24 @@ def test_a_failed_known_issue_check_writes_the_issues_own_script(tmp_path, capsy
     assert script.endswith(R.REPRODUCTIONS["update-int-new-scale"].body)
     assert "::test_known_issue_status_matches_the_registry[update-int-new-scale]" in script  # what failed
     ast.parse(script)
+
+
+@pytest.mark.amp_thorough  # two Inductor compiles, each in an interpreter of its own: about 15 s
+def test_a_scalar_cases_script_exits_1_where_inductor_leaves_the_scalar_unrounded_and_0_where_it_rounds(tmp_path):
+    """The script a failed scalar case writes, on this stack's real Inductor: a case of a kind the
+    registry lists for this release (fmod: open) exits 1, one of a kind fixed here (comparisons,
+    from 2.12) exits 0; the registry decides which, so the control holds on any release."""
+    from harness.domains.compiled import scalars
+    from harness.domains.compiled.known_issues import KNOWN_ISSUES
+    from harness.domains.compiled.repro import scalar_repro
+    from harness.domains.repro import render
+
+    expected = {}
+    for name, cases, issue in (("fmod", ["fmod"], scalars.FMOD_REMAINDER), ("cmp", ["gt", "eq"], scalars.COMPARISON)):
+        repro = scalar_repro(torch.device("cpu"), torch.bfloat16, "inductor", cases)
+        assert repro is not None
+        path = tmp_path / f"scalars_{name}.py"
+        path.write_text(render(repro.spec(None), {}, ["the harness's own test"], None), encoding="utf-8")
+        expected[str(path)] = 1 if KNOWN_ISSUES[issue].listed(torch.__version__, "cpu") else 0
+    (statuses, said), *_ = _exit_statuses([{Path(p): [] for p in expected}])
+    assert {p: statuses[p] for p in expected} == expected, said

@@ -86,3 +86,17 @@ def test_a_device_can_carry_its_own_lifecycle(device, present, version, outcome,
 def test_a_device_lifecycle_is_checked_like_the_main_one():
     with pytest.raises(ValueError, match="not a release"):
         KnownIssue("bad", "x", first="2.13", reference="r", device_lifecycles=(("cuda", "v2", None, ""),))
+
+
+def test_a_lifecycle_registered_for_a_hardware_class_wins_over_its_device_types_on_that_class_only():
+    """A kind of CPU on which an issue runs another course (Inductor's elided roundings: present on
+    AMD Zen 4 in every release, fixed in 2.14 on the kind it was registered on)."""
+    by_kind = KnownIssue(
+        "by-kind", "an issue of some CPUs", first="2.13", fixed="2.14", reference="upstream#3",
+        device_lifecycles=(("cuda", "2.11", None, "2.11"), ("cpu-amd-zen4", "2.4", None, "2.15")),
+    )  # fmt: skip
+    zen4, zen4_avx2, zen5 = "cpu-amd-zen4-f25m17-avx512bf16-t2", "cpu-amd-zen4-f25m17-avx2-t2", "cpu-amd-zen5-f26m2-t2"
+    assert [by_kind.listed("2.14.1", "cpu", c) for c in (zen4, zen4_avx2, zen5, None)] == [True, True, False, False]
+    assert not by_kind.listed("2.4.0", "cpu", "cpu-amd-zen40-x"), "a prefix of the id's words, not of its letters"
+    h200 = "cuda-nvidia-h200-sm90"
+    assert [by_kind.listed(v, "cuda", h200) for v in ("2.10.0", "2.11.0")] == [False, True], "the device type's"

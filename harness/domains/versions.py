@@ -37,7 +37,9 @@ class KnownIssue:
     #: the last release it was observed in ("": ``first``)
     verified: str = ""
     #: a device whose lifecycle differs: (device type, first, fixed, verified), e.g. observed on a
-    #: GPU in an earlier release than on the CPU, and not yet observed fixed there
+    #: GPU in an earlier release than on the CPU, and not yet observed fixed there; or a hardware
+    #: class's (an id prefix such as ``cpu-amd-zen4``: the kind of CPU it was verified on), which
+    #: wins over its device type's where the class under test starts with it
     device_lifecycles: tuple[tuple[str, str, str | None, str], ...] = ()
 
     def __post_init__(self) -> None:
@@ -49,12 +51,18 @@ class KnownIssue:
         if self.fixed is not None and release(self.fixed) <= release(self.first):
             raise ValueError(f"known issue {self.id}: fixed {self.fixed} is not after its first release {self.first}")
 
-    def on(self, device_type: str) -> KnownIssue:
-        """This issue with the lifecycle it has on ``device_type``."""
-        for device, first, fixed, verified in self.device_lifecycles:
-            if device == device_type:
-                return dataclasses.replace(self, first=first, fixed=fixed, verified=verified, device_lifecycles=())
-        return self
+    def on(self, device_type: str, hardware_class: str | None = None) -> KnownIssue:
+        """This issue with the lifecycle it has on ``device_type``, or on ``hardware_class`` (a
+        hardware class id) where one is registered for a prefix of it (the longest wins)."""
+        by_class = [
+            e for e in self.device_lifecycles if hardware_class and (hardware_class + "-").startswith(e[0] + "-")
+        ]
+        chosen = max(by_class, key=lambda e: len(e[0])) if by_class else None
+        chosen = chosen or next((e for e in self.device_lifecycles if e[0] == device_type), None)
+        if chosen is None:
+            return self
+        _, first, fixed, verified = chosen
+        return dataclasses.replace(self, first=first, fixed=fixed, verified=verified, device_lifecycles=())
 
     @property
     def last_verified(self) -> str:
@@ -67,11 +75,12 @@ class KnownIssue:
             return f"{self.first} to before {self.fixed}, fixed in {self.fixed}"
         return f"{self.first} on, open (last verified {self.last_verified})"
 
-    def listed(self, version: str, device_type: str) -> bool:
-        """Whether the registry says this issue is present for that release and device: from its
-        first release on, up to (not including) its fix."""
+    def listed(self, version: str, device_type: str, hardware_class: str | None = None) -> bool:
+        """Whether the registry says this issue is present for that release and device (and
+        hardware class, where its lifecycle is registered by class): from its first release on, up
+        to (not including) its fix."""
         r = release(version)[:2]
-        life = self.on(device_type)
+        life = self.on(device_type, hardware_class)
         return (
             device_type in self.devices
             and release(life.first)[:2] <= r
@@ -137,13 +146,14 @@ def registry_verdict(
     where: str,
     context: str = "",
     device_type: str | None = None,
+    hardware_class: str | None = None,
 ) -> RegistryVerdict:
     """KNOWN while the issue occurs where its lifecycle lists it; PASS where it is absent outside
     it, and where an open issue no longer occurs in a release newer than the last verified one (a
     finding: "fixed in 2.15?", naming the edit); FAIL where a fixed issue comes back (a regression),
     where it occurs outside its range, or where it vanishes from a release it was verified in."""
     version = minor(torch_version)
-    issue = issue if device_type is None else issue.on(device_type)
+    issue = issue if device_type is None else issue.on(device_type, hardware_class)
     state = lifecycle_state(issue, present, listed, torch_version)
     seen = f"{issue.package} {torch_version}{context}"
     detail = {

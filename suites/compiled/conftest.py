@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.domains.compiled import nested, runs
+from harness.domains.compiled import nested, runs, scalars
 from harness.domains.engines.bench import bench
 from harness.domains.engines.compiler import toolchain
 
@@ -79,3 +79,9 @@ def _timing_threads(amp_device, amp_fingerprint):
     counts the threads torch uses in the process, not the timing's."""
     with bench.timing_threads(amp_device):
         yield
+
+
+@pytest.fixture
+def scalar_runs(amp_device, amp_compile_backend, _shared_runs) -> scalars.ScalarRuns:
+    """The scalar cases' program, eager and compiled with the backend under test (one compile per dtype)."""
+    return _shared(_shared_runs, scalars.ScalarRuns, amp_device, amp_compile_backend)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness.domains import versions
-from harness.domains.compiled import runs
+from harness.domains.compiled import runs, scalars
 from harness.domains.compiled.known_issues import AUTOGRAD_CACHE_DTYPE, KNOWN_ISSUES, SATURATING_FP8_CAST, WHERE
 from harness.domains.compiled.probe import STAGE_NAMES
 
@@ -51,29 +51,33 @@ THOROUGH_ON_CPU = ("inductor-elides-eager-roundings", AUTOGRAD_CACHE_DTYPE)
 ISSUES = [
     pytest.param(i, marks=pytest.mark.amp_thorough_on("cpu")) if i in THOROUGH_ON_CPU else i
     for i in sorted(KNOWN_ISSUES)
-    if i != SATURATING_FP8_CAST  # observed by the fp8 suite's compiled casts (suites/fp8/test_fp8_formats.py)
+    # observed by the fp8 suite's compiled casts (suites/fp8/test_fp8_formats.py), and by the scalar cases
+    # (suites/compiled/test_compiled_scalars.py)
+    if i != SATURATING_FP8_CAST and i not in scalars.ISSUES
 ]
 
 
 @pytest.mark.amp_thorough_dtypes("fp16")  # each issue shows in bf16; fp16 costs two more compiles
 @pytest.mark.parametrize("issue_id", ISSUES)
-def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, amp_dtype, amp_record):
+def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, amp_dtype, amp_record, amp_fingerprint):
     issue = KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id, request, amp_dtype)
-    listed = issue.listed(torch.__version__, amp_device.type)
+    hardware_class = amp_fingerprint.class_for(str(amp_device)).id  # a lifecycle may be the CPU kind's
+    listed = issue.listed(torch.__version__, amp_device.type, hardware_class)
     verdict = versions.registry_verdict(
         issue,
         present,
         listed,
         torch.__version__,
         f"{WHERE} ({issue_id!r})",
-        context=f" on {amp_device.type}",
+        context=f" on {amp_device.type} ({hardware_class})",
         device_type=amp_device.type,
+        hardware_class=hardware_class,
     )
     amp_record.require(
         verdict.claim,
         dtype=amp_dtype,
         device=amp_device,
-        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=seen),
+        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=seen, hardware_class=hardware_class),
         note=issue.summary,
     )

@@ -155,7 +155,7 @@ def test_checkpointed_blocks_partitioned_by_the_compiler_give_its_unchecked_grad
 @pytest.mark.amp_thorough_on("cpu")  # two Inductor compiles per form and dtype: about 40 s cold on 2 CPU cores
 @pytest.mark.parametrize("variant", C.COMPILED_VARIANTS)
 def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_for_bit(
-    variant, amp_device, amp_dtype, amp_record
+    variant, amp_device, amp_dtype, amp_record, amp_fingerprint
 ):
     """The model compiled with its blocks checkpointed against the same model compiled without: the
     partitioner's recomputation must run what the forward ran, in the code Inductor generates. Where
@@ -175,7 +175,7 @@ def test_compiled_checkpointed_blocks_give_the_compiled_unchecked_gradients_bit_
         pytest.skip(f"no working compiler toolchain: {missing}")
     backend = C.COMPILE_BACKEND  # read here: the negative controls swap it
     emulate = backend == "inductor" and known_issues.REGISTRIES["inductor-elides-eager-roundings"][1].listed(
-        torch.__version__, amp_device.type
+        torch.__version__, amp_device.type, amp_fingerprint.class_for(str(amp_device)).id
     )
     config = compiling.configured(compiling.EMULATED_CASTS) if emulate else contextlib.nullcontext()
     with config:

@@ -195,6 +195,41 @@ SATURATING_OVERFLOW = pass_backend(_saturate, _saturate)
 CLEAN = pass_backend(None)
 
 
+# -- Python scalars kept unrounded ---------------------------------------------------------------
+#: the ops a Python scalar meets a tensor in (the traced ATen graph's packets)
+_SCALAR_OPS = {aten.add, aten.sub, aten.rsub, aten.gt, aten.ge, aten.lt, aten.le, aten.eq, aten.ne, aten.fmod,
+               aten.remainder}  # fmt: skip
+
+
+def _in_fp32(op: Callable[..., Any]) -> Callable[..., Any]:
+    """``op`` computed on fp32 copies of its low-precision tensors, the Python scalar as given, a
+    floating result rounded back to the inputs' dtype: what a compiler keeping scalars unrounded in
+    its fp32 compute type gives."""
+
+    def unrounded(*args: Any, **kwargs: Any) -> Any:
+        low = next(a.dtype for a in args if isinstance(a, torch.Tensor) and a.dtype in LOW_PRECISION)
+        widened = [a.float() if isinstance(a, torch.Tensor) and a.dtype == low else a for a in args]
+        out = op(*widened, **kwargs)
+        return out.to(low) if out.dtype.is_floating_point else out
+
+    return unrounded
+
+
+def _unround_scalars(gm: torch.fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        packet = getattr(node.target, "overloadpacket", None)
+        scalar = any(isinstance(a, float) for a in node.args)
+        low = any(isinstance(a, torch.fx.Node) and node_dtype(a) in LOW_PRECISION for a in node.args)
+        if node.op == "call_function" and packet in _SCALAR_OPS and scalar and low:
+            node.target = _in_fp32(node.target)
+    gm.recompile()
+
+
+#: A compiler that keeps a Python scalar unrounded where eager rounds it to the tensor's dtype
+#: (comparisons, add/sub, fmod/remainder; forward and backward). Must fail every scalar case.
+UNROUNDED_SCALARS = pass_backend(_unround_scalars, _unround_scalars)
+
+
 # -- a machine without a compiler toolchain --------------------------------------------------------
 def toolchain_missing(real: Callable[[str], str | None]) -> Callable[[str], str | None]:
     """``harness.domains.engines.compiler.toolchain.unavailable`` on a machine without g++ (Inductor needs it)."""

@@ -5,14 +5,15 @@ that changes it is noticed."""
 
 from __future__ import annotations
 
+from harness.domains.compiled import scalars
 from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_DTYPE as AUTOGRAD_CACHE_DTYPE
 from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_IGNORES_DTYPE
 from harness.domains.repro import Reproduction
 from harness.domains.versions import KnownIssue
 
 #: ``first`` and ``fixed`` as running each issue's script on every minor release from 2.4 to 2.15
-#: on the CPU found them (docs/releases/record.md); inductor-elides-eager-roundings is the exception
-#: there: its CPU lifecycle differs by CPU kind, which a lifecycle cannot key yet.
+#: on the CPU found them (docs/releases/record.md); inductor-elides-eager-roundings differs by CPU
+#: kind: its lifecycle on AMD Zen 4 is registered by hardware class.
 KNOWN_ISSUES: dict[str, KnownIssue] = {
     "compiled-backward-under-forward-autocast": KnownIssue(
         "compiled-backward-under-forward-autocast",
@@ -32,9 +33,11 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         first="2.13",
         fixed="2.14",
         reference="pytorch/pytorch#168148, #183761; torch/_inductor/config.py emulate_precision_casts",
-        # on the CPU absent in 2.11, fixed in 2.14; on CUDA present in 2.11 (the first GPU qualification,
-        # H200), and no later release has run on a GPU yet
-        device_lifecycles=(("cuda", "2.11", None, "2.11"),),
+        # on the CPU kind it was registered on absent in 2.11, fixed in 2.14; on AMD Zen 4 (every kernel
+        # set) present in every release from 2.4 to 2.15 (its script, and the compiled suite's check on
+        # 2.13, 2.14 and 2.15); on CUDA present in 2.11 (the first GPU qualification, H200), and no
+        # later release has run on a GPU yet
+        device_lifecycles=(("cuda", "2.11", None, "2.11"), ("cpu-amd-zen4", "2.4", None, "2.15")),
     ),
     "inductor-fp8-cast-saturates": KnownIssue(
         "inductor-fp8-cast-saturates",
@@ -48,6 +51,37 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         devices=("cuda",),
     ),
     AUTOGRAD_CACHE_DTYPE: AUTOGRAD_CACHE_IGNORES_DTYPE,
+    scalars.COMPARISON: KnownIssue(
+        scalars.COMPARISON,
+        "Inductor compares a bf16/fp16 tensor with a Python scalar kept unrounded in fp32, where eager rounds the "
+        "scalar to the tensor's dtype first: at the rounded scalar, h > S and h == S give the opposite answers "
+        "(a threshold on an autocast output lets other elements through compiled)",
+        first="2.4",
+        fixed="2.12",
+        verified="2.11",
+        reference="pytorch/pytorch#128306 (CPU AMP threshold), #173987; fixed by #175807 (comparison scalars rounded)",
+    ),
+    scalars.ADD_SUB: KnownIssue(
+        scalars.ADD_SUB,
+        "Inductor adds or subtracts a Python scalar to a bf16/fp16 tensor on the CPU with the scalar unrounded in "
+        "fp32, where CPU eager rounds it to the tensor's dtype: at the boundary, clamp_min(h + S, 0) and "
+        "margin_ranking_loss(margin=S) drop their gradient (silently zero) and relu(h - S) lets an element through",
+        first="2.4",
+        fixed="2.14",
+        verified="2.13",
+        reference="pytorch/pytorch#185517; fixed by #185869 / #186818 (add/sub scalars rounded on the CPU)",
+        devices=("cpu",),
+    ),
+    scalars.FMOD_REMAINDER: KnownIssue(
+        scalars.FMOD_REMAINDER,
+        "Inductor takes fmod/remainder of a bf16/fp16 tensor by a Python scalar on the CPU with the scalar unrounded "
+        "in fp32, where CPU eager rounds it to the tensor's dtype: fmod(2 round(S), S) is not 0, and remainder's sign "
+        "correction makes a residue almost a whole modulus",
+        first="2.4",
+        verified="2.15",
+        reference="pytorch/pytorch#186875, open (#186942 proposed; remainder agrees from 2.14, fmod does not in 2.15)",
+        devices=("cpu",),
+    ),
 }
 
 
@@ -88,6 +122,17 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             ("torch",),
             ("torch.manual_seed(0)\n", "torch._functorch.config.enable_autograd_cache = False\ntorch.manual_seed(0)\n"),
             compiles=True,
+        ),
+        *(
+            # the fix rounds the scalar as CPU eager does: eager stands for it
+            Reproduction(
+                issue,
+                "harness.domains.compiled",
+                ("torch",),
+                ("torch.compile(program)(x, dtype)", "program(x, dtype)"),
+                compiles=True,
+            )
+            for issue in scalars.ISSUES
         ),
         Reproduction(
             SATURATING_FP8_CAST,

@@ -13,7 +13,7 @@ from harness.domains.compiled.catalogue import CompiledOp
 from harness.domains.compiled.nested import WIDTH, Region, RegionRuns, bounds_of
 from harness.domains.compiled.runs import Backend, BlockRuns, Variant
 from harness.domains.engines.ops.probe import replayed
-from harness.domains.repro import FailureRepro, ScriptTemplate
+from harness.domains.repro import FailureRepro, ScriptTemplate, dtype_src
 
 #: compiled AMP's claims, standalone: ``scripts/compiled.py``
 COMPILED = ScriptTemplate(__package__ or "harness.domains.compiled", "compiled")
@@ -166,3 +166,21 @@ def _block_script(block_runs: BlockRuns, dtype: torch.dtype) -> tuple[Callable[.
     tensors = {names[k]: v for k, v in state.items()}
     tensors.update(x=block_runs.x.detach(), y=block_runs.y.detach())
     return opening, tensors
+
+
+def scalar_repro(
+    device: torch.device, dtype: torch.dtype, backend: Backend, cases: Sequence[str]
+) -> FailureRepro | None:
+    """A Python scalar meeting an autocast region's output, compiled (Inductor, as users get it):
+    ``cases``' values against eager's. None for a custom backend."""
+    if backend != "inductor":
+        return None
+    values = {"SCALAR_DTYPE": dtype_src(dtype), "SCALAR_BACKEND": repr(backend), "JUDGED": repr(list(cases))}
+    return FailureRepro(
+        "compiled",
+        f"torch.compile (Inductor) of Python scalars meeting a {dtype} autocast output: cases whose value is not "
+        "eager's",
+        COMPILED.fill("scalars", values=values),
+        "exact: eager's value, the same program uncompiled",
+        device=device.type,
+    )

@@ -209,3 +209,56 @@ for k, bound in BOUNDS.items():
     print(f"{k}: |compiled - eager| is {ratio:.3g}x twice the fp32 bound ({VARIANT})")
     measured = max(measured, ratio)  # the worst, in units of its allowance (a dtype change: inf)
 allowed = 1.0
+
+# -- scalars --
+# A Python scalar meets an autocast region's low-precision output. Each case's input sits at the
+# scalar rounded to the tensor's dtype (1.7 -> 1.703125 in bf16), where CPU eager's rounding of the
+# scalar decides a mask, a gradient or a remainder. Reference: eager, the same program uncompiled.
+SCALAR_DTYPE = torch.bfloat16
+SCALAR_BACKEND = "eager"  # torch.compile's backend (amp-harness writes "inductor")
+JUDGED = ["gt", "eq", "sub_relu_mask", "clamp_add_grad", "margin_ranking_grad", "fmod", "remainder"]
+S = 1.7
+r = torch.tensor(S, dtype=torch.float64).to(SCALAR_DTYPE).item()  # the inputs' value
+FACTORS = {
+    "gt": 1,
+    "eq": 1,
+    "sub_relu_mask": 1,
+    "clamp_add_grad": -1,
+    "margin_ranking_grad": 1,
+    "fmod": 2,
+    "remainder": -2,
+}
+
+
+def scalar_program(x: torch.Tensor, eye: torch.Tensor) -> dict[str, torch.Tensor]:
+    with torch.autocast(x.device.type, dtype=SCALAR_DTYPE):
+        h = (x[None, :] @ eye)[0]  # x's values, in the autocast dtype
+    g = {name: h[i : i + 1] for i, name in enumerate(FACTORS)}
+    one = torch.ones_like(g["margin_ranking_grad"])
+    return {
+        "gt": g["gt"] > S, "eq": g["eq"] == S, "sub_relu_mask": torch.relu(g["sub_relu_mask"] - S) > 0,
+        "clamp_add_grad": torch.clamp_min(g["clamp_add_grad"] + S, 0).sum(),
+        "margin_ranking_grad": F.margin_ranking_loss(g["margin_ranking_grad"], 0 * one, one, margin=S),
+        "fmod": torch.fmod(g["fmod"], S), "remainder": torch.remainder(g["remainder"], S),
+    }  # fmt: skip
+
+
+def scalar_values(run: Callable[..., dict[str, torch.Tensor]]) -> dict[str, float]:  # values; gradients
+    x_s = torch.tensor([f * r for f in FACTORS.values()], requires_grad=True)
+    outs = run(x_s, torch.eye(len(FACTORS)))
+    (grad_s,) = torch.autograd.grad(outs["clamp_add_grad"] + outs["margin_ranking_grad"], x_s)
+    return {
+        n: float(grad_s[i]) if n.endswith("_grad") else float(outs[n].detach().float()[0])
+        for i, n in enumerate(FACTORS)
+    }
+
+
+eager_s = scalar_values(scalar_program)
+torch._dynamo.reset()
+compiled_s = scalar_values(torch.compile(scalar_program, backend=SCALAR_BACKEND))
+wrong = [n for n in JUDGED if compiled_s[n] != eager_s[n]]
+for n in JUDGED:
+    said = f"compiled {compiled_s[n]!r}, eager {eager_s[n]!r}"
+    print(f"{n} at {FACTORS[n] * r!r}: {said}{'   <- differs' if n in wrong else ''}")
+measured = len(wrong)  # cases whose compiled value is not eager's
+allowed = 0
