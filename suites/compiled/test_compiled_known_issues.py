@@ -13,7 +13,14 @@ import torch
 
 from harness.domains import versions
 from harness.domains.compiled import runs, scalars
-from harness.domains.compiled.known_issues import AUTOGRAD_CACHE_DTYPE, KNOWN_ISSUES, SATURATING_FP8_CAST, WHERE
+from harness.domains.compiled.known_issues import (
+    AUTOGRAD_CACHE_DTYPE,
+    BUILD_FAILURE,
+    KNOWN_ISSUES,
+    SATURATING_FP8_CAST,
+    WHERE,
+    is_build_failure,
+)
 from harness.domains.compiled.probe import STAGE_NAMES
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
@@ -37,6 +44,15 @@ def _observe(issue_id, request, dtype):
         emulated = block.compiled(dtype, runs.EMULATED_CASTS).observation.outputs
         stages = [s for s in STAGE_NAMES if not torch.equal(default[s], emulated[s])]
         return bool(stages), f"stages changed by emulate_precision_casts: {', '.join(stages) or 'none'}"
+    if issue_id == BUILD_FAILURE:  # the probe block's own bf16 compile, shared with the suite's checks
+        try:
+            request.getfixturevalue("raw_block_runs").compiled(torch.bfloat16)
+        except Exception as exc:
+            if not is_build_failure(exc):
+                raise
+            said = [line.strip() for line in str(exc).splitlines() if "error:" in line][:1]
+            return True, (said[0] if said else "C++ compile error")[:300]
+        return False, "the probe block's bf16 compile builds"
     if issue_id == AUTOGRAD_CACHE_DTYPE:
         return runs.autograd_cache_serves_another_dtype(
             request.getfixturevalue("amp_device"), request.getfixturevalue("amp_compile_backend")
@@ -46,7 +62,7 @@ def _observe(issue_id, request, dtype):
 
 #: Observing the elided roundings compiles the block again (emulate_precision_casts): about 8 s cold on
 #: 2 CPU cores; the autograd cache's probe compiles twice (4 s warm, 17 s cold): both thorough on the
-#: CPU, default on CUDA; the other issue reuses the suite's compiles.
+#: CPU, default on CUDA; the other issues reuse the suite's compiles.
 THOROUGH_ON_CPU = ("inductor-elides-eager-roundings", AUTOGRAD_CACHE_DTYPE)
 ISSUES = [
     pytest.param(i, marks=pytest.mark.amp_thorough_on("cpu")) if i in THOROUGH_ON_CPU else i

@@ -11,6 +11,9 @@ from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_IGNORES_DT
 from harness.domains.repro import Reproduction
 from harness.domains.versions import KnownIssue
 
+#: Inductor's generated C++ that does not build on torch 2.5 (the compiled block's bf16 backward)
+BUILD_FAILURE = "inductor-cpu-vectorizedn-fmadd-build-failure"
+
 #: ``first`` and ``fixed`` as running each issue's script on every minor release from 2.4 to 2.15
 #: on the CPU found them (docs/releases/record.md); inductor-elides-eager-roundings differs by CPU
 #: kind: its lifecycle on AMD Zen 4 is registered by hardware class.
@@ -51,6 +54,17 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         devices=("cuda",),
     ),
     AUTOGRAD_CACHE_DTYPE: AUTOGRAD_CACHE_IGNORES_DTYPE,
+    BUILD_FAILURE: KnownIssue(
+        BUILD_FAILURE,
+        "Inductor's CPU code for the backward of logits that feed both a softmax and a cross-entropy loss under bf16 "
+        "autocast calls fmadd on VectorizedN<float, 2> operands, an overload ATen does not have: the C++ does not "
+        "build (CppCompileError), so the compiled AMP step cannot run at all",
+        first="2.5",
+        fixed="2.6",
+        verified="2.5",
+        reference="Inductor CPU vectorization of VectorizedN (torch 2.5.1); of the class of pytorch/pytorch#143568",
+        devices=("cpu",),
+    ),
     scalars.COMPARISON: KnownIssue(
         scalars.COMPARISON,
         "Inductor compares a bf16/fp16 tensor with a Python scalar kept unrounded in fp32, where eager rounds the "
@@ -123,6 +137,13 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             ("torch.manual_seed(0)\n", "torch._functorch.config.enable_autograd_cache = False\ntorch.manual_seed(0)\n"),
             compiles=True,
         ),
+        Reproduction(
+            BUILD_FAILURE,
+            "harness.domains.compiled",
+            ("torch",),
+            ("    torch.autograd.backward(torch.compile(block)(x, y))\n", "    torch.autograd.backward(block(x, y))\n"),
+            compiles=True,
+        ),
         *(
             # the fix rounds the scalar as CPU eager does: eager stands for it
             Reproduction(
@@ -143,3 +164,10 @@ REPRODUCTIONS: dict[str, Reproduction] = {
         ),
     )
 }
+
+
+def is_build_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is :data:`BUILD_FAILURE`'s: Inductor's C++ not building on ``fmadd`` of
+    ``VectorizedN`` operands (a compile failure of another kind is not this issue)."""
+    text = str(exc)
+    return "C++ compile error" in text and "fmadd" in text and "VectorizedN" in text

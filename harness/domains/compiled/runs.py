@@ -133,8 +133,8 @@ def autograd_cache_serves_another_dtype(device: torch.device, backend: Backend =
     autocast dtype each compile ran under."""
     import torch._functorch.config as fc
 
-    if not hasattr(fc, "enable_autograd_cache"):  # no AOTAutograd cache in this release (torch 2.4)
-        return False, f"torch {torch.__version__} has no AOTAutograd cache to serve another dtype's graph"
+    if not getattr(fc, "enable_autograd_cache", False):  # none in torch 2.4; off by default in 2.5 and 2.6
+        return False, f"torch {torch.__version__} has no AOTAutograd cache on by default to serve another dtype's graph"
     toolchain.wait_for_warm_up()
     g = torch.Generator().manual_seed(0)
     w = torch.randn(16, 16, generator=g).to(device).requires_grad_(True)
