@@ -160,11 +160,14 @@ class TrainingChecks:
         cannot see one of them is INCONCLUSIVE (``power=False``: the controls are not tried).
         Records rows; returns the failure messages."""
         failures: list[str] = []
-        references: dict[torch.dtype, L.LaneReference] = {}
+        # a reference is the exact and correctly rounded steps from one run's states: never shared
+        # between two recipes' runs of the same dtype (each trained to states of its own)
+        references_of: dict[int, dict[torch.dtype, L.LaneReference]] = {}
         for r in report.results:
             dtype = L.lane_dtype(r.recipe)
             if dtype is None or not r.run.states:
                 continue
+            references = references_of.setdefault(id(r.run), {})
             if dtype not in references:
                 references[dtype] = L.lane_reference(setup, r.run, dtype, r.recipe, self._device)
             lane = L.amp_lane(setup, r.recipe, r.run, references[dtype], self._device)
