@@ -29,6 +29,7 @@ THOROUGH = {
     "block_lane_rates.py": ["1", "mlp", "1"],  # 25 s: a lane per fault and noise level
     "speed_rates.py": ["--runs", "1"],  # minutes: a calibration and pytest runs
     "burn_in_rates.py": ["--runs", "1", "--minutes", "0.01", "--trials", "1", "--short", "0.01"],  # 5 s
+    "replay_audit_rates.py": ["--steps", "2"],  # 10 s: seven launches of gloo ranks
 }
 
 DRIVER = """

@@ -5,6 +5,8 @@ that changes it is noticed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness.domains.compiled import scalars
 from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_DTYPE as AUTOGRAD_CACHE_DTYPE
 from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_IGNORES_DTYPE
@@ -171,3 +173,16 @@ def is_build_failure(exc: BaseException) -> bool:
     ``VectorizedN`` operands (a compile failure of another kind is not this issue)."""
     text = str(exc)
     return "C++ compile error" in text and "fmadd" in text and "VectorizedN" in text
+
+
+def build_failure_seen(compile_block: Callable[[], object]) -> tuple[bool, str]:
+    """Run ``compile_block`` (the probe block's bf16 compile): whether it failed with
+    :data:`BUILD_FAILURE`, and what was seen. Any other failure is raised."""
+    try:
+        compile_block()
+    except Exception as exc:
+        if not is_build_failure(exc):
+            raise
+        said = [line.strip() for line in str(exc).splitlines() if "error:" in line][:1]
+        return True, (said[0] if said else "C++ compile error")[:300]
+    return False, "the probe block's bf16 compile builds"
