@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.domains.compiled import nested, runs, scalars
-from harness.domains.compiled.known_issues import BUILD_FAILURE, KNOWN_ISSUES, is_build_failure
+from harness.domains.compiled.known_issues import known_build_failure
 from harness.domains.engines.bench import bench
 from harness.domains.engines.compiler import toolchain
 from harness.numerics.verdict import Outcome
@@ -61,8 +61,8 @@ class _KnownBuildFailure:
         try:
             return self._wrapped.compiled(dtype, variant)
         except Exception as exc:
-            issue = KNOWN_ISSUES[BUILD_FAILURE]
-            if not (is_build_failure(exc) and issue.listed(torch.__version__, self._device.type)):
+            issue = known_build_failure(exc, self._device.type)
+            if issue is None:
                 raise
             self._record(
                 f"compiled.{variant.name}.builds", True, outcome=Outcome.KNOWN, device=self._device, dtype=dtype

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.domains.compiled import speed as compiled_speed
-from harness.domains.compiled.known_issues import BUILD_FAILURE, KNOWN_ISSUES, is_build_failure
+from harness.domains.compiled.known_issues import known_build_failure
 
 #: A speed claim: judged with the speed capability (NOT JUDGED on an uncalibrated class, which
 #: ``--optional speed`` sets aside), so that compiled AMP's correctness verdict stands on its own.
@@ -32,7 +32,7 @@ def test_compiled_amp_speedup_meets_the_class_threshold(case, amp_compile_backen
     try:
         amp_speedup(compiled_speed.workloads(amp_compile_backend)[name], dtype_name, calibrate_flags="--compiled")
     except Exception as exc:  # a release whose compiled block does not build is KNOWN there, not slow
-        issue = KNOWN_ISSUES[BUILD_FAILURE]
-        if not (is_build_failure(exc) and issue.listed(torch.__version__, amp_device.type)):
+        issue = known_build_failure(exc, amp_device.type)
+        if issue is None:
             raise
         pytest.skip(f"KNOWN on torch {torch.__version__}: {issue.id} ({issue.reference})")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 from harness.domains.compiled import scalars
 from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_DTYPE as AUTOGRAD_CACHE_DTYPE
 from harness.domains.engines.compiler.compiling import AUTOGRAD_CACHE_IGNORES_DTYPE
@@ -173,6 +175,13 @@ def is_build_failure(exc: BaseException) -> bool:
     ``VectorizedN`` operands (a compile failure of another kind is not this issue)."""
     text = str(exc)
     return "C++ compile error" in text and "fmadd" in text and "VectorizedN" in text
+
+
+def known_build_failure(exc: BaseException, device_type: str) -> KnownIssue | None:
+    """:data:`BUILD_FAILURE`'s entry where ``exc`` is that failure on a release the registry lists
+    it for (the compiled cells then read KNOWN), else None (``exc`` is a failure of its own)."""
+    issue = KNOWN_ISSUES[BUILD_FAILURE]
+    return issue if is_build_failure(exc) and issue.listed(torch.__version__, device_type) else None
 
 
 def build_failure_seen(compile_block: Callable[[], object]) -> tuple[bool, str]:
