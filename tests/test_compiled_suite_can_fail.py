@@ -19,6 +19,7 @@ FILES = (
     "compiled/test_compiled_training.py",
     "compiled/test_compiled_known_issues.py",
     "compiled/test_compiled_scalars.py",
+    "compiled/test_compiled_heads.py",
 )
 
 
@@ -54,11 +55,11 @@ def test_the_named_checks_pass_with_the_fault_free_backend(pytester, suite_copy)
         pytester,
         "-k",
         "eager_dtypes or error_stays_within or autocast_disabled_region or compiled_training or "
-        "(known_issue and compiled-backward) or rounds_a_python_scalar_as_eager",
+        "(known_issue and compiled-backward) or rounds_a_python_scalar_as_eager or losses_sharing_logits",
     )
     # bf16: policy, numerics, region forward, region backward, known issue, training, the 7 scalar
-    # cases; the rest of the selection (fp16 on the CPU) is thorough
-    assert_clean(run, at_least=13)
+    # cases, the losses sharing logits; the rest of the selection (fp16 on the CPU) is thorough
+    assert_clean(run, at_least=14)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +102,20 @@ def test_the_named_checks_pass_with_the_fault_free_backend(pytester, suite_copy)
             ),
             ["*compiled gradient of margin_ranking_loss*at input 1.703125, bfloat16, S = 1.7 (rounded rule -1.0*"],
             id="Python scalars kept unrounded",
+        ),
+        pytest.param(
+            "SOFTMAX_IN_LOW_PRECISION",
+            "losses_sharing_logits",
+            ("*losses_sharing_logits*[[]cpu-bf16]",),
+            ["*forward.loss.cross_entropy (bfloat16, heads): compiled error * vs eager *: excess * > budget *"],
+            id="softmax family computed in bf16",
+        ),
+        pytest.param(
+            "REMOVED_BUFFER_ASSERTION",
+            "losses_sharing_logits",
+            ("*losses_sharing_logits*[[]cpu-bf16]",),
+            ["*compiled.heads.builds: FAILED*", "*entropy_bonus alone: AssertionError: buf0*"],
+            id="shared logits' backward that does not build",
         ),
         pytest.param(
             "SATURATING_OVERFLOW",

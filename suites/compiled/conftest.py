@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.domains.compiled import nested, runs, scalars
+from harness.domains.compiled import heads, nested, runs, scalars
 from harness.domains.compiled.known_issues import known_build_failure
 from harness.domains.engines.bench import bench
 from harness.domains.engines.compiler import toolchain
@@ -117,3 +117,10 @@ def _timing_threads(amp_device, amp_fingerprint):
 def scalar_runs(amp_device, amp_compile_backend, _shared_runs) -> scalars.ScalarRuns:
     """The scalar cases' program, eager and compiled with the backend under test (one compile per dtype)."""
     return _shared(_shared_runs, scalars.ScalarRuns, amp_device, amp_compile_backend)
+
+
+@pytest.fixture
+def heads_runs(amp_device, amp_compile_backend, _shared_runs) -> heads.HeadsRuns:
+    """The program whose logits feed several losses, eager, float64 and compiled with the backend
+    under test (one compile per dtype; each head alone only where that fails)."""
+    return _shared(_shared_runs, heads.HeadsRuns, amp_device, amp_compile_backend)

@@ -325,3 +325,53 @@ def compile_recomputing_in_fp32(real: Callable[..., Any]) -> Callable[..., Any]:
         return real(fn, **kwargs)
 
     return compile
+
+
+# -- row reductions of shared logits ---------------------------------------------------------------
+#: the softmax family, forward and backward (autocast keeps them in fp32 on a CPU where it does)
+_SOFTMAX_OPS = {
+    aten._softmax.default,
+    aten._log_softmax.default,
+    aten._softmax_backward_data.default,
+    aten._log_softmax_backward_data.default,
+    aten.logsumexp.default,
+}
+
+
+def _in_low_precision(op: Callable[..., Any], out_dtype: torch.dtype) -> Callable[..., Any]:
+    """``op`` computed on bf16 copies of its fp32 tensors (a dtype argument too), its result in the
+    dtype the graph expects: the classic AMP mistake of a reduction forced into low precision."""
+
+    def low(*args: Any, **kwargs: Any) -> Any:
+        cast = [a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args]
+        cast = [torch.bfloat16 if a is torch.float32 else a for a in cast]
+        return op(*cast, **kwargs).to(out_dtype)
+
+    return low
+
+
+def _softmax_in_low_precision(gm: torch.fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _SOFTMAX_OPS:
+            out = node_dtype(node)
+            assert out is not None
+            node.target = _in_low_precision(node.target, out)
+    gm.recompile()
+
+
+#: A compiler that computes softmax, log-softmax, logsumexp and their backward in bf16 (forward and
+#: backward graphs). Must fail the losses-sharing-logits check on its numerics.
+SOFTMAX_IN_LOW_PRECISION = pass_backend(_softmax_in_low_precision, _softmax_in_low_precision)
+
+
+def _removed_buffer(gm: torch.fx.GraphModule) -> None:
+    """The backward of a softmax and a log-softmax of the same logits does not compile, as torch
+    2.6's Inductor stops (pytorch/pytorch#144186): an assertion naming a buffer."""
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    if {aten._softmax_backward_data.default, aten._log_softmax_backward_data.default} <= targets:
+        raise AssertionError("buf0")
+
+
+#: A compiler with torch 2.6's removed-buffer failure, on a release the registry does not list it
+#: for: must fail the losses-sharing-logits check (it does not build) and its registry check.
+REMOVED_BUFFER_ASSERTION = pass_backend(None, _removed_buffer)

@@ -21,7 +21,7 @@ max-norms, relative to ``max |ref_m|``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +29,7 @@ import torch
 from harness.domains.compiled.probe import (
     LONGEST_REDUCTION,
     STAGE_NAMES,
+    Forward,
     Observation,
     call_block,
     float64_copy,
@@ -75,33 +76,48 @@ class Budget:
     largest_term: Mapping[str, str]
 
 
-def derive(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype) -> tuple[Observation, Budget]:
-    """The float64 reference of the block and the budget of every quantity for ``dtype``."""
+def derive(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dtype: torch.dtype,
+    forward: Forward = call_block,
+    stages: Sequence[str] = STAGE_NAMES,
+    longest_reduction: int = LONGEST_REDUCTION,
+    round_as: Mapping[str, torch.dtype] | None = None,
+) -> tuple[Observation, Budget]:
+    """The float64 reference of ``forward`` (the probe block unless another program with ``tap``
+    points at ``stages`` is given) and the budget of every quantity for ``dtype``. ``round_as``:
+    the format each stage's boundary rounds to where it is not ``dtype`` (a stage autocast keeps in
+    fp32 rounds at fp32: a compiler that rounds it lower is what the check is for)."""
     low: FloatFormat = format_of(dtype)
     m64 = float64_copy(model)
     x64 = x.detach().double()
-    ref = observe(call_block, m64, x64, y, None)
+    ref = observe(forward, m64, x64, y, None)
     base = ref.values()
     scale = {k: _max_abs(v) for k, v in base.items()}
     total = {k: 0.0 for k in base}
     largest: dict[str, tuple[float, str]] = {k: (0.0, "") for k in base}
-    for stage in STAGE_NAMES:
+    for stage in stages:
         for direction in ("forward", "backward"):
+            at = (round_as or {}).get(stage, dtype)
 
-            def tap(name: str, v: torch.Tensor, _s: str = stage, _d: str = direction) -> torch.Tensor:
+            def tap(
+                name: str, v: torch.Tensor, _s: str = stage, _d: str = direction, _at: torch.dtype = at
+            ) -> torch.Tensor:
                 if name != _s:
                     return v
                 if _d == "forward":
-                    return v + _rounding(v.detach(), dtype)
-                return _RoundGradient.apply(v, dtype)  # type: ignore[no-any-return, no-untyped-call]
+                    return v + _rounding(v.detach(), _at)
+                return _RoundGradient.apply(v, _at)  # type: ignore[no-any-return, no-untyped-call]
 
-            moved = observe(call_block, m64, x64, y, None, tap).values()
+            moved = observe(forward, m64, x64, y, None, tap).values()
             for k, v in moved.items():
                 d = _max_abs(v - base[k]) / scale[k] if scale[k] > 0 else 0.0
                 total[k] += d
                 if d > largest[k][0]:
                     largest[k] = (d, f"{direction} rounding at {stage}")
-    accumulation = gamma(LONGEST_REDUCTION, FP32.unit_roundoff)
+    accumulation = gamma(longest_reduction, FP32.unit_roundoff)
     allowance = {}
     for k in base:
         own = low.unit_roundoff if k.startswith("grad.") else 0.0  # forward stages: counted at their own boundary

@@ -5,6 +5,7 @@ that changes it is noticed."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import torch
@@ -17,6 +18,8 @@ from harness.domains.versions import KnownIssue
 
 #: Inductor's generated C++ that does not build on torch 2.5 (the compiled block's bf16 backward)
 BUILD_FAILURE = "inductor-cpu-vectorizedn-fmadd-build-failure"
+#: Inductor's CPU outer-loop fusion reading a buffer it localised (torch 2.6: losses sharing logits)
+REMOVED_BUFFER = "inductor-cpu-outer-loop-fusion-removed-buffer"
 
 #: ``first`` and ``fixed`` as running each issue's script on every minor release from 2.4 to 2.15
 #: on the CPU found them (docs/releases/record.md); inductor-elides-eager-roundings differs by CPU
@@ -67,6 +70,19 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         fixed="2.6",
         verified="2.5",
         reference="Inductor CPU vectorization of VectorizedN (torch 2.5.1); of the class of pytorch/pytorch#143568",
+        devices=("cpu",),
+    ),
+    REMOVED_BUFFER: KnownIssue(
+        REMOVED_BUFFER,
+        "Inductor's CPU outer-loop fusion localises a buffer, fails to merge the loops, and falls back to plain "
+        "code that still reads the removed global buffer: a softmax and a log-softmax of the same logits, "
+        "differentiated (a distillation or an entropy term beside the cross-entropy), stop the compile with "
+        "'AssertionError: buf0', in fp32 and under bf16/fp16 autocast alike, so the compiled step cannot run",
+        first="2.6",
+        fixed="2.7",
+        verified="2.6",
+        reference="pytorch/pytorch#144186 (sum-softmax, the same assertion); fixed by #144243 (restore removed "
+        "buffers before the fallback), after 2.6's branch cut",
         devices=("cpu",),
     ),
     scalars.COMPARISON: KnownIssue(
@@ -160,6 +176,13 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             for issue in scalars.ISSUES
         ),
         Reproduction(
+            REMOVED_BUFFER,
+            "harness.domains.compiled",
+            ("torch",),
+            ("    torch.autograd.backward(torch.compile(step)(x, y))\n", "    torch.autograd.backward(step(x, y))\n"),
+            compiles=True,
+        ),
+        Reproduction(
             SATURATING_FP8_CAST,
             "harness.domains.compiled",
             ("torch",),
@@ -177,11 +200,28 @@ def is_build_failure(exc: BaseException) -> bool:
     return "C++ compile error" in text and "fmadd" in text and "VectorizedN" in text
 
 
+def is_removed_buffer(exc: BaseException) -> bool:
+    """Whether ``exc`` is :data:`REMOVED_BUFFER`'s: Inductor asserting that a buffer it reads was
+    not removed (``AssertionError: buf0``); another compile failure is not this issue."""
+    return re.search(r"AssertionError: buf\d+\b", f"{type(exc).__name__}: {exc}") is not None
+
+
+#: Each registered failure to compile at all, and how its error is told apart from another's.
+COMPILE_FAILURES: dict[str, Callable[[BaseException], bool]] = {
+    BUILD_FAILURE: is_build_failure,
+    REMOVED_BUFFER: is_removed_buffer,
+}
+
+
 def known_build_failure(exc: BaseException, device_type: str) -> KnownIssue | None:
-    """:data:`BUILD_FAILURE`'s entry where ``exc`` is that failure on a release the registry lists
-    it for (the compiled cells then read KNOWN), else None (``exc`` is a failure of its own)."""
-    issue = KNOWN_ISSUES[BUILD_FAILURE]
-    return issue if is_build_failure(exc) and issue.listed(torch.__version__, device_type) else None
+    """The entry of the registered compile failure ``exc`` is (:data:`COMPILE_FAILURES`), where
+    the registry lists it for this release (the compiled cells then read KNOWN), else None (``exc``
+    is a failure of its own)."""
+    for issue_id, matches in COMPILE_FAILURES.items():
+        issue = KNOWN_ISSUES[issue_id]
+        if matches(exc) and issue.listed(torch.__version__, device_type):
+            return issue
+    return None
 
 
 def build_failure_seen(compile_block: Callable[[], object]) -> tuple[bool, str]:
