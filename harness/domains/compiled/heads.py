@@ -116,10 +116,13 @@ def call(heads: Sequence[str] = NAMES) -> Callable[..., Any]:
 
 
 def describe_error(exc: BaseException) -> str:
-    """The first line that says what failed (the exception's own line where there is one)."""
+    """The first line that says what failed (the exception's own line where there is one), and a
+    C++ compiler's first ``error:`` line where the generated code did not build."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     named = [ln for ln in lines if re.match(r"^\w+(Error|Exception)\b", ln)]
-    return f"{type(exc).__name__}: {(named or lines or [''])[0][:300]}"
+    compiler = [ln.split(" error: ", 1)[1] for ln in lines if " error: " in ln][:1]
+    said = f"{type(exc).__name__}: {(named or lines or [''])[0][:300]}"
+    return f"{said} ({compiler[0][:200]})" if compiler else said
 
 
 @dataclass(frozen=True)
