@@ -28,6 +28,9 @@ from harness.platform import compat
 #: torch (about 3 s the first time on 2 cores); a rank that has not
 #: finished after this long is hung (deadlocked collective, crashed peer).
 DEFAULT_TIMEOUT_S = 120.0
+#: Once every rank has written its result, the teardown's time before the ranks are ended (it takes
+#: well under a second; gloo's on torch 2.4 to 2.6 could hang with two worlds at once, results on disk)
+TEARDOWN_GRACE_S = 10.0
 
 
 class RankError(RuntimeError):
@@ -66,14 +69,13 @@ def _entry(rank: int, world: int, spec: str, kwargs: dict[str, Any], workdir: st
         import torch.distributed as dist
 
         dist.init_process_group(backend, init_method=f"file://{workdir}/store", rank=rank, world_size=world)
-        try:
-            result = resolve(spec)(rank=rank, world=world, **kwargs)
-        finally:
-            dist.destroy_process_group()
+        result = resolve(spec)(rank=rank, world=world, **kwargs)
         out.write_text(json.dumps({"ok": True, "result": result}), encoding="utf-8")
-    except BaseException:
+    except BaseException:  # its peers, waiting on it, are ended by the launcher
         out.write_text(json.dumps({"ok": False, "traceback": traceback.format_exc()}), encoding="utf-8")
         raise SystemExit(1) from None
+    dist.barrier()  # every rank done with its collectives before the teardown (the result is on disk)
+    dist.destroy_process_group()
 
 
 def launch(
@@ -104,8 +106,12 @@ def launch(
         deadline = time.monotonic() + timeout_s
         try:
             while not ctx.join(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
+                missing = [r for r in range(world) if not (Path(workdir) / f"rank{r}.json").exists()]
+                if not missing:  # only the teardown is left: its grace, then the kill below
+                    deadline = min(deadline, time.monotonic() + TEARDOWN_GRACE_S)
                 if time.monotonic() >= deadline:
-                    missing = [r for r in range(world) if not (Path(workdir) / f"rank{r}.json").exists()]
+                    if not missing:
+                        break
                     raise RankError(
                         f"{spec}: rank(s) {missing} did not finish within {timeout_s:.0f} s (hung collective or crashed peer)"
                     )
