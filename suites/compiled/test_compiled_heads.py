@@ -48,9 +48,7 @@ def test_known_issue_status_matches_the_registry(heads_runs, amp_device, amp_rec
     where the program builds): present where the registry lists it is KNOWN; absent there, or
     present outside its range, fails naming the edit."""
     compiled = heads_runs.compiled(torch.bfloat16)
-    hit = {n: e for n, e in compiled.breaking().items() if is_removed_buffer(e)}
-    if compiled.error is not None and is_removed_buffer(compiled.error) and not hit:
-        hit = {"every head together": compiled.error}
+    hit = heads.failures_matching(compiled, is_removed_buffer)
     issue = KNOWN_ISSUES[REMOVED_BUFFER]
     listed = issue.listed(torch.__version__, amp_device.type)
     verdict = versions.registry_verdict(

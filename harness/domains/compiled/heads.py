@@ -218,6 +218,15 @@ def build_claim(compiled: Compiled) -> ClaimComparison:
     )
 
 
+def failures_matching(compiled: Compiled, matches: Callable[[BaseException], bool]) -> dict[str, BaseException]:
+    """The failed compiles whose error ``matches`` (a registered failure's test: the registry check's
+    observation), the program's own where no head alone or beside the cross-entropy shows it."""
+    hit = {n: e for n, e in compiled.breaking().items() if matches(e)}
+    if not hit and compiled.error is not None and matches(compiled.error):
+        hit = {"every head together": compiled.error}
+    return hit
+
+
 def registered_failures(compiled: Compiled, device_type: str) -> list[KnownIssue] | None:
     """The registered compile failures that explain every failing compile of ``compiled`` on this
     release (its cells then read KNOWN), or None where one is a failure of its own."""
