@@ -99,8 +99,8 @@ def derive(
     total = {k: 0.0 for k in base}
     largest: dict[str, tuple[float, str]] = {k: (0.0, "") for k in base}
     for stage in stages:
+        at = (round_as or {}).get(stage, dtype)
         for direction in ("forward", "backward"):
-            at = (round_as or {}).get(stage, dtype)
 
             def tap(
                 name: str, v: torch.Tensor, _s: str = stage, _d: str = direction, _at: torch.dtype = at

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.domains.compiled.budget import Budget, NumericsResult, derive, judge
-from harness.domains.compiled.known_issues import known_build_failure
+from harness.domains.compiled.known_issues import compiler_error, known_build_failure
 from harness.domains.compiled.probe import Observation, Tap, observe
 from harness.domains.engines.compiler.compiling import Backend, compile_fn
 from harness.domains.versions import KnownIssue
@@ -48,6 +48,8 @@ HEADS: dict[str, str] = {
     "z_loss": "1e-4 logsumexp(logits)^2 (PaLM's z-loss, Chowdhery et al., 2022)",
 }
 NAMES: tuple[str, ...] = tuple(HEADS)
+#: what a failure of the program with every head is named where no smaller compile fails
+TOGETHER = "every head together"
 TEMPERATURE, ENTROPY_WEIGHT, Z_WEIGHT = 2.0, 0.1, 1e-4
 
 #: the program's stages, in order (a ``tap`` sees each; the budget rounds at each in turn)
@@ -120,9 +122,9 @@ def describe_error(exc: BaseException) -> str:
     C++ compiler's first ``error:`` line where the generated code did not build."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     named = [ln for ln in lines if re.match(r"^\w+(Error|Exception)\b", ln)]
-    compiler = [ln.split(" error: ", 1)[1] for ln in lines if " error: " in ln][:1]
     said = f"{type(exc).__name__}: {(named or lines or [''])[0][:300]}"
-    return f"{said} ({compiler[0][:200]})" if compiler else said
+    compiler = compiler_error(exc)
+    return f"{said} ({compiler.split('error: ', 1)[1][:200]})" if compiler else said
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,12 @@ class Compiled:
     def breaking(self) -> dict[str, BaseException]:
         """The heads (or pairs) whose own compile fails, with their errors."""
         return {n: e for n, e in self.alone.items() if e is not None}
+
+    def failures(self) -> dict[str, BaseException]:
+        """The failed compiles that say which heads break the build: :meth:`breaking`, else the
+        program's own (every head builds alone and beside the cross-entropy)."""
+        breaking = self.breaking()
+        return breaking if breaking or self.error is None else {TOGETHER: self.error}
 
 
 class HeadsRuns:
@@ -221,9 +229,9 @@ def build_claim(compiled: Compiled) -> ClaimComparison:
 def failures_matching(compiled: Compiled, matches: Callable[[BaseException], bool]) -> dict[str, BaseException]:
     """The failed compiles whose error ``matches`` (a registered failure's test: the registry check's
     observation), the program's own where no head alone or beside the cross-entropy shows it."""
-    hit = {n: e for n, e in compiled.breaking().items() if matches(e)}
+    hit = {n: e for n, e in compiled.failures().items() if matches(e)}
     if not hit and compiled.error is not None and matches(compiled.error):
-        hit = {"every head together": compiled.error}
+        hit = {TOGETHER: compiled.error}
     return hit
 
 
@@ -231,8 +239,7 @@ def registered_failures(compiled: Compiled, device_type: str) -> list[KnownIssue
     """The registered compile failures that explain every failing compile of ``compiled`` on this
     release (its cells then read KNOWN), or None where one is a failure of its own."""
     assert compiled.error is not None
-    breaking: dict[str, BaseException] = compiled.breaking() or {"every head together": compiled.error}
-    known = [known_build_failure(e, device_type) for e in breaking.values()]
+    known = [known_build_failure(e, device_type) for e in compiled.failures().values()]
     if any(k is None for k in known):
         return None
     return sorted({k.id: k for k in known if k is not None}.values(), key=lambda k: k.id)

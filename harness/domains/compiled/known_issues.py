@@ -200,6 +200,12 @@ def is_build_failure(exc: BaseException) -> bool:
     return "C++ compile error" in text and "fmadd" in text and "VectorizedN" in text
 
 
+def compiler_error(exc: BaseException) -> str | None:
+    """The C++ compiler's first ``error:`` line in ``exc`` (Inductor's generated code that did not
+    build), or None."""
+    return next((line.strip() for line in str(exc).splitlines() if "error:" in line), None)
+
+
 def is_removed_buffer(exc: BaseException) -> bool:
     """Whether ``exc`` is :data:`REMOVED_BUFFER`'s: Inductor asserting that a buffer it reads was
     not removed (``AssertionError: buf0``); another compile failure is not this issue."""
@@ -232,6 +238,5 @@ def build_failure_seen(compile_block: Callable[[], object]) -> tuple[bool, str]:
     except Exception as exc:
         if not is_build_failure(exc):
             raise
-        said = [line.strip() for line in str(exc).splitlines() if "error:" in line][:1]
-        return True, (said[0] if said else "C++ compile error")[:300]
+        return True, (compiler_error(exc) or "C++ compile error")[:300]
     return False, "the probe block's bf16 compile builds"
