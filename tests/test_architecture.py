@@ -363,8 +363,8 @@ def test_each_layer_package_says_which_layer_it_is():
 
 
 #: the ranks engine keeps the launcher and the world; each family's rank programs live at home (#80);
-#: 410 since the launcher gives a process group's teardown its grace (torch 2.4 to 2.6's gloo)
-RANKS_ENGINE_LINES = 410
+#: 412 since the launcher gives a process group's teardown its grace and ranks report atomically
+RANKS_ENGINE_LINES = 412
 
 
 def test_the_ranks_engine_holds_the_launcher_only():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import tempfile
 import time
 import traceback
@@ -69,13 +70,18 @@ def _entry(rank: int, world: int, spec: str, kwargs: dict[str, Any], workdir: st
         import torch.distributed as dist
 
         dist.init_process_group(backend, init_method=f"file://{workdir}/store", rank=rank, world_size=world)
-        result = resolve(spec)(rank=rank, world=world, **kwargs)
-        out.write_text(json.dumps({"ok": True, "result": result}), encoding="utf-8")
+        _report(out, {"ok": True, "result": resolve(spec)(rank=rank, world=world, **kwargs)})
     except BaseException:  # its peers, waiting on it, are ended by the launcher
-        out.write_text(json.dumps({"ok": False, "traceback": traceback.format_exc()}), encoding="utf-8")
+        _report(out, {"ok": False, "traceback": traceback.format_exc()})
         raise SystemExit(1) from None
     dist.barrier()  # every rank done with its collectives before the teardown (the result is on disk)
     dist.destroy_process_group()
+
+
+def _report(out: Path, report: dict[str, Any]) -> None:
+    """Written whole or not at all: the launcher may end a rank at any moment, mid-write too."""
+    out.with_suffix(".tmp").write_text(json.dumps(report), encoding="utf-8")
+    os.replace(out.with_suffix(".tmp"), out)
 
 
 def launch(
