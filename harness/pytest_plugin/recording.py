@@ -9,11 +9,12 @@ traceback is hidden so that a failure points at the suite's line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.domains.versions import KnownIssue, registry_verdict
 from harness.numerics.comparison import (
     AnyComparison,
     compare_claim,
@@ -165,6 +166,56 @@ class Recorder:
         ]
         if missed:
             raise AssertionError("\n".join(explain(r) for r in missed))
+
+    def require_registry(
+        self,
+        issue: KnownIssue,
+        present: bool,
+        where: str,
+        *,
+        seen: object = None,
+        version: str | None = None,
+        device: Any = None,
+        hardware_class: str | None = None,
+        listed: bool | None = None,
+        context: str | None = None,
+        tags: Mapping[str, object] | None = None,
+        **kw: Any,
+    ) -> None:
+        """A registry check, written once: ``issue`` observed (``present``) on this stack, judged by
+        :func:`~harness.domains.versions.registry_verdict` against its lifecycle, recorded and required.
+        ``version`` defaults to torch's (a torchao issue passes torchao's); ``device`` (a torch device)
+        picks the device's lifecycle and is named in the verdict; ``listed`` overrides whether the
+        registry lists this stack (a scaler issue also depends on the scaler class).
+
+        Example::
+
+            present = observe(issue_id)
+            amp_record.require_registry(KNOWN_ISSUES[issue_id], present, f"{WHERE} ({issue_id!r})",
+                                        seen=what_was_seen, device=amp_device)
+        """
+        __tracebackhide__ = True
+        if version is None:
+            import torch
+
+            version = torch.__version__
+        device_type = None if device is None else str(getattr(device, "type", device))
+        if listed is None:
+            listed = issue.listed(version, device_type or "cpu", hardware_class)
+        if context is None:
+            context = "" if device_type is None else f" on {device_type}"
+            context += f" ({hardware_class})" if hardware_class else ""
+        verdict = registry_verdict(
+            issue, present, listed, version, where, context, device_type=device_type, hardware_class=hardware_class
+        )
+        observed: dict[str, object] = {issue.package: version, "listed_as_affected": listed}
+        if seen is not None:
+            observed["seen"] = seen
+        if hardware_class is not None:
+            observed["hardware_class"] = hardware_class
+        if device is not None:
+            kw.setdefault("device", device)
+        self.require(verdict.claim, tags=verdict.tags(**observed, **(tags or {})), note=issue.summary, **kw)
 
     def require_repeatable(self, metric: str, unstable: Sequence[str], **kw: Any) -> None:
         """A bitwise check's precondition: its reference, run twice, gave the same bits. Where it did

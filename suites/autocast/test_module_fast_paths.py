@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains import versions
 from harness.domains.autocast import fast_paths
 from harness.domains.autocast.known_issues import ENCODER_FAST_PATH, KNOWN_ISSUES, WHERE
 from harness.domains.autocast.repro import fast_path_repro
@@ -49,14 +48,6 @@ def test_known_issue_status_matches_the_registry(amp_device, amp_record):
     the issue is KNOWN; absent there, or present outside its range, fails naming the edit."""
     run = fast_paths.run_fast_path("TransformerEncoderLayer", amp_device, torch.bfloat16)
     present = run.raised is not None and "must have the same dtype" in run.raised
-    listed = ISSUE.listed(torch.__version__, amp_device.type)
-    verdict = versions.registry_verdict(
-        ISSUE, present, listed, torch.__version__, f"{WHERE} ({ENCODER_FAST_PATH!r})", f" on {amp_device.type}",
-        device_type=amp_device.type,
-    )  # fmt: skip
-    amp_record.require(
-        verdict.claim,
-        device=amp_device,
-        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=run.raised or "ran"),
-        note=ISSUE.summary,
+    amp_record.require_registry(
+        ISSUE, present, f"{WHERE} ({ENCODER_FAST_PATH!r})", seen=run.raised or "ran", device=amp_device
     )

@@ -18,7 +18,6 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harness.domains import versions
 from harness.domains.block_scaled import known_issues
 from harness.domains.block_scaled.repro import mx_scale_codes
 from harness.numerics.formats import FP4_E2M1, FP8_E4M3FN, FP32
@@ -140,8 +139,6 @@ def _observe(issue_id: str) -> tuple[bool, str]:
 def test_registered_block_scaled_findings_match_what_this_torchao_does(issue_id, amp_torchao, amp_record):
     issue = known_issues.KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id)
-    version = torchao_version()
-    listed = issue.listed(version, "cpu")
-    verdict = versions.registry_verdict(issue, present, listed, version, f"{known_issues.WHERE} ({issue_id!r})")
-    tags = verdict.tags(torchao=version, listed_as_affected=listed, seen=seen)
-    amp_record.require(verdict.claim, tags=tags, note=issue.summary)
+    amp_record.require_registry(
+        issue, present, f"{known_issues.WHERE} ({issue_id!r})", seen=seen, version=torchao_version()
+    )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains import versions
 from harness.domains.compiled import heads
 from harness.domains.compiled.known_issues import KNOWN_ISSUES, REMOVED_BUFFER, WHERE, is_removed_buffer
 from harness.numerics.verdict import Outcome
@@ -49,18 +48,9 @@ def test_known_issue_status_matches_the_registry(heads_runs, amp_device, amp_rec
     present outside its range, fails naming the edit."""
     compiled = heads_runs.compiled(torch.bfloat16)
     hit = heads.failures_matching(compiled, is_removed_buffer)
-    issue = KNOWN_ISSUES[REMOVED_BUFFER]
-    listed = issue.listed(torch.__version__, amp_device.type)
-    verdict = versions.registry_verdict(
-        issue, bool(hit), listed, torch.__version__, f"{WHERE} ({REMOVED_BUFFER!r})", f" on {amp_device.type}",
-        device_type=amp_device.type,
-    )  # fmt: skip
     seen = ", ".join(f"{n}: {heads.describe_error(e)}" for n, e in hit.items()) or (
         "the program builds" if compiled.error is None else heads.describe_failure(compiled)
     )
-    amp_record.require(
-        verdict.claim,
-        device=amp_device,
-        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=seen),
-        note=issue.summary,
+    amp_record.require_registry(
+        KNOWN_ISSUES[REMOVED_BUFFER], bool(hit), f"{WHERE} ({REMOVED_BUFFER!r})", seen=seen, device=amp_device
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains import versions
 from harness.domains.compiled import runs, scalars
 from harness.domains.compiled.known_issues import (
     AUTOGRAD_CACHE_DTYPE,
@@ -72,21 +71,12 @@ def test_known_issue_status_matches_the_registry(issue_id, request, amp_device, 
     issue = KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id, request, amp_dtype)
     hardware_class = amp_fingerprint.class_for(str(amp_device)).id  # a lifecycle may be the CPU kind's
-    listed = issue.listed(torch.__version__, amp_device.type, hardware_class)
-    verdict = versions.registry_verdict(
+    amp_record.require_registry(
         issue,
         present,
-        listed,
-        torch.__version__,
         f"{WHERE} ({issue_id!r})",
-        context=f" on {amp_device.type} ({hardware_class})",
-        device_type=amp_device.type,
-        hardware_class=hardware_class,
-    )
-    amp_record.require(
-        verdict.claim,
-        dtype=amp_dtype,
+        seen=seen,
         device=amp_device,
-        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=seen, hardware_class=hardware_class),
-        note=issue.summary,
+        hardware_class=hardware_class,
+        dtype=amp_dtype,
     )

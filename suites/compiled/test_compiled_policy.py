@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains import versions
 from harness.domains.compiled import catalogue, runs
 from harness.domains.compiled.known_issues import BUILD_FAILURE, KNOWN_ISSUES, WHERE, build_failure_seen
 from harness.domains.compiled.repro import block_dtypes_repro_of, ops_repro_of, region_repro_of
@@ -47,18 +46,9 @@ def test_compiled_amp_has_eager_dtypes_at_every_stage_and_gradient(block_runs, a
 def test_the_blocks_build_failure_matches_the_registry(raw_block_runs, amp_device, amp_record):
     """Registry check of ``inductor-cpu-vectorizedn-fmadd-build-failure`` (torch 2.5's bf16 block
     that does not build), observed on the block's own bf16 compile, which this file makes anyway."""
-    issue = KNOWN_ISSUES[BUILD_FAILURE]
     present, seen = build_failure_seen(lambda: raw_block_runs.compiled(torch.bfloat16))
-    listed = issue.listed(torch.__version__, amp_device.type)
-    verdict = versions.registry_verdict(
-        issue, present, listed, torch.__version__, f"{WHERE} ({BUILD_FAILURE!r})", f" on {amp_device.type}",
-        device_type=amp_device.type,
-    )  # fmt: skip
-    amp_record.require(
-        verdict.claim,
-        device=amp_device,
-        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=seen),
-        note=issue.summary,
+    amp_record.require_registry(
+        KNOWN_ISSUES[BUILD_FAILURE], present, f"{WHERE} ({BUILD_FAILURE!r})", seen=seen, device=amp_device
     )
 
 

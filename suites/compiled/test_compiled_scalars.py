@@ -18,7 +18,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.domains import versions
 from harness.domains.compiled import scalars
 from harness.domains.compiled.known_issues import KNOWN_ISSUES, WHERE
 from harness.domains.compiled.repro import scalar_repro
@@ -68,15 +67,10 @@ def test_known_issue_status_matches_the_registry(issue_id, scalar_runs, amp_devi
     if compiled.error is not None or eager.error is not None:  # nothing observed: that is the finding
         amp_record.require(judged[cases[0]], device=amp_device)
     wrong = [n for n, j in judged.items() if not j.passed]
-    issue = KNOWN_ISSUES[issue_id]
-    listed = issue.listed(torch.__version__, amp_device.type)
-    verdict = versions.registry_verdict(
-        issue, bool(wrong), listed, torch.__version__, f"{WHERE} ({issue_id!r})", f" on {amp_device.type}",
-        device_type=amp_device.type,
-    )  # fmt: skip
-    amp_record.require(
-        verdict.claim,
+    amp_record.require_registry(
+        KNOWN_ISSUES[issue_id],
+        bool(wrong),
+        f"{WHERE} ({issue_id!r})",
+        seen=", ".join(wrong) or "none",
         device=amp_device,
-        tags=verdict.tags(torch=torch.__version__, listed_as_affected=listed, seen=", ".join(wrong) or "none"),
-        note=issue.summary,
     )

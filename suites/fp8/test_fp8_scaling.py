@@ -20,7 +20,6 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harness.domains import versions
 from harness.domains.fp8 import known_issues, recipes
 from harness.domains.fp8.adapters import TorchaoScaling
 from harness.domains.fp8.conformance import check_fp8_scaling
@@ -212,8 +211,6 @@ def _observe(issue_id: str) -> tuple[bool, str]:
 def test_registered_fp8_findings_match_what_this_torchao_does(issue_id, amp_torchao, amp_record):
     issue = known_issues.KNOWN_ISSUES[issue_id]
     present, seen = _observe(issue_id)
-    version = torchao_version()
-    listed = issue.listed(version, "cpu")
-    verdict = versions.registry_verdict(issue, present, listed, version, f"{known_issues.WHERE} ({issue_id!r})")
-    tags = verdict.tags(torchao=version, listed_as_affected=listed, seen=seen)
-    amp_record.require(verdict.claim, tags=tags, note=issue.summary)
+    amp_record.require_registry(
+        issue, present, f"{known_issues.WHERE} ({issue_id!r})", seen=seen, version=torchao_version()
+    )
