@@ -160,3 +160,49 @@ def test_an_autocast_that_leaves_a_fused_ops_inner_op_uncast_fails_the_fast_path
         "*::test_known_issue_status_matches_the_registry*",
     )
     run.stdout.fnmatch_lines(["*raised: mat1 and mat2 must have the same dtype*"], consecutive=False)
+
+
+def test_a_cache_that_reuses_grad_free_casts_fails_the_cast_cache_and_registry_checks(pytester, suite_copy):
+    """torch 2.4 to 2.10's weight cache, re-created on this release for nn.Linear: a cast made under
+    no_grad is reused by the training pass, whose Linear weights then get no gradient. Both grad-free
+    forms fail (the registry does not list the issue for this release), naming the weights, and the
+    registry check fails as "present outside its range"."""
+    suite_copy("autocast/test_cast_cache.py", conftest=False)
+    inject(
+        pytester, "autocast", patches={"torch.nn.functional.linear": "faults.autocast.linear_reusing_grad_free_casts"}
+    )
+    run = run_inner(pytester)
+    assert_caught(
+        run,
+        *(f"*::test_a_module_trained_after_a_grad_free_pass_*[[]cpu-*-{g}]" for g in ("no_grad", "inference_mode")),
+        "*::test_known_issue_status_matches_the_registry*",
+    )
+    run.stdout.fnmatch_lines(["*no_grad pass*: no gradient for 0.weight, 0.bias, 3.weight, 3.bias*"], consecutive=False)
+
+
+def test_a_vmapped_bias_left_in_fp32_fails_the_vmap_check_without_its_registry_entry(pytester, suite_copy):
+    """Real history: on a release with the bug (every release from 2.4 to 2.15), the vmap check judges
+    the modules with a bias once the registry no longer lists it, and fails them naming both dtypes;
+    the Linear without a bias passes; the registry check reads the issue as a regression."""
+    from harness.domains.autocast import vmapped
+
+    if not vmapped.issue_present(torch.device("cpu"))[0]:
+        pytest.skip(f"torch {torch.__version__} keeps a vmapped bias in the autocast dtype: nothing to catch")
+    suite_copy("autocast/test_vmap_policy.py", conftest=False)
+    inject(
+        pytester,
+        "autocast",
+        patches={
+            "harness.domains.autocast.known_issues.KNOWN_ISSUES": "faults.autocast.vmap_bias_fixed_in_this_release"
+        },
+    )
+    run = run_inner(pytester)
+    assert_caught(
+        run,
+        *(f"*::test_a_module_under_vmap_gets_*[[]cpu-*-{m}]" for m in ("Linear", "Conv2d", "MLP")),
+        "*::test_known_issue_status_matches_the_registry*",
+    )
+    run.stdout.fnmatch_lines(
+        ["*Linear under torch.bfloat16 autocast: unbatched torch.bfloat16, vmapped torch.float32*"], consecutive=False
+    )
+    assert not [t for t in run.failed if "Linear.no_bias" in t]

@@ -76,6 +76,33 @@ def cast_cache_cleared(real: Fn) -> Fn:
     return linear
 
 
+def linear_reusing_grad_free_casts(real: Fn) -> Fn:
+    """Autocast's weight cache as torch 2.4 to 2.10 kept it (pytorch/pytorch#142234): a weight's
+    low-precision cast made without autograd (under no_grad) is reused by a later training pass
+    while the weight is unchanged, so that pass's weights drop off the graph."""
+    import weakref
+
+    #: id(weight) -> (the weight, weakly; its version when cast; the cast)
+    cache: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
+
+    def cast(t: torch.Tensor, low: torch.dtype) -> torch.Tensor:
+        hit = cache.get(id(t))
+        if hit is None or hit[0]() is not t or hit[1] != t._version:
+            hit = (weakref.ref(t), t._version, t.to(low))
+            cache[id(t)] = hit
+        return hit[2]
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        dev = x.device.type
+        if not (torch.is_autocast_enabled(dev) and w.dtype == torch.float32 and w.requires_grad):
+            return real(x, w, b)
+        low = _lowp(dev)
+        with torch.autocast(dev, enabled=False):
+            return real(x.to(low), cast(w, low), None if b is None else cast(b, low))
+
+    return linear
+
+
 def float64_cast(real: Fn) -> Fn:
     """float64 inputs cast down under autocast (they must be left alone)."""
 
@@ -206,3 +233,15 @@ def register_addmm_activation_autocast_uncast() -> Any:
             return torch.ops.aten._addmm_activation(bias, a, b, **kw)
 
     return autocast_kernel("_addmm_activation", addmm_activation)
+
+
+def vmap_bias_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
+    """The autocast registry saying the vmapped bias's fp32 was fixed in the running release: on a
+    release that still has it (2.4 to 2.15) the vmap check judges it, as it would without the entry."""
+    import dataclasses
+
+    from harness.domains.autocast.known_issues import VMAP_BIAS
+    from harness.platform.versions import minor
+
+    changed = dataclasses.replace(original[VMAP_BIAS], first="2.0", verified="2.0", fixed=minor(torch.__version__))
+    return {**original, VMAP_BIAS: changed}
