@@ -201,3 +201,50 @@ def test_the_toolchain_probe_names_a_missing_compiler():
             toolchain.unavailable.cache_clear()
     assert reason is not None and "C++ compiler" in reason and "/nonexistent/g++" in reason, reason
     assert toolchain.unavailable("cpu") is None
+
+
+EXPORTED = "compiled/test_exported_autocast.py"
+
+
+def test_an_export_that_drops_autocast_regions_fails_the_export_check(pytester, suite_copy):
+    """torch 2.4's non-strict export, re-created: the program has none of the module's autocast
+    regions and runs them in fp32. The non-strict cells fail naming the outputs' dtypes (the
+    registry lists the issue only up to 2.5), and its registry check reads it outside its range."""
+    suite_copy(EXPORTED, conftest=False)
+    inject(pytester, "compiled", patches={"torch.export.export": "faults.compiled.export_dropping_autocast"})
+    run = run_inner(pytester, "-k", "non_strict or nonstrict")
+    assert_caught(
+        run,
+        "*::test_an_exported_program_runs_the_autocast_regions_of_its_module[[]cpu-*-non_strict]",
+        "*::test_known_issue_status_matches_the_registry[[]cpu-export-nonstrict-drops-autocast-regions]",
+    )
+    run.stdout.fnmatch_lines(["*linear: eager torch.bfloat16, exported torch.float32*"], consecutive=False)
+
+
+def test_strict_exports_nested_regions_fail_the_export_check_without_their_registry_entry(pytester, suite_copy):
+    """Real history: on a release with the bug (2.5 on), the strict cells are judged once the
+    registry no longer lists it, and fail naming what went wrong (from 2.8: the dtype assertion
+    the exported program stopped on)."""
+    import torch
+
+    from harness.domains.compiled import exported
+
+    if exported.missing("strict") or not exported.differences(
+        exported.run("strict", torch.device("cpu"), torch.bfloat16)
+    ):
+        pytest.skip(f"torch {torch.__version__}'s strict export gives eager's outputs: nothing to catch")
+    suite_copy(EXPORTED, conftest=False)
+    inject(
+        pytester,
+        "compiled",
+        patches={
+            "harness.domains.compiled.known_issues.KNOWN_ISSUES": "faults.compiled.export_assertion_fixed_in_this_release"
+        },
+    )
+    run = run_inner(pytester, "-k", "strict and not non_strict and not nonstrict")
+    assert_caught(
+        run,
+        "*::test_an_exported_program_runs_the_autocast_regions_of_its_module[[]cpu-*-strict]",
+        "*::test_known_issue_status_matches_the_registry[[]cpu-export-strict-nested-autocast-regions]",
+    )
+    run.stdout.fnmatch_lines(["*strict export under torch.bfloat16 regions: the *raised*"], consecutive=False)

@@ -375,3 +375,47 @@ def _removed_buffer(gm: torch.fx.GraphModule) -> None:
 #: A compiler with torch 2.6's removed-buffer failure, on a release the registry does not list it
 #: for: must fail the losses-sharing-logits check (it does not build) and its registry check.
 REMOVED_BUFFER_ASSERTION = pass_backend(None, _removed_buffer)
+
+
+class _NoRegion:
+    """``torch.autocast`` as an export that lost its regions sees it: entering changes nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def export_dropping_autocast(real: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.export as torch 2.4's non-strict export (and 2.6/2.7's strict one) behaved: the traced
+    program has none of the module's autocast regions, so it runs them in fp32."""
+    import functools
+
+    @functools.wraps(real)
+    def export(*args: Any, **kwargs: Any) -> Any:
+        saved = torch.autocast
+        torch.autocast = _NoRegion  # type: ignore[misc, assignment]
+        try:
+            return real(*args, **kwargs)
+        finally:
+            torch.autocast = saved  # type: ignore[misc]
+
+    return export
+
+
+def export_assertion_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
+    """The compiled registry saying strict export's nested regions were fixed in the running release:
+    on a release that still has the issue (2.5 on) the export check judges it, as without the entry."""
+    import dataclasses
+
+    from harness.domains.compiled.known_issues import EXPORT_STRICT_NESTED
+    from harness.platform.versions import minor
+
+    entry = dataclasses.replace(
+        original[EXPORT_STRICT_NESTED], first="2.0", verified="2.0", fixed=minor(torch.__version__)
+    )
+    return {**original, EXPORT_STRICT_NESTED: entry}

@@ -20,6 +20,11 @@ from harness.domains.versions import KnownIssue
 BUILD_FAILURE = "inductor-cpu-vectorizedn-fmadd-build-failure"
 #: Inductor's CPU outer-loop fusion reading a buffer it localised (torch 2.6: losses sharing logits)
 REMOVED_BUFFER = "inductor-cpu-outer-loop-fusion-removed-buffer"
+#: torch.export of a module with autocast regions (``suites/compiled/test_exported_autocast.py``)
+EXPORT_NONSTRICT_DROPS = "export-nonstrict-drops-autocast-regions"
+EXPORT_STRICT_NESTED = "export-strict-nested-autocast-regions"
+#: the export mode each export issue shows in
+EXPORT_ISSUES = {"non_strict": EXPORT_NONSTRICT_DROPS, "strict": EXPORT_STRICT_NESTED}
 
 #: ``first`` and ``fixed`` as running each issue's script on every minor release from 2.4 to 2.15
 #: on the CPU found them (docs/releases/record.md); inductor-elides-eager-roundings differs by CPU
@@ -84,6 +89,26 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         reference="pytorch/pytorch#144186 (sum-softmax, the same assertion); fixed by #144243 (restore removed "
         "buffers before the fallback), after 2.6's branch cut",
         devices=("cpu",),
+    ),
+    EXPORT_NONSTRICT_DROPS: KnownIssue(
+        EXPORT_NONSTRICT_DROPS,
+        "torch.export with strict=False leaves a module's autocast regions out of the exported program: it runs "
+        "them in fp32 where eager runs them in the autocast dtype, silently (the deployed model has no AMP)",
+        first="2.4",
+        fixed="2.6",
+        verified="2.5",
+        reference="pytorch/pytorch#137495 (autocast nodes missing from non-strict export graphs), fixed there",
+    ),
+    EXPORT_STRICT_NESTED: KnownIssue(
+        EXPORT_STRICT_NESTED,
+        "torch.export with strict=True of a region with autocast disabled inside an autocast region (a norm or "
+        "rotary embedding recomputed in fp32, as Hugging Face's models do) never gives eager's outputs: the export "
+        "raises (2.5), the program runs the regions in fp32 silently (2.6, 2.7), the program stops at run time on "
+        "its own dtype assertion, having recorded the low-precision tensor entering the region as fp32 (2.8 on)",
+        first="2.5",
+        verified="2.15",
+        reference="autocast regions in export (pytorch/pytorch#132677); the dtype assertions export inserts "
+        "(pytorch/pytorch#151001, _insert_aten_to_metadata_assert_pass); no upstream report of this case found",
     ),
     scalars.COMPARISON: KnownIssue(
         scalars.COMPARISON,
@@ -181,6 +206,19 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             ("torch",),
             ("    torch.autograd.backward(torch.compile(step)(x, y))\n", "    torch.autograd.backward(step(x, y))\n"),
             compiles=True,
+        ),
+        Reproduction(
+            EXPORT_NONSTRICT_DROPS,
+            "harness.domains.compiled",
+            ("torch",),
+            # eager stands for a program that runs the regions as eager does
+            ("torch.export.export(m, (x,), strict=False).module()(x)", "m(x)"),
+        ),
+        Reproduction(
+            EXPORT_STRICT_NESTED,
+            "harness.domains.compiled",
+            ("torch",),
+            ("            exported = program.module()(x)\n", "            exported = m(x)\n"),
         ),
         Reproduction(
             SATURATING_FP8_CAST,
