@@ -3,10 +3,10 @@
 A module whose forward holds an autocast region, and inside it a region with autocast disabled
 (a norm recomputed in fp32, as Hugging Face's rotary embeddings are), exported strict and
 non-strict and its program run: it must give eager's outputs, dtypes and bits
-(``harness/domains/compiled/exported.py``). The record says otherwise, release by release: the
-non-strict program ran the regions in fp32 until 2.6, the strict one in 2.6 and 2.7, and from 2.8
-the strict program stops on its own dtype assertion. Each is registered with the releases its
-script showed it on: KNOWN there, observed by the registry check every run.
+(``harness/domains/compiled/exported.py``). The record says otherwise: the non-strict program ran
+the regions in fp32 until 2.6; strict export never gave eager's outputs (2.5 raised, 2.6 and 2.7
+ran the regions in fp32, from 2.8 the program stops on its own dtype assertion). Each is registered
+with the releases its script showed it on: KNOWN there, observed by the registry check every run.
 """
 
 from __future__ import annotations
@@ -40,11 +40,6 @@ def _needs(mode: str) -> None:
     why = exported.missing(mode)
     if why is not None:
         pytest.skip(why)
-    if mode == "strict" and torch.__version__ < "2.5":
-        pytest.skip(
-            f"torch {torch.__version__}'s strict export has no autocast regions (autocast became a "
-            "higher-order op in export in 2.5, pytorch/pytorch#132677)"
-        )
 
 
 @pytest.mark.amp_thorough_dtypes("fp16", on="cpu")  # each issue shows in bf16; fp16 costs two more exports
