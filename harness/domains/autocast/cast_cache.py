@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from harness.domains.engines.state import repeated, same_bits
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: The ways a pass runs without autograd; each is a context manager factory.
@@ -74,18 +75,18 @@ def gradients(device: torch.device, dtype: torch.dtype, grad_free: str | None) -
 def reference(device: torch.device, dtype: torch.dtype) -> tuple[Gradients, list[str]]:
     """The training pass alone in its region, run twice: its gradients, and the parameters whose
     gradients the two runs disagreed on (none where the device repeats it bit for bit)."""
-    first = gradients(device, dtype, None)
-    return first, differing(first, gradients(device, dtype, None))
+    return repeated(lambda: gradients(device, dtype, None), differing)
 
 
 def differing(a: Gradients, b: Gradients) -> list[str]:
-    """The parameters whose gradients are not bitwise equal (or missing in either), or the error."""
+    """The parameters whose gradients are not bitwise equal, NaN equal to NaN (or missing in either),
+    or the error."""
     if a.error or b.error:
         return [f"raised {a.error or b.error}"]
     out = []
     for n in sorted(a.grads.keys() | b.grads.keys()):
         x, y = a.grads.get(n), b.grads.get(n)
-        if x is None or y is None or not torch.equal(x.nan_to_num(3.0), y.nan_to_num(3.0)):
+        if x is None or y is None or not same_bits(x, y):
             out.append(n)
     return out
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from harness.domains.engines.state import same_bits
 from harness.numerics.comparison import ClaimComparison, compare_claim
 from harness.platform.versions import release
 
@@ -94,14 +95,14 @@ def run(mode: str, device: torch.device, dtype: torch.dtype) -> ExportRun:
 
 
 def differences(seen: ExportRun) -> list[str]:
-    """Each output whose dtype or bits differ from eager's, or the step that raised."""
+    """Each output whose dtype or bits (NaN equal to NaN) differ from eager's, or the step that raised."""
     if seen.exported is None:
         return [f"the {seen.stage} raised {seen.raised}"]
     out = []
     for name, a, b in zip(OUTPUTS, seen.eager, seen.exported, strict=True):
         if a.dtype != b.dtype:
             out.append(f"{name}: eager {a.dtype}, exported {b.dtype}")
-        elif not torch.equal(a, b):
+        elif not same_bits(a, b):
             out.append(f"{name}: values differ (max |diff| {(a.float() - b.float()).abs().max().item():.3g})")
     return out
 
@@ -119,13 +120,3 @@ def claim(mode: str, dtype: torch.dtype, seen: ExportRun) -> ClaimComparison:
         allowance=0,
         unit="outputs",
     )
-
-
-def drops_regions(seen: ExportRun) -> bool:
-    """The exported program ran and gave fp32 where eager's region gave the low-precision dtype."""
-    return seen.exported is not None and any(a.dtype != b.dtype for a, b in zip(seen.eager, seen.exported, strict=True))
-
-
-def stops_on_dtype_assertion(seen: ExportRun) -> bool:
-    """The exported program stopped at run time on its recorded dtype of an autocast output."""
-    return seen.stage == "run" and "dtype mismatch" in (seen.raised or "")

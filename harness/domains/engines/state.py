@@ -7,10 +7,19 @@ must be its initial zeros.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
+
+T = TypeVar("T")
+
+
+def repeated(run: Callable[[], T], differing: Callable[[T, T], Sequence[str]]) -> tuple[T, list[str]]:
+    """The reference ``run`` twice: its first result, and what differed between the two runs
+    (``differing``'s words; empty where the device repeats it bit for bit)."""
+    first = run()
+    return first, list(differing(first, run()))
 
 
 def state_of(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[int, dict[str, torch.Tensor]]:

@@ -9,17 +9,15 @@ measures that on the device at hand instead of assuming it of a device type."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
+from harness.domains.engines.state import repeated as repeated
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: the qualification capability this family's suite decides (harness/domains/capabilities.py)
 CAPABILITY: tuple[str, ...] = ()
 #: why this family does not decide exactly one capability of its own
 CAPABILITY_NOTE = "a pattern is a shape of a training step, not a question of its own: each pattern suite file decides the capability of the claim it tests (loss scaling for accumulation, training parity for checkpointing and resume, distributed for their DDP and FSDP2 cells, autocast policy for custom functions)"
-
-T = TypeVar("T")
 
 #: Why the Inductor checkpointing cell stays on the CPU: it compares two different compiled graphs,
 #: whose fusions a GPU backend may round differently without either being wrong; a budget for that
@@ -29,13 +27,6 @@ COMPILED_CPU_ONLY = (
     "a GPU cell of generated code needs a budget for differently fused graphs (not derived yet): here the "
     "partitioned cell judges the compiler's recomputation on eager kernels"
 )
-
-
-def repeated(run: Callable[[], T], differing: Callable[[T, T], Sequence[str]]) -> tuple[T, list[str]]:
-    """The reference ``run`` twice: its first result, and what differed between the two runs
-    (``differing``'s words; empty where the device repeats it bit for bit)."""
-    first = run()
-    return first, list(differing(first, run()))
 
 
 def problems_claim(name: str, problems: Sequence[str], criterion: str, context: str = "") -> ClaimComparison:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.utils import checkpoint as ckpt
 
+from harness.domains.engines.state import same_bits
 from harness.domains.patterns import problems_claim
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
@@ -144,7 +145,7 @@ def differing(a: Gradients, b: Gradients) -> list[str]:
     out = []
     for n in names:
         x, y = a.grads.get(n), b.grads.get(n)
-        if x is None or y is None or not torch.equal(x.nan_to_num(math.pi), y.nan_to_num(math.pi)):
+        if x is None or y is None or not same_bits(x, y):
             out.append(n)
     return out
 
