@@ -10,9 +10,7 @@ from harness.domains.versions import KnownIssue
 
 ENCODER_FAST_PATH = "cpu-autocast-encoder-fast-path-mixed-dtypes"
 GRAD_FREE_CASTS = "autocast-cache-keeps-grad-free-casts"
-FIXED_GRAD_FREE = "2.11"
 VMAP_BIAS = "autocast-vmap-bias-in-fp32"
-VERIFIED_GRAD_FREE = "2.10"
 
 #: ``first`` and ``fixed`` as running the issue's script on every minor release from 2.4 to 2.15
 #: found them (docs/releases/record.md): present on 2.4 and 2.5, absent from 2.6 on.
@@ -34,8 +32,8 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "training pass reuses the weight casts autocast cached without autograd history, so the weights before a "
         "LayerNorm silently get no gradient (without one, backward raises)",
         first="2.4",
-        fixed=FIXED_GRAD_FREE,
-        verified=VERIFIED_GRAD_FREE,
+        fixed="2.11",
+        verified="2.10",
         reference="pytorch/pytorch#142234 and #158232 (the no_grad case of #112583 came back), fixed by #165068",
         # autocast's cache is device-independent code (aten/src/ATen/autocast_mode.cpp); the upstream
         # reports are CUDA runs, the lifecycle was run on the CPU
