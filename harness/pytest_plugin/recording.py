@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from harness.domains.versions import KnownIssue, registry_verdict
 from harness.numerics.comparison import (
     AnyComparison,
+    ClaimComparison,
     compare_claim,
     explain,
 )
@@ -166,6 +167,28 @@ class Recorder:
         ]
         if missed:
             raise AssertionError("\n".join(explain(r) for r in missed))
+
+    def require_unless_known(
+        self, result: ClaimComparison, issue: KnownIssue, *, device: Any, its_shape: bool = True, **kw: Any
+    ) -> None:
+        """Require ``result``, unless it failed on a stack the registry lists ``issue`` for: then a
+        KNOWN row and a skip naming the issue (its registry check observes it on every run, so a
+        release that fixes it is noticed). ``its_shape=False``: this failure is not the issue's (a
+        check that raised, say), and is judged as any failure.
+
+        Example::
+
+            amp_record.require_unless_known(claim, KNOWN_ISSUES[ISSUE_ID], device=amp_device, dtype=amp_dtype)
+        """
+        __tracebackhide__ = True
+        import pytest
+        import torch
+
+        if not result.passed and its_shape and issue.listed(torch.__version__, str(getattr(device, "type", device))):
+            where = {k: kw[k] for k in ("dtype",) if k in kw}
+            self(result.name, True, outcome=Outcome.KNOWN, device=device, note=result.detail[0], **where)
+            pytest.skip(f"KNOWN on torch {torch.__version__}: {issue.id} ({issue.reference})")
+        self.require(result, device=device, **kw)
 
     def require_registry(
         self,

@@ -12,11 +12,9 @@ and observed by the registry check on every run.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from harness.domains.autocast import cast_cache, known_issues
 from harness.domains.autocast.known_issues import GRAD_FREE_CASTS, WHERE
-from harness.numerics.verdict import Outcome
 
 pytestmark = pytest.mark.amp_capability("autocast policy")
 
@@ -29,12 +27,13 @@ def test_a_module_trained_after_a_grad_free_pass_in_one_autocast_region_gets_eve
     amp_record.require_repeatable("cast_cache.reference_unrepeatable", unstable, device=amp_device, dtype=amp_dtype)
     checked = cast_cache.gradients(amp_device, amp_dtype, grad_free)
     result = cast_cache.claim(reference, checked, grad_free, amp_dtype)
-    issue = known_issues.KNOWN_ISSUES[GRAD_FREE_CASTS]  # looked up per run: a test may swap the registry
-    if not result.passed and issue.listed(torch.__version__, amp_device.type):
-        # the registry check below observes it on every run, so a release that fixes it is noticed
-        amp_record(result.name, True, outcome=Outcome.KNOWN, device=amp_device, dtype=amp_dtype, note=result.detail[0])
-        pytest.skip(f"KNOWN on torch {torch.__version__}: {issue.id} ({issue.reference})")
-    amp_record.require(result, device=amp_device, dtype=amp_dtype, tags={"grad_free": grad_free})
+    amp_record.require_unless_known(
+        result,
+        known_issues.KNOWN_ISSUES[GRAD_FREE_CASTS],  # looked up per run: a test may swap the registry
+        device=amp_device,
+        dtype=amp_dtype,
+        tags={"grad_free": grad_free},
+    )
 
 
 def test_known_issue_status_matches_the_registry(amp_device, amp_record):

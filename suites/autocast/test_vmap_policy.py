@@ -11,11 +11,9 @@ have it and observed by the registry check on every run; a Linear without a bias
 from __future__ import annotations
 
 import pytest
-import torch
 
 from harness.domains.autocast import known_issues, vmapped
 from harness.domains.autocast.known_issues import VMAP_BIAS, WHERE
-from harness.numerics.verdict import Outcome
 
 pytestmark = pytest.mark.amp_capability("autocast policy")
 
@@ -24,12 +22,14 @@ pytestmark = pytest.mark.amp_capability("autocast policy")
 def test_a_module_under_vmap_gets_the_dtype_autocast_gives_it_unbatched(name, amp_device, amp_dtype, amp_record):
     seen = vmapped.run(name, amp_device, amp_dtype)
     result = vmapped.claim(name, amp_dtype, seen)
-    issue = known_issues.KNOWN_ISSUES[VMAP_BIAS]  # looked up per run: a test may swap the registry
-    if not result.passed and seen.raised is None and issue.listed(torch.__version__, amp_device.type):
-        # the registry check below observes it on every run, so a release that fixes it is noticed
-        amp_record(result.name, True, outcome=Outcome.KNOWN, device=amp_device, dtype=amp_dtype, note=result.detail[0])
-        pytest.skip(f"KNOWN on torch {torch.__version__}: {issue.id} ({issue.reference})")
-    amp_record.require(result, device=amp_device, dtype=amp_dtype, tags={"module": name})
+    amp_record.require_unless_known(
+        result,
+        known_issues.KNOWN_ISSUES[VMAP_BIAS],  # looked up per run: a test may swap the registry
+        device=amp_device,
+        dtype=amp_dtype,
+        tags={"module": name},
+        its_shape=seen.raised is None,  # a vmap that raised is a failure of its own
+    )
 
 
 def test_known_issue_status_matches_the_registry(amp_device, amp_record):

@@ -16,7 +16,6 @@ import torch
 
 from harness.domains.compiled import exported
 from harness.domains.compiled import known_issues as issues
-from harness.numerics.verdict import Outcome
 
 pytestmark = pytest.mark.amp_capability("compiled AMP")
 
@@ -50,12 +49,13 @@ def test_an_exported_program_runs_the_autocast_regions_of_its_module(
     _needs(mode)
     seen = _run(export_runs, mode, amp_device, amp_dtype)
     result = exported.claim(mode, amp_dtype, seen)
-    issue = issues.KNOWN_ISSUES[issues.EXPORT_ISSUES[mode]]  # looked up per run: a test may swap the registry
-    if not result.passed and issue.listed(torch.__version__, amp_device.type):
-        # the registry check below observes it on every run, so a release that fixes it is noticed
-        amp_record(result.name, True, outcome=Outcome.KNOWN, device=amp_device, dtype=amp_dtype, note=result.detail[0])
-        pytest.skip(f"KNOWN on torch {torch.__version__}: {issue.id} ({issue.reference})")
-    amp_record.require(result, device=amp_device, dtype=amp_dtype, tags={"mode": mode})
+    amp_record.require_unless_known(
+        result,
+        issues.KNOWN_ISSUES[issues.EXPORT_ISSUES[mode]],  # looked up per run: a test may swap the registry
+        device=amp_device,
+        dtype=amp_dtype,
+        tags={"mode": mode},
+    )
 
 
 @pytest.mark.parametrize("issue_id", sorted(MODE_OF))
