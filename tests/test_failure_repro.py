@@ -365,8 +365,8 @@ CONTROLS.update(
         ),
         "patterns_custom_fwd_ignoring_cast_inputs": (
             "patterns/test_custom_functions.py",
-            "bf16-fp32",
-            ("*decorators_promise[[]cpu-bf16-fp32]",),
+            "bf16-fp32-ctx",
+            ("*decorators_promise[[]cpu-bf16-fp32-ctx]",),
         ),
         "patterns_scaler_state_not_restored": (
             "patterns/test_resume.py",

@@ -206,3 +206,25 @@ def ranks_wait_to_be_killed(rank: int, world: int, pid_dir: str) -> None:
     while time.monotonic() < deadline:
         dist.barrier()
         time.sleep(0.05)
+
+
+def checkpoint_recomputing_around_module_hooks(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.utils.checkpoint.checkpoint`` whose recomputation calls a module's ``forward`` itself,
+    around its hooks: an FSDP2 unit's pre-forward hook, which casts the inputs to its policy's dtype,
+    does not run (what torch 2.7 to 2.12 did in the recomputation: pytorch/pytorch#148831)."""
+    import torch.utils.checkpoint
+
+    calls = [0]
+
+    def run(*inner: Any, **inner_kw: Any) -> Any:
+        calls[0] += 1
+        if calls[0] > 1 and isinstance(function, torch.nn.Module):
+            return function.forward(*inner, **inner_kw)
+        return function(*inner, **inner_kw)
+
+    return torch.utils.checkpoint.checkpoint(run, *args, **kwargs)
+
+
+def checkpoint_around_module_hooks(original: str) -> str:
+    """``harness.domains.patterns.rank_programs.CHECKPOINT`` pointing at :func:`checkpoint_recomputing_around_module_hooks`."""
+    return f"{__name__}:checkpoint_recomputing_around_module_hooks"

@@ -32,10 +32,20 @@ WIDTH, BLOCKS, BATCH = 32, 3, 16
 SCALE = 2.0**8
 
 
-def model(seed: int = 0) -> nn.Sequential:
-    """Three blocks of linear -> GELU -> LayerNorm (every op autocast has a rule for), then a head."""
+#: The forms checked on a layer shared by two checkpointed regions: reentrant checkpointing is left
+#: out, its recomputation giving each use of the shared weight a cast of its own whose gradient is
+#: accumulated in fp32, where the model without checkpointing sums the uses' low-precision gradients
+#: of one cached cast first (a rounding apart, not a recomputation in another precision).
+SHARED_VARIANTS = ("non_reentrant", "sequential", "selective")
+
+
+def model(seed: int = 0, shared: bool = False) -> nn.Sequential:
+    """Three blocks of linear -> GELU -> LayerNorm (every op autocast has a rule for), then a head;
+    ``shared``: the third block is the first again (a shared layer, tied weights)."""
     torch.manual_seed(seed)
     blocks = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.LayerNorm(WIDTH)) for _ in range(BLOCKS)]
+    if shared:
+        blocks[-1] = blocks[0]
     return nn.Sequential(*blocks, nn.Linear(WIDTH, 1))
 
 
@@ -81,6 +91,40 @@ def forward(m: nn.Sequential, x: torch.Tensor, variant: str | None) -> torch.Ten
     return out
 
 
+class _TableBlock(nn.Module):
+    """A layer that gets a table its parent computed in fp32 beside the hidden state, as Hugging
+    Face's decoder layers get the rotary embeddings' cos and sin."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, h: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(h) * table)
+
+
+class TableNet(nn.Module):
+    """Blocks that each get the same fp32 table from this module's forward, each called through
+    ``checkpoint`` (non-reentrant) when one is given, then a head: the shape of a transformer with
+    gradient checkpointing whose layers are FSDP2 units under a ``MixedPrecisionPolicy`` (the unit
+    casts its inputs, the table among them, to the policy's dtype)."""
+
+    def __init__(self, checkpoint: Callable[..., torch.Tensor] | None = None, width: int = 16, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.checkpoint = checkpoint
+        self.blocks = nn.ModuleList([_TableBlock(width) for _ in range(BLOCKS)])
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        width = h.shape[-1]
+        table = torch.cos(torch.arange(width, dtype=torch.float32, device=h.device) / width)
+        for block in self.blocks:
+            h = block(h, table) if self.checkpoint is None else self.checkpoint(block, h, table, use_reentrant=False)
+        out: torch.Tensor = self.head(h)
+        return out
+
+
 @dataclass(frozen=True)
 class Gradients:
     """What one backward under autocast produced: each parameter's gradient (scaled, for fp16 as
@@ -114,11 +158,13 @@ def gradients(
     scale: float,
     inject: Callable[[nn.Module], object] | None = None,
     compile: Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]] | None = None,
+    shared: bool = False,
 ) -> Gradients:
     """One forward (checkpointed in ``variant``) and backward of the loss times ``scale``, under
     autocast to ``dtype``; ``inject(model)`` may plant a fault (a hook) first; ``compile`` wraps
-    the forward (``torch.compile``), checkpointing and all."""
-    m = model().to(device)
+    the forward (``torch.compile``), checkpointing and all; ``shared``: the model whose first block
+    is also its third."""
+    m = model(shared=shared).to(device)
     if inject is not None:
         inject(m)
     x, y = batch(device)
@@ -236,6 +282,44 @@ def gradients_claim(
     )
 
 
+def shared_gradients_claim(reference: Gradients, checked: Gradients, variant: str, dtype: object) -> ClaimComparison:
+    """With one layer in two checkpointed regions, the model's gradients equal the unchecked
+    model's, bit for bit."""
+    wrong = differing(reference, checked)
+    return compare_claim(
+        f"checkpoint.shared_{variant}.gradients_differing",
+        len(wrong),
+        not wrong,
+        "with one layer in two checkpointed regions, the model's gradients equal the unchecked model's, bit for bit",
+        detail=f"{variant} checkpointing of a layer used twice under {dtype} autocast: {', '.join(wrong)} differ from "
+        "the model without checkpointing (a recomputation that does not replay the forward's casts?)",
+        expected=0,
+        allowance=0,
+        unit="parameters",
+    )
+
+
+def replay_lost_a_cast(checked: Gradients) -> bool:
+    """Whether ``checked`` failed in the shape of the registered selective-checkpointing issue: SAC's
+    replay found a weight cast in the recomputation that the forward (served by autocast's cache)
+    never recorded."""
+    return checked.error is not None and "_to_copy" in checked.error and "not found in storage" in checked.error
+
+
+def sequential_drops_repeats() -> tuple[bool, str]:
+    """``checkpoint_sequential`` on ``nn.Sequential(a, b, a)`` in fp32, against the Sequential called:
+    whether the checkpointed output differs (the repeat skipped), and what was seen."""
+    torch.manual_seed(0)
+    shared, middle = nn.Linear(8, 8), nn.Linear(8, 8)
+    seq = nn.Sequential(shared, middle, shared)
+    x = torch.randn(4, 8, requires_grad=True)
+    called = seq(x)
+    checkpointed = ckpt.checkpoint_sequential(seq, 2, x, use_reentrant=False)  # type: ignore[no-untyped-call]
+    differs = not torch.equal(called, checkpointed)
+    seen = f"outputs {'differ' if differs else 'equal'}: the Sequential has {len(seq)} entries, {len(list(seq.children()))} children"
+    return differs, seen
+
+
 def overflow_step_claim(step: OverflowStep, variant: str) -> ClaimComparison:
     """An inf in a recomputed block skips the step (parameters and optimizer state bitwise
     unchanged, after a warm-up step that was taken) and halves the scale once."""
@@ -262,23 +346,46 @@ def overflow_step_claim(step: OverflowStep, variant: str) -> ClaimComparison:
     )
 
 
-def fsdp2_claim(per_rank: list[dict[str, object]], dtype: str) -> ClaimComparison:
-    """Every rank's averaged gradient shards with checkpointed blocks inside FSDP2 units equal those
-    without checkpointing, bit for bit (``per_rank``: ``rank_programs.fsdp2_checkpointed_gradients``)."""
+#: What each FSDP2 form checks, for the claims' criteria (``rank_programs.fsdp2_checkpointed_gradients``).
+FSDP2_FORMS = {
+    "autocast": "checkpointed blocks inside FSDP2 units recompute under the forward's autocast",
+    "policy": "checkpointed FSDP2 units under a MixedPrecisionPolicy recompute on the inputs the policy cast",
+}
+
+
+def fsdp2_problems(per_rank: list[dict[str, object]], form: str) -> list[str]:
+    """Per rank, what the checkpointed backward of ``form`` raised, or that its gradient shards
+    differ from the unchecked model's."""
     problems = []
     for rank, seen in enumerate(per_rank):
-        checked, plain = seen["checkpointed"], seen["plain"]
-        assert isinstance(checked, dict) and isinstance(plain, dict)
+        both = seen[form]
+        assert isinstance(both, dict)
+        checked, plain = both["checkpointed"], both["plain"]
         if "raised" in checked:
             problems.append(f"rank {rank}: the checkpointed backward raised {checked['raised']}")
+        elif "raised" in plain:
+            problems.append(f"rank {rank}: the model without checkpointing raised {plain['raised']}")
         elif checked["grads"] != plain["grads"]:
             problems.append(f"rank {rank}: gradient shards differ from the model without checkpointing")
+    return problems
+
+
+def fsdp2_claim(per_rank: list[dict[str, object]], dtype: str, form: str = "autocast") -> ClaimComparison:
+    """Every rank's averaged gradient shards with checkpointing equal those without, bit for bit
+    (``per_rank``: ``rank_programs.fsdp2_checkpointed_gradients``; ``form``: a key of :data:`FSDP2_FORMS`)."""
     return problems_claim(
-        f"fsdp2_checkpointing.{dtype}.problems",
-        problems,
-        "checkpointed blocks inside FSDP2 units recompute under the forward's autocast: every rank's averaged "
-        "gradient shards equal those without checkpointing, bit for bit",
+        f"fsdp2_checkpointing.{dtype}.problems"
+        if form == "autocast"
+        else f"fsdp2_{form}_checkpointing.{dtype}.problems",
+        fsdp2_problems(per_rank, form),
+        f"{FSDP2_FORMS[form]}: every rank's averaged gradient shards equal those without checkpointing, bit for bit",
     )
+
+
+def fsdp2_unchecked_ran(per_rank: list[dict[str, object]], form: str) -> bool:
+    """Whether every rank's model without checkpointing ran: a failure of the checkpointed one alone
+    is a recomputation's, the shape of a registered issue."""
+    return all("raised" not in r[form]["plain"] for r in per_rank)  # type: ignore[index]
 
 
 def reference_ran_claim(reference: Gradients, dtype: object) -> ClaimComparison:

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.numerics.comparison import ClaimComparison, compare_claim
+
 WIDTH, BATCH = 16, 8
 
 
@@ -41,28 +43,55 @@ class _Recorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def functions(device_type: str) -> dict[str, type[torch.autograd.Function]]:
-    """A linear layer as a custom function, decorated both ways the AMP examples document:
-    ``fp32`` (``custom_fwd(cast_inputs=torch.float32)``: an fp32-only kernel) and ``autocast``
-    (``custom_fwd`` without ``cast_inputs``: the forward runs under the caller's autocast)."""
+#: The two forms of a custom function: ``ctx`` (``forward(ctx, *inputs)``, the AMP examples' form)
+#: and ``setup_context`` (``forward(*inputs)`` and a separate ``setup_context(ctx, inputs, output)``,
+#: the form ``torch.func`` transforms and ``torch.compile`` ask for).
+STYLES = ("ctx", "setup_context")
+
+
+def functions(device_type: str, style: str = "ctx") -> dict[str, type[torch.autograd.Function]]:
+    """A linear layer as a custom function in ``style`` (one of :data:`STYLES`), decorated both
+    ways the AMP examples document: ``fp32`` (``custom_fwd(cast_inputs=torch.float32)``: an
+    fp32-only kernel) and ``autocast`` (``custom_fwd`` without ``cast_inputs``: the forward runs
+    under the caller's autocast)."""
+    if style not in STYLES:
+        raise ValueError(f"unknown custom function style {style!r}; choose one of {', '.join(STYLES)}")
     custom_fwd, custom_bwd = torch.amp.custom_fwd, torch.amp.custom_bwd
 
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, w = ctx.saved_tensors
+        # no casts: a low-precision grad meets the fp32 saved inputs, which only autocast reconciles
+        return torch.mm(grad, w), torch.mm(grad.t(), x)
+
     def make(cast_inputs: torch.dtype | None) -> type[torch.autograd.Function]:
-        class Linear(torch.autograd.Function):
+        decorate = custom_fwd(device_type=device_type, cast_inputs=cast_inputs)
+        undo = staticmethod(custom_bwd(device_type=device_type)(backward))
+        if style == "ctx":
+
+            class Linear(torch.autograd.Function):
+                @staticmethod
+                @decorate  # type: ignore[untyped-decorator]
+                def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+                    ctx.save_for_backward(x, w)
+                    return torch.mm(x, w.t())
+
+                backward = undo
+
+            return Linear
+
+        class SetupLinear(torch.autograd.Function):
             @staticmethod
-            @custom_fwd(device_type=device_type, cast_inputs=cast_inputs)  # type: ignore[untyped-decorator]
-            def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-                ctx.save_for_backward(x, w)
+            @decorate  # type: ignore[untyped-decorator]
+            def forward(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
                 return torch.mm(x, w.t())
 
             @staticmethod
-            @custom_bwd(device_type=device_type)  # type: ignore[untyped-decorator]
-            def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-                x, w = ctx.saved_tensors
-                # no casts: a low-precision grad meets the fp32 saved inputs, which only autocast reconciles
-                return torch.mm(grad, w), torch.mm(grad.t(), x)
+            def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+                ctx.save_for_backward(*inputs)
 
-        return Linear
+            backward = undo
+
+        return SetupLinear
 
     return {"fp32": make(torch.float32), "autocast": make(None)}
 
@@ -75,7 +104,8 @@ class Observed:
     backward: tuple[tuple[str, ...], ...]
     output: str
     #: what the forward or backward raised (a backward run without the forward's autocast state
-    #: meets a low-precision gradient and fp32 saved inputs: a dtype mismatch), or None
+    #: meets a low-precision gradient and fp32 saved inputs: a dtype mismatch; custom_bwd finding no
+    #: forward state to restore: an AttributeError), or None
     error: str | None = None
 
 
@@ -95,7 +125,52 @@ def observe(fn: type[torch.autograd.Function], device: torch.device, dtype: torc
             output = str(out.dtype).removeprefix("torch.")
             rec.phase.append("backward")
             torch.autograd.backward(out.float().sum())
-    except RuntimeError as exc:  # what the function raised is the observation
+    except (RuntimeError, AttributeError) as exc:  # what the function raised is the observation
         error = f"{rec.phase[-1]} raised {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
     by = {p: tuple(m.dtypes for m in rec.seen if m.phase == p) for p in ("forward", "backward")}
     return Observed(by["forward"], by["backward"], output, error)
+
+
+def claim(seen: Observed, kind: str, style: str, dtype: torch.dtype) -> ClaimComparison:
+    """Every matmul of the function ``kind``-wise decorated, forward and backward, ran in the
+    dtype its decorators promise (fp32 for ``fp32``, the autocast dtype for ``autocast``), one
+    forward and two backward matmuls, nothing raised."""
+    expected = "float32" if kind == "fp32" else str(dtype).removeprefix("torch.")
+    calls = [(phase, d) for phase, calls in (("forward", seen.forward), ("backward", seen.backward)) for d in calls]
+    wrong = [f"{phase} mm in {', '.join(d)}" for phase, d in calls if set(d) != {expected}]
+    if seen.error:
+        wrong.append(seen.error)
+    if len(seen.forward) != 1 or len(seen.backward) != 2:
+        wrong.append(
+            f"{len(seen.forward)} forward and {len(seen.backward)} backward matmuls observed (1 and 2 expected)"
+        )
+    decorated = "custom_fwd(cast_inputs=torch.float32)" if kind == "fp32" else "custom_fwd"
+    return compare_claim(
+        f"custom_function.{kind}.matmuls_in_another_dtype"
+        if style == "ctx"
+        else f"custom_function.{style}.{kind}.matmuls_in_another_dtype",
+        len(wrong),
+        not wrong,
+        f"every matmul of the custom function, forward and backward, runs in {expected}",
+        detail=f"{decorated} ({style} form) under {dtype} autocast: " + "; ".join(wrong),
+        expected=0,
+        allowance=0,
+        unit="matmuls",
+    )
+
+
+def lost_forward_state(seen: Observed) -> bool:
+    """Whether ``seen`` is the registered setup_context issue's shape: the backward raised because
+    ``custom_bwd`` found no forward autocast state on ctx (``_fwd_used_autocast``)."""
+    return (
+        seen.error is not None
+        and seen.error.startswith("backward raised AttributeError")
+        and ("_fwd_used_autocast" in seen.error)
+    )
+
+
+def setup_context_issue(device: torch.device) -> tuple[bool, str]:
+    """The registered setup_context issue observed on ``device``: the fp32-only function in the
+    setup_context form under bf16 autocast, forward and backward; present, and what was seen."""
+    seen = observe(functions(device.type, "setup_context")["fp32"], device, torch.bfloat16)
+    return lost_forward_state(seen), seen.error or f"ran: forward {seen.forward}, backward {seen.backward}"

@@ -11,6 +11,7 @@ import torch
 
 from harness.domains.engines.ranks import toy
 from harness.domains.engines.ranks.ranks import device_mesh, rank_device, resolve
+from harness.domains.patterns.checkpointing import TableNet
 from harness.platform.compat import FULLY_SHARD
 
 
@@ -93,14 +94,19 @@ CHECKPOINT = "torch.utils.checkpoint:checkpoint"
 
 
 def fsdp2_checkpointed_gradients(rank: int, world: int, dtype: str, checkpoint: str = CHECKPOINT) -> dict[str, Any]:
-    """FSDP2 (each Linear a unit, then the root) under ``dtype`` autocast, once with every hidden
-    Linear + Tanh pair checkpointed through ``checkpoint`` (non-reentrant, as FSDP2 recipes do) and
-    once without: this rank's shards of the averaged gradients of each, flattened, or what the
-    checkpointed backward raised."""
+    """FSDP2 with checkpointed units (non-reentrant, as FSDP2 recipes do), once with and once
+    without the checkpointing, in two forms: ``autocast`` (each Linear a unit under ``dtype``
+    autocast, every hidden Linear + Tanh pair checkpointed through ``checkpoint``) and ``policy``
+    (``MixedPrecisionPolicy(param_dtype=dtype)``, each block of a :class:`~harness.domains.patterns.
+    checkpointing.TableNet` a unit that gets an fp32 table from its parent, the blocks checkpointed
+    as Hugging Face's gradient checkpointing wraps its layers). Per form, this rank's shards of the
+    averaged gradients, flattened, or what the checkpointed backward raised."""
     fully_shard = resolve(FULLY_SHARD)
+    policy = resolve(FULLY_SHARD.replace("fully_shard", "MixedPrecisionPolicy"))
     ckpt = resolve(checkpoint)
     dev = rank_device(rank)
-    out: dict[str, Any] = {"device": str(dev)}
+    low = getattr(torch, dtype)
+    out: dict[str, Any] = {"device": str(dev), "autocast": {}, "policy": {}}
     for name, checkpointed in (("checkpointed", True), ("plain", False)):
         model = toy.model().to(dev)
         assert isinstance(model, torch.nn.Sequential)
@@ -112,7 +118,7 @@ def fsdp2_checkpointed_gradients(rank: int, world: int, dtype: str, checkpoint: 
         x, y = toy.batch(rank)
         x, y = x.to(dev).requires_grad_(True), y.to(dev)
         try:
-            with torch.autocast(dev.type, dtype=getattr(torch, dtype)):
+            with torch.autocast(dev.type, dtype=low):
                 h = x
                 layers = list(model)
                 for i in range(0, len(layers) - 1, 2):  # (Linear, Tanh) pairs, then the head
@@ -121,7 +127,23 @@ def fsdp2_checkpointed_gradients(rank: int, world: int, dtype: str, checkpoint: 
                 result = layers[-1](h)
             torch.nn.functional.mse_loss(result.float(), y).backward()  # type: ignore[no-untyped-call]
         except RuntimeError as exc:  # a recompute that fails its metadata check: the observation
-            out[name] = {"raised": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
-            continue
-        out[name] = {"grads": [p.grad._local_tensor.float().flatten().tolist() for p in model.parameters()]}  # type: ignore[union-attr]
+            out["autocast"][name] = {"raised": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+        else:
+            out["autocast"][name] = {"grads": _shards(model)}
+        net = TableNet(ckpt if checkpointed else None).to(dev)
+        mixed = policy(param_dtype=low, reduce_dtype=torch.float32)
+        for block in net.blocks:
+            fully_shard(block, mesh=mesh, mp_policy=mixed)
+        fully_shard(net, mesh=mesh, mp_policy=mixed)
+        try:
+            torch.nn.functional.mse_loss(net(x.detach()).float(), y[:, :1]).backward()  # type: ignore[no-untyped-call]
+        except RuntimeError as exc:
+            out["policy"][name] = {"raised": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+        else:
+            out["policy"][name] = {"grads": _shards(net)}
     return out
+
+
+def _shards(model: torch.nn.Module) -> list[list[float]]:
+    """This rank's shard of each parameter's averaged gradient, flattened."""
+    return [p.grad._local_tensor.float().flatten().tolist() for p in model.parameters()]  # type: ignore[union-attr]

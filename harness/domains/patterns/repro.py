@@ -55,11 +55,12 @@ def _device(device: torch.device) -> str:
 
 
 def checkpointing_repro(
-    device: torch.device, dtype: torch.dtype, variant: str, scale: float, backend: object = None
+    device: torch.device, dtype: torch.dtype, variant: str, scale: float, backend: object = None, shared: bool = False
 ) -> FailureRepro | None:
     """The model with its blocks checkpointed in ``variant`` against the model without
     checkpointing, bit for bit: eager, or both compiled with ``backend`` (a backend of torch's,
-    named; None for a backend object, whose code the script would need)."""
+    named; None for a backend object, whose code the script would need); ``shared``: the model
+    whose first block is also its third."""
     if backend is not None and not isinstance(backend, str):
         return None
     values = {
@@ -71,9 +72,11 @@ def checkpointing_repro(
         "BATCH": repr(C.BATCH),
         "SCALE": repr(scale),
         "BACKEND": repr(backend),
+        "SHARED": repr(shared),
     }
     code = CHECKPOINTING.fill("parameters", "model", "gradients", values=values)
     compiled = "" if backend is None else f", compiled by {backend}"
+    compiled += ", one layer in two regions" if shared else ""
     what = (
         f"{variant} activation checkpointing under {dtype} autocast{compiled}: gradients unlike the unchecked model's"
     )
@@ -99,11 +102,12 @@ def checkpointing_overflow_repro(device: torch.device, variant: str) -> FailureR
     return FailureRepro("patterns", what, code, allowance, device=device.type)
 
 
-def custom_function_repro(device: torch.device, dtype: torch.dtype, kind: str) -> FailureRepro:
-    """The custom linear decorated ``kind``-wise, its matmuls' dtypes observed forward and backward."""
-    values = {"DEVICE": _device(device), "DTYPE": dtype_src(dtype), "KIND": repr(kind)}
+def custom_function_repro(device: torch.device, dtype: torch.dtype, kind: str, style: str = "ctx") -> FailureRepro:
+    """The custom linear decorated ``kind``-wise in ``style``, its matmuls' dtypes observed forward
+    and backward."""
+    values = {"DEVICE": _device(device), "DTYPE": dtype_src(dtype), "KIND": repr(kind), "STYLE": repr(style)}
     code = CUSTOM_FUNCTIONS.fill("parameters", "custom_function", values=values)
-    what = f"a custom autograd function ({kind}) under {dtype} autocast: matmuls in another dtype"
+    what = f"a custom autograd function ({kind}, {style} form) under {dtype} autocast: matmuls in another dtype"
     return FailureRepro("patterns", what, code, "exact: every matmul in the decorators' dtype", device=device.type)
 
 
@@ -179,14 +183,20 @@ def no_sync_repro(device: str, inf_at: list[int] | None) -> FailureRepro | None:
     return FailureRepro("patterns", what, code, allowance, device="cpu")
 
 
-def fsdp2_checkpoint_repro(device: str, dtype: str, checkpoint: str) -> FailureRepro | None:
-    """FSDP2 with checkpointed blocks (``checkpoint``: ``module:function``) under ``dtype`` autocast
-    on two forked gloo ranks, against the same model without checkpointing, bit for bit."""
+def fsdp2_checkpoint_repro(device: str, dtype: str, checkpoint: str, policy: bool = False) -> FailureRepro | None:
+    """FSDP2 with checkpointed blocks (``checkpoint``: ``module:function``) under ``dtype`` autocast,
+    or (``policy``) checkpointed units under a ``MixedPrecisionPolicy`` to ``dtype``, on two forked
+    gloo ranks, against the same model without checkpointing, bit for bit."""
     if device != "cpu":
         return None
     values = {"WORLD": "2", "DTYPE": f"torch.{dtype}", "CHECKPOINT": repr(checkpoint)}
-    code = RANKS.fill("prelude", "fsdp2_checkpoint", "launch", "fsdp2_same", "verdict", values=values)
-    what = f"checkpointed blocks inside FSDP2 units under {dtype} autocast: shards unlike the unchecked model's"
+    program = ("fsdp2_checkpoint", "fsdp2_policy_checkpoint") if policy else ("fsdp2_checkpoint",)
+    code = RANKS.fill("prelude", *program, "launch", "fsdp2_same", "verdict", values=values)
+    what = (
+        f"checkpointed FSDP2 units under a {dtype} MixedPrecisionPolicy: shards unlike the unchecked model's"
+        if policy
+        else f"checkpointed blocks inside FSDP2 units under {dtype} autocast: shards unlike the unchecked model's"
+    )
     needs = tuple(sorted({"torch", checkpoint.partition(":")[0].split(".")[0]}))
     return FailureRepro(
         "patterns", what, code, "exact: the recomputation runs in the forward's precision", needs=needs, device="cpu"

@@ -28,6 +28,7 @@ BLOCKS = 3  # blocks checkpointed
 BATCH = 16  # samples
 SCALE = 1.0  # the loss scale (a power of two: fp16's first GradScaler step, else 1)
 BACKEND: str | None = None  # None: eager; else both models' forward compiled with this torch.compile backend
+SHARED = False  # the third block is the first again: one layer in two checkpointed regions
 
 # -- model --
 
@@ -40,6 +41,8 @@ def selective_policy(ctx: object, op: object, *args: object, **kwargs: object) -
 def model() -> nn.Sequential:
     torch.manual_seed(0)
     blocks = [nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.LayerNorm(WIDTH)) for _ in range(BLOCKS)]
+    if SHARED:
+        blocks[-1] = blocks[0]
     return nn.Sequential(*blocks, nn.Linear(WIDTH, 1)).to(DEVICE)
 
 

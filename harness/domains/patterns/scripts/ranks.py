@@ -7,6 +7,8 @@ gloo on the CPU, each running the patterns suite's rank program on its model and
   own gradients; with an inf in one rank's micro-batch (INF_AT), every rank skips and halves;
 - fsdp2_checkpoint: FSDP2 over every Linear with the hidden Linear + Tanh pairs checkpointed
   (non-reentrant) under DTYPE autocast: every rank's gradient shards bit for bit those without.
+- fsdp2_policy_checkpoint: FSDP2 units under MixedPrecisionPolicy(param_dtype=DTYPE), each given an
+  fp32 table by its parent and checkpointed (non-reentrant): shards bit for bit those without.
 
 amp-harness writes a failed check's values over the defaults below and keeps the program and the
 judgement it failed (``harness.domains.patterns.repro``). As it lies two ranks run the clean DDP
@@ -82,6 +84,57 @@ def rank_program(rank: int) -> Any:
             out[name] = f"raised {type(exc).__name__}: {str(exc).splitlines()[0]}"
             continue
         out[name] = [p.grad.to_local().float().flatten() for p in m.parameters()]  # type: ignore[union-attr]
+    return out
+
+
+# -- fsdp2_policy_checkpoint --
+POLICY = "torch.distributed.fsdp:MixedPrecisionPolicy"  # the FSDP2 mixed-precision policy
+
+
+class TableBlock(torch.nn.Module):  # a layer given an fp32 table by its parent (rotary embeddings)
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, h: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(h) * table)
+
+
+class TableNet(torch.nn.Module):  # three such blocks, each checkpointed (non-reentrant) or not, then a head
+    def __init__(self, checkpointed: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.checkpointed = checkpointed
+        self.blocks = torch.nn.ModuleList([TableBlock() for _ in range(3)])
+        self.head = torch.nn.Linear(16, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        table = torch.cos(torch.arange(16, dtype=torch.float32) / 16)
+        for block in self.blocks:
+            h = resolve(CHECKPOINT)(block, h, table, use_reentrant=False) if self.checkpointed else block(h, table)
+        out: torch.Tensor = self.head(h)
+        return out
+
+
+def rank_program(rank: int) -> Any:  # type: ignore[no-redef]  # noqa: F811
+    """This rank's gradient shards with and without the units checkpointed under the policy, or what raised."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    out: dict[str, Any] = {}
+    for name, checkpointed in (("checkpointed", True), ("plain", False)):
+        net = TableNet(checkpointed)
+        mesh = init_device_mesh("cpu", (WORLD,))
+        policy = resolve(POLICY)(param_dtype=DTYPE, reduce_dtype=torch.float32)
+        for block in net.blocks:
+            resolve(SHARD)(block, mesh=mesh, mp_policy=policy)
+        resolve(SHARD)(net, mesh=mesh, mp_policy=policy)
+        x, y = batch(rank)
+        try:
+            torch.autograd.backward(F.mse_loss(net(x).float(), y[:, :1]))
+        except RuntimeError as exc:
+            out[name] = f"raised {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            continue
+        out[name] = [p.grad.to_local().float().flatten() for p in net.parameters()]  # type: ignore[union-attr]
     return out
 
 
