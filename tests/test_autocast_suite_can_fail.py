@@ -206,3 +206,56 @@ def test_a_vmapped_bias_left_in_fp32_fails_the_vmap_check_without_its_registry_e
         ["*Linear under torch.bfloat16 autocast: unbatched torch.bfloat16, vmapped torch.float32*"], consecutive=False
     )
     assert not [t for t in run.failed if "Linear.no_bias" in t]
+
+
+ATTENTION = "test_an_inf_or_nan_in_attention_makes_the_outputs_float64_makes_non_finite_non_finite"
+
+
+def test_an_attention_kernel_that_zeroes_non_finite_outputs_fails_every_attention_cell(pytester, suite_copy):
+    """A kernel hiding every overflow: each cell fails, naming how many outputs came out finite (the
+    issue cells too: it hides at lengths the registered issues do not), and the registry checks
+    fail, the issues no longer showing in their own shape."""
+    suite_copy("autocast/test_attention_nonfinite.py", conftest=False)
+    inject(
+        pytester,
+        "autocast",
+        patches={"torch.nn.functional.scaled_dot_product_attention": "faults.autocast.attention_zeroing_non_finite"},
+    )
+    run = run_inner(pytester)
+    cells = [f"*::{ATTENTION}[[]cpu-*-{t}-{v}]" for t in ("query", "key", "value") for v in ("inf", "nan")]
+    assert_caught(run, *cells, "*::test_known_issue_status_matches_the_registry*")
+    assert len(run.failed) == 14, sorted(run.failed)  # 3 tensors x 2 values x 2 dtypes, 2 registry checks
+    run.stdout.fnmatch_lines(
+        ["*inf in the value: length 5: 5 of 5 non-finite outputs came out finite*"], consecutive=False
+    )
+
+
+def test_the_attention_issues_fail_their_cells_without_their_registry_entries(pytester, suite_copy):
+    """Real history: on a release with both attention issues (2.9 to 2.15 on the CPU), the cells they
+    fail are judged once the registry no longer lists them, and the registry checks read them as
+    regressions; the value cells pass."""
+    from harness.domains.autocast import nonfinite
+
+    present = [
+        nonfinite.issue_present(i, torch.device("cpu"))[0]
+        for i in sorted({i for i, _ in nonfinite.ISSUE_CELLS.values()})
+    ]
+    if not all(present):
+        pytest.skip(f"torch {torch.__version__} propagates some of the attention cases: nothing to catch for both")
+    suite_copy("autocast/test_attention_nonfinite.py", conftest=False)
+    inject(
+        pytester,
+        "autocast",
+        patches={
+            "harness.domains.autocast.known_issues.KNOWN_ISSUES": "faults.autocast.attention_issues_fixed_in_this_release"
+        },
+    )
+    run = run_inner(pytester)
+    assert_caught(
+        run,
+        f"*::{ATTENTION}[[]cpu-*-query-inf]",
+        f"*::{ATTENTION}[[]cpu-*-key-inf]",
+        f"*::{ATTENTION}[[]cpu-*-query-nan]",
+        "*::test_known_issue_status_matches_the_registry*",
+    )
+    assert not [t for t in run.failed if "value" in t]

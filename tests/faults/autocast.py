@@ -245,3 +245,29 @@ def vmap_bias_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
 
     changed = dataclasses.replace(original[VMAP_BIAS], first="2.0", verified="2.0", fixed=minor(torch.__version__))
     return {**original, VMAP_BIAS: changed}
+
+
+def attention_zeroing_non_finite(original: Any) -> Any:
+    """``F.scaled_dot_product_attention`` whose outputs have every inf and NaN replaced by zero: a
+    kernel that hides an overflow from the loss (what the CPU kernels of some releases do)."""
+
+    def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out: torch.Tensor = original(*args, **kwargs)
+        return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+
+    return scaled_dot_product_attention
+
+
+def attention_issues_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
+    """The autocast registry saying both attention issues were fixed in the running release: on a
+    release that has them the attention check judges them, as it would without the entries."""
+    import dataclasses
+
+    from harness.domains.autocast.known_issues import SDPA_INF, SDPA_NAN
+    from harness.platform.versions import minor
+
+    fixed = minor(torch.__version__)
+    changed = {
+        i: dataclasses.replace(original[i], first="2.0", verified="2.0", fixed=fixed) for i in (SDPA_INF, SDPA_NAN)
+    }
+    return {**original, **changed}

@@ -1,7 +1,8 @@
 """Autocast behaviour of torch releases, each registered as an upstream lifecycle (first release,
 fix, last verified; :class:`~harness.domains.versions.KnownIssue`) and observed by the autocast
-suite on every run (``suites/autocast/test_module_fast_paths.py``), so that a release that changes
-it is noticed."""
+suite on every run (``suites/autocast/test_module_fast_paths.py``, ``test_cast_cache.py``,
+``test_vmap_policy.py``, ``test_attention_nonfinite.py``), so that a release that changes it is
+noticed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from harness.domains.versions import KnownIssue
 ENCODER_FAST_PATH = "cpu-autocast-encoder-fast-path-mixed-dtypes"
 GRAD_FREE_CASTS = "autocast-cache-keeps-grad-free-casts"
 VMAP_BIAS = "autocast-vmap-bias-in-fp32"
+SDPA_NAN = "sdpa-cpu-nan-gives-finite-output"
+SDPA_INF = "sdpa-cpu-low-precision-inf-gives-finite-output"
 
 #: ``first`` and ``fixed`` as running the issue's script on every minor release from 2.4 to 2.15
 #: found them (docs/releases/record.md): present on 2.4 and 2.5, absent from 2.6 on.
@@ -49,6 +52,27 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         reference="pytorch/pytorch#192617 (open)",
         devices=("cpu",),
     ),
+    SDPA_NAN: KnownIssue(
+        SDPA_NAN,
+        "a NaN in one element of a query (or, on 2.5, a key) reaching CPU scaled_dot_product_attention (under "
+        "autocast as in fp32): the rows it reaches come out finite (zeros) where the arithmetic gives NaN, hiding it "
+        "from the loss; at every length on 2.5, for a query at a short sequence (5) from 2.6",
+        first="2.5",
+        verified="2.15",
+        reference="pytorch/pytorch#141128 (NaN to zeros on the CPU in 2.5; its fix left the short path hiding it)",
+        devices=("cpu",),
+    ),
+    SDPA_INF: KnownIssue(
+        SDPA_INF,
+        "an inf in one element of a query or a key reaching CPU scaled_dot_product_attention under bf16 or fp16 "
+        "autocast at sequence lengths 16 and 64: the rows it overflows come out finite "
+        "(zeros) where fp32 and the arithmetic give NaN, hiding the overflow from the loss",
+        first="2.9",
+        verified="2.15",
+        reference="CPU flash attention's low-precision kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp); of "
+        "the class of pytorch/pytorch#141128 and #130014; no report of this case found",
+        devices=("cpu",),
+    ),
 }
 
 #: Where the registry lives, for the messages that ask to edit it.
@@ -82,6 +106,25 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             ("torch",),
             # a Linear without a bias: nothing for the batching rule to add outside the matmul
             ("linear = torch.nn.Linear(8, 6)", "linear = torch.nn.Linear(8, 6, bias=False)"),
+        ),
+        Reproduction(
+            SDPA_NAN,
+            "harness.domains.autocast",
+            ("torch",),
+            # the math backend propagates the NaN as the arithmetic does: a kernel that does the same
+            (
+                "    return F.scaled_dot_product_attention(q, k, v)",
+                "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v)[0]",
+            ),
+        ),
+        Reproduction(
+            SDPA_INF,
+            "harness.domains.autocast",
+            ("torch",),
+            (
+                "    return F.scaled_dot_product_attention(q, k, v)",
+                "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v)[0]",
+            ),
         ),
     )
 }
