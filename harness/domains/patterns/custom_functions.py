@@ -65,7 +65,7 @@ def functions(device_type: str, style: str = "ctx") -> dict[str, type[torch.auto
 
     def make(cast_inputs: torch.dtype | None) -> type[torch.autograd.Function]:
         decorate = custom_fwd(device_type=device_type, cast_inputs=cast_inputs)
-        undo = staticmethod(custom_bwd(device_type=device_type)(backward))
+        decorated_backward = staticmethod(custom_bwd(device_type=device_type)(backward))
         if style == "ctx":
 
             class Linear(torch.autograd.Function):
@@ -75,7 +75,7 @@ def functions(device_type: str, style: str = "ctx") -> dict[str, type[torch.auto
                     ctx.save_for_backward(x, w)
                     return torch.mm(x, w.t())
 
-                backward = undo
+                backward = decorated_backward
 
             return Linear
 
@@ -89,7 +89,7 @@ def functions(device_type: str, style: str = "ctx") -> dict[str, type[torch.auto
             def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
                 ctx.save_for_backward(*inputs)
 
-            backward = undo
+            backward = decorated_backward
 
         return SetupLinear
 

@@ -102,7 +102,7 @@ def fsdp2_checkpointed_gradients(rank: int, world: int, dtype: str, checkpoint: 
     as Hugging Face's gradient checkpointing wraps its layers). Per form, this rank's shards of the
     averaged gradients, flattened, or what the checkpointed backward raised."""
     fully_shard = resolve(FULLY_SHARD)
-    policy = resolve(FULLY_SHARD.replace("fully_shard", "MixedPrecisionPolicy"))
+    policy = resolve("torch.distributed.fsdp:MixedPrecisionPolicy")  # where FULLY_SHARD lives
     ckpt = resolve(checkpoint)
     dev = rank_device(rank)
     low = getattr(torch, dtype)
