@@ -10,6 +10,7 @@ patched into torch)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from helpers import assert_caught, assert_clean, inject, run_inner
 
 FILE = "scaler/test_optimizer_implementations.py"
@@ -156,5 +157,36 @@ def test_the_clipping_checks_pass_on_torchs_own_clip_grad_norm(pytester, suite_c
 )
 def test_a_broken_clip_grad_norm_fails_exactly_its_clipping_check(pytester, suite_copy, fault, check, message):
     run = _clipping(pytester, suite_copy, fault)
-    assert_caught(run, *(f"*::{CLIP_TESTS[check]}[[]cpu-{impl}]" for impl in ("for-loop", "foreach")))
+    # a clip whose float16 norm no longer overflows (bf16 accumulation) or comes back as -1 (the
+    # sentinel) also changes what the float16 overflow's registry check observes
+    changes_fp16_overflow = fault in ("clip_grad_norm_in_bf16", "clip_norm_sentinel")
+    assert_caught(
+        run,
+        *(f"*::{CLIP_TESTS[check]}[[]cpu-{impl}]" for impl in ("for-loop", "foreach")),
+        *(["*::test_the_fp16_norm_overflow_status_matches_the_registry*"] if changes_fp16_overflow else []),
+    )
     run.stdout.fnmatch_lines([message], consecutive=False)
+
+
+def test_clipping_float16_gradients_fails_where_their_norm_overflows_without_its_registry_entry(pytester, suite_copy):
+    """Real history: on every release from 2.4 to 2.15 float16 gradients of total norm 1e5 clip to
+    zero; once the registry no longer lists it, both implementations' cells beyond float16's range
+    fail naming the norm, the cells inside it and the bf16 cells pass, and the registry check reads
+    the issue as a regression."""
+    from harness.domains.scaler import clipping
+
+    if not clipping.fp16_norm_overflows(torch.device("cpu"))[0]:
+        pytest.skip(f"torch {torch.__version__} clips float16 gradients of norm 1e5: nothing to catch")
+    suite_copy(CLIPPING, conftest=False)
+    patch = {
+        "harness.domains.scaler.known_issues.KNOWN_ISSUES": "faults.scaler.fp16_clip_overflow_fixed_in_this_release"
+    }
+    inject(pytester, "scaler", patches=patch)
+    run = run_inner(pytester, "-k", "low_precision or fp16_norm")
+    low = "test_clip_grad_norm_of_low_precision_gradients_is_clipping_in_float64"
+    assert_caught(
+        run,
+        *(f"*::{low}[[]cpu-{impl}-float16-100000.0]" for impl in ("for-loop", "foreach")),
+        "*::test_the_fp16_norm_overflow_status_matches_the_registry*",
+    )
+    run.stdout.fnmatch_lines(["*clip_grad_norm_ of float16 gradients*"], consecutive=False)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from harness.domains.versions import KnownIssue, registry_verdict
 from harness.numerics.comparison import (
     AnyComparison,
-    ClaimComparison,
     compare_claim,
     explain,
 )
@@ -169,7 +168,7 @@ class Recorder:
             raise AssertionError("\n".join(explain(r) for r in missed))
 
     def require_unless_known(
-        self, result: ClaimComparison, issue: KnownIssue, *, device: Any, its_shape: bool = True, **kw: Any
+        self, result: AnyComparison, issue: KnownIssue, *, device: Any, its_shape: bool = True, **kw: Any
     ) -> None:
         """Require ``result``, unless it failed on a stack the registry lists ``issue`` for: then a
         KNOWN row and a skip naming the issue (its registry check observes it on every run, so a
@@ -186,7 +185,8 @@ class Recorder:
 
         if not result.passed and its_shape and issue.listed(torch.__version__, str(getattr(device, "type", device))):
             where = {k: kw[k] for k in ("dtype",) if k in kw}
-            self(result.name, True, outcome=Outcome.KNOWN, device=device, note=result.detail[0], **where)
+            detail = getattr(result, "detail", ()) or (result.explain().splitlines() or [""])
+            self(result.name, True, outcome=Outcome.KNOWN, device=device, note=detail[0], **where)
             pytest.skip(f"KNOWN on torch {torch.__version__}: {issue.id} ({issue.reference})")
         self.require(result, device=device, **kw)
 

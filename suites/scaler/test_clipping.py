@@ -6,14 +6,18 @@ A small fp16-autocast model is trained under GradScaler with ``unscale_`` -> ``c
 norms that bind and one that does not (``harness/domains/scaler/clipping.py``). The expected
 total norm and clipped gradients are computed in float64 from the definition, from gradients the
 harness unscales itself; a regression in ``clip_grad_norm_`` cannot move its own reference.
+Pure low-precision training clips bf16 and fp16 gradients itself: the same definition judges it.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from harness.domains.scaler import clipping as C
+from harness.domains.scaler import known_issues as issues
 from harness.domains.scaler.repro import clipping_repro_of
 from harness.numerics.comparison import compare_within
 
@@ -101,4 +105,46 @@ def test_error_if_nonfinite_raises_and_leaves_the_gradients_as_they_were(impleme
         judged.claim,
         device=amp_device,
         repro=None if first is None else clipping_repro_of(first, foreach, "error_if_nonfinite", amp_device),
+    )
+
+
+# -- low-precision gradients -------------------------------------------------------------------------
+_FP16_OVERFLOW = issues.CLIP_FP16_OVERFLOW
+
+
+@pytest.mark.parametrize("target", C.LOW_PRECISION_NORMS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_clip_grad_norm_of_low_precision_gradients_is_clipping_in_float64(
+    implementation, dtype, target, amp_device, amp_record
+):
+    """Pure low-precision training clips its own bf16 or fp16 gradients (GradScaler refuses fp16
+    ones): the returned norm and the clipped gradients must be the float64 definition's within two
+    roundings to the gradients' dtype, for a total norm inside every format's range and one beyond
+    float16's largest value (every element finite). From 2.4 to 2.15 float16's norm overflows to
+    inf there and the gradients are zeroed: registered, KNOWN where listed."""
+    seen = C.clip_low_precision(getattr(torch, dtype), C.IMPLEMENTATIONS[implementation], target, amp_device)
+    result = C.low_precision_claim(implementation, seen)
+    kw = {"device": amp_device, "dtype": dtype, "tags": {"target_norm": target, "returned_norm": seen.norm}}
+    if dtype != "float16":
+        amp_record.require(result, **kw)
+        return
+    amp_record.require_unless_known(
+        result,
+        issues.KNOWN_ISSUES[_FP16_OVERFLOW],  # looked up per run: a test may swap the registry
+        its_shape=target > C.FP16_MAX and not math.isfinite(seen.norm),
+        **kw,
+    )
+
+
+def test_the_fp16_norm_overflow_status_matches_the_registry(amp_device, amp_record):
+    """float16 gradients of norm 1e5 observed: an inf norm and zeroed gradients where the registry
+    lists the issue is KNOWN; a finite norm there, or the overflow outside its range, fails."""
+    present, seen = C.fp16_norm_overflows(amp_device)
+    amp_record.require_registry(
+        issues.KNOWN_ISSUES[_FP16_OVERFLOW],
+        present,
+        f"KNOWN_ISSUES in harness/domains/scaler/known_issues.py ({_FP16_OVERFLOW!r})",
+        seen=seen,
+        device=amp_device,
     )

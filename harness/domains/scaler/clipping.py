@@ -23,8 +23,8 @@ import torch
 
 from harness.domains.engines.state import differences, same_bits, state_of
 from harness.domains.scaler.optimizers import small_model
-from harness.numerics.comparison import ClaimComparison, compare_claim
-from harness.numerics.formats import FP32
+from harness.numerics.comparison import ClaimComparison, ElementwiseComparison, compare_claim, compare_within
+from harness.numerics.formats import FP32, format_of
 from harness.numerics.tolerance import gamma
 
 #: clip_grad_norm_'s implementations: per-tensor norms in a loop, or torch._foreach_norm.
@@ -262,3 +262,81 @@ def error_if_nonfinite_claim(
         unit="violations",
     )
     return Judged(claim, first)
+
+
+# -- low-precision gradients: pure bf16/fp16 training clips its own gradients ----------------------
+#: Total norms of the low-precision gradients: one inside every format's range, one beyond
+#: float16's largest finite value (65504) though every element is finite.
+LOW_PRECISION_NORMS = (100.0, 1e5)
+#: float16's largest finite value: a total norm beyond it is the registered overflow's shape.
+FP16_MAX = 65504.0
+#: Elements per gradient (two parameters): the norm sums 2 * 4096 squares.
+LOW_PRECISION_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class LowPrecisionClip:
+    """``clip_grad_norm_(max_norm=1)`` of two low-precision gradients of total norm ``target``:
+    what it returned and left, against the float64 definition on the same gradients."""
+
+    dtype: torch.dtype
+    target: float
+    norm: float
+    reference: Clipped
+    clipped: list[torch.Tensor]
+    budget_norm: float
+    budget: list[torch.Tensor]
+
+
+def clip_low_precision(dtype: torch.dtype, foreach: bool, target: float, device: torch.device) -> LowPrecisionClip:
+    """Two ``dtype`` parameters whose gradients (seeded, every element finite in ``dtype``) have
+    total norm ``target``, clipped to 1 by ``clip_grad_norm_``. Budget: the norm is accumulated in
+    fp32 (n squares and sums: gamma_n of 2^-24) and returned in ``dtype`` (one rounding, u); the
+    clipped elements add the coefficient's fp32 division and the product's rounding to ``dtype``
+    (one u more): 2u + gamma_{n+4}(2^-24), relative."""
+    g = torch.Generator().manual_seed(int(target))
+    raw = [torch.randn(LOW_PRECISION_SIZE, generator=g, dtype=torch.float64) for _ in range(2)]
+    scale = target / math.sqrt(sum(float((r * r).sum()) for r in raw))
+    params = [torch.nn.Parameter(torch.zeros(LOW_PRECISION_SIZE, dtype=dtype, device=device)) for _ in raw]
+    for p, r in zip(params, raw, strict=True):
+        p.grad = (r * scale).to(dtype).to(device)
+    grads = [p.grad.detach().clone() for p in params if p.grad is not None]
+    reference = clip_reference(grads, 1.0)
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm=1.0, foreach=foreach))
+    u = format_of(dtype).unit_roundoff
+    rel = 2 * u + gamma(2 * LOW_PRECISION_SIZE + 4, FP32.unit_roundoff)
+    eta = format_of(dtype).smallest_subnormal
+    return LowPrecisionClip(
+        dtype,
+        target,
+        norm,
+        reference,
+        [p.grad.detach().to("cpu", torch.float64) for p in params if p.grad is not None],
+        rel * reference.total_norm,
+        [rel * c.abs() + eta for c in reference.grads],
+    )
+
+
+def low_precision_claim(implementation: str, seen: LowPrecisionClip) -> ElementwiseComparison:
+    """The returned norm and the clipped gradients within their budget of the float64 definition."""
+    got = torch.cat([torch.tensor([seen.norm], dtype=torch.float64), *(c.flatten() for c in seen.clipped)])
+    want = torch.cat([torch.tensor([seen.reference.total_norm]), *(r.flatten() for r in seen.reference.grads)])
+    bound = torch.cat([torch.tensor([seen.budget_norm]), *(b.flatten() for b in seen.budget)])
+    name = str(seen.dtype).removeprefix("torch.")
+    return compare_within(
+        f"clip.{implementation}.{name}_gradients_vs_float64",
+        got,
+        want,
+        bound,
+        f"clip_grad_norm_(1) of {name} gradients of total norm {seen.target:g}: the returned norm (first element) "
+        f"and the clipped gradients against {seen.reference.origin}; budget 2u({name}) + gamma_n(2^-24), relative",
+        what=f"|{implementation} clip_grad_norm_ of {name} gradients - float64|",
+    )
+
+
+def fp16_norm_overflows(device: torch.device) -> tuple[bool, str]:
+    """The registered float16 issue observed: the for-loop clip of float16 gradients of norm 1e5
+    returns a non-finite norm and zeroes them."""
+    seen = clip_low_precision(torch.float16, False, LOW_PRECISION_NORMS[-1], device)
+    zeroed = all(not bool(c.any()) for c in seen.clipped)
+    return (not math.isfinite(seen.norm)) and zeroed, f"norm {seen.norm}, gradients {'zeroed' if zeroed else 'kept'}"

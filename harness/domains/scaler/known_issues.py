@@ -34,6 +34,10 @@ def scaler_kind(cls: type) -> str:
     return cls.__name__
 
 
+#: observed by the clipping suite's own registry check (``suites/scaler/test_clipping.py``), not
+#: through a scaler: pure fp16 training clips without one
+CLIP_FP16_OVERFLOW = "clip-grad-norm-fp16-norm-overflows"
+
 #: ``first`` is the first release each issue was observed in by running its script: the floor of
 #: the declared range, 2.4, for every one of these (docs/releases/record.md lists the releases run).
 KNOWN_ISSUES: dict[str, KnownIssue] = {
@@ -86,6 +90,16 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         reference="pytorch/pytorch#191763, fixed by pytorch/pytorch#192545 (aten/src/ATen/native/cpu/FusedSGDKernel.cpp)",
         devices=("cpu",),
     ),
+    CLIP_FP16_OVERFLOW: KnownIssue(
+        CLIP_FP16_OVERFLOW,
+        "clip_grad_norm_ of float16 gradients (pure fp16 training, where GradScaler refuses fp16 gradients) whose "
+        "total norm exceeds 65504, every element finite: the per-tensor norms come back in float16 as inf, the "
+        "coefficient max_norm / inf is 0 and the gradients are silently zeroed (for-loop and foreach alike)",
+        first="2.4",
+        verified="2.15",
+        reference="torch/nn/utils/clip_grad.py (per-tensor norms in the gradients' dtype); no upstream report "
+        "found: found by the harness's low-precision clipping check",
+    ),
 }
 
 
@@ -125,6 +139,19 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "harness.domains.scaler",
             ("torch",),
             ("lr=0.1, fused=True)", "lr=0.1, fused=False)"),
+        ),
+        Reproduction(
+            CLIP_FP16_OVERFLOW,
+            "harness.domains.scaler",
+            ("torch",),
+            # the fix: the norms accumulated and returned in fp32, the coefficient applied in the gradients' dtype
+            (
+                "    return torch.nn.utils.clip_grad_norm_(params, max_norm=1.0, foreach=foreach)\n",
+                "    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params]))\n"
+                "    for p in params:\n"
+                "        p.grad.mul_((1.0 / (total + 1e-6)).clamp(max=1.0).to(p.grad.dtype))\n"
+                "    return total\n",
+            ),
         ),
     )
 }
