@@ -259,7 +259,12 @@ def test_the_shared_layer_forms_fail_without_their_registry_entries(pytester, su
         f"*::{SHARED}[[]cpu-*-sequential]",
         "*::test_known_issue_status_matches_the_registry[[]*-checkpoint-seq*]",
     ]
-    if run.failed & {t for t in run.failed if "selective" in t}:
+    # selective checkpointing's replay misses the shared layer's cast from 2.13 on: observed here
+    cpu = torch.device("cpu")
+    sac = checkpointing.missing("selective") is None and checkpointing.replay_lost_a_cast(
+        checkpointing.gradients("selective", cpu, torch.bfloat16, 1.0, shared=True)
+    )
+    if sac:
         expected += [
             f"*::{SHARED}[[]cpu-*-selective]",
             f"*::test_known_issue_status_matches_the_registry[[]*-{SELECTIVE_SHARED}]",

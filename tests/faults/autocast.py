@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from faults import fixed_in_this_release
 from faults.stacks import autocast_kernel
 
 Fn = Callable[..., torch.Tensor]
@@ -238,13 +239,9 @@ def register_addmm_activation_autocast_uncast() -> Any:
 def vmap_bias_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
     """The autocast registry saying the vmapped bias's fp32 was fixed in the running release: on a
     release that still has it (2.4 to 2.15) the vmap check judges it, as it would without the entry."""
-    import dataclasses
-
     from harness.domains.autocast.known_issues import VMAP_BIAS
-    from harness.platform.versions import minor
 
-    changed = dataclasses.replace(original[VMAP_BIAS], first="2.0", verified="2.0", fixed=minor(torch.__version__))
-    return {**original, VMAP_BIAS: changed}
+    return fixed_in_this_release(original, VMAP_BIAS)
 
 
 def attention_zeroing_non_finite(original: Any) -> Any:
@@ -261,13 +258,6 @@ def attention_zeroing_non_finite(original: Any) -> Any:
 def attention_issues_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
     """The autocast registry saying both attention issues were fixed in the running release: on a
     release that has them the attention check judges them, as it would without the entries."""
-    import dataclasses
-
     from harness.domains.autocast.known_issues import SDPA_INF, SDPA_NAN
-    from harness.platform.versions import minor
 
-    fixed = minor(torch.__version__)
-    changed = {
-        i: dataclasses.replace(original[i], first="2.0", verified="2.0", fixed=fixed) for i in (SDPA_INF, SDPA_NAN)
-    }
-    return {**original, **changed}
+    return fixed_in_this_release(original, SDPA_INF, SDPA_NAN)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from faults import fixed_in_this_release
 from harness.domains.compiled.runs import LOW_PRECISION, Variant, configured, node_dtype, pass_backend, retarget
 
 aten = torch.ops.aten
@@ -410,12 +411,6 @@ def export_dropping_autocast(real: Callable[..., Any]) -> Callable[..., Any]:
 def export_assertion_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
     """The compiled registry saying strict export's nested regions were fixed in the running release:
     on a release that still has the issue (2.5 on) the export check judges it, as without the entry."""
-    import dataclasses
-
     from harness.domains.compiled.known_issues import EXPORT_STRICT_NESTED
-    from harness.platform.versions import minor
 
-    entry = dataclasses.replace(
-        original[EXPORT_STRICT_NESTED], first="2.0", verified="2.0", fixed=minor(torch.__version__)
-    )
-    return {**original, EXPORT_STRICT_NESTED: entry}
+    return fixed_in_this_release(original, EXPORT_STRICT_NESTED)

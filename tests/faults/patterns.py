@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from faults import fixed_in_this_release
+
 
 def recompute_outside_autocast(original: Any) -> Any:
     """``torch.utils.checkpoint.checkpoint`` whose recomputation (every call of the checkpointed
@@ -142,24 +144,11 @@ def nondeterministic(original: Callable[..., Any]) -> Callable[..., Any]:
     return moving
 
 
-def _fixed_in_this_release(original: dict[str, Any], *issues: str) -> dict[str, Any]:
-    """The patterns registry saying ``issues`` were fixed in the running release: on a release that
-    still has them the checks judge them, as they would without the entries."""
-    import dataclasses
-
-    from harness.platform.versions import minor
-
-    changed = {
-        i: dataclasses.replace(original[i], first="2.0", verified="2.0", fixed=minor(torch.__version__)) for i in issues
-    }
-    return {**original, **changed}
-
-
 def setup_context_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
     """The setup_context custom-function issue listed as fixed in the running release."""
     from harness.domains.patterns.known_issues import SETUP_CONTEXT
 
-    return _fixed_in_this_release(original, SETUP_CONTEXT)
+    return fixed_in_this_release(original, SETUP_CONTEXT)
 
 
 def shared_layer_issues_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
@@ -167,4 +156,4 @@ def shared_layer_issues_fixed_in_this_release(original: dict[str, Any]) -> dict[
     fixed in the running release."""
     from harness.domains.patterns.known_issues import SELECTIVE_SHARED, SEQUENTIAL_REPEATS
 
-    return _fixed_in_this_release(original, SELECTIVE_SHARED, SEQUENTIAL_REPEATS)
+    return fixed_in_this_release(original, SELECTIVE_SHARED, SEQUENTIAL_REPEATS)

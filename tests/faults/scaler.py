@@ -16,6 +16,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler, OptState, _refresh_per_optimizer_state
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
+import faults
 from harness.domains.engines.ranks.ranks import single_rank_group
 
 
@@ -260,15 +261,7 @@ def fused_sgd_low_precision_fixed_in_this_release(original: Any) -> Any:
     """A registry that says fused CPU SGD's low-precision bug was fixed in the running release: on
     a release that still has it (2.4 to 2.13) the low-precision check judges it, as it would
     without the entry."""
-    from harness.platform.versions import minor
-
-    return _registry_with(
-        original,
-        "fused-sgd-cpu-skips-low-precision-vector-blocks",
-        first="2.0",
-        verified="2.0",
-        fixed=minor(torch.__version__),
-    )
+    return faults.fixed_in_this_release(original, "fused-sgd-cpu-skips-low-precision-vector-blocks")
 
 
 def never_present(original: Any) -> Any:
@@ -290,9 +283,7 @@ def _registry_with(original: Any, issue_id: str, **changes: Any) -> Any:
 def fixed_in_this_release(original: Any) -> Any:
     """A registry that says update(int) was fixed in the running torch release: the bug the stack
     still has then reads as a fixed issue that came back."""
-    from harness.platform.versions import minor
-
-    return _registry_with(original, "update-int-new-scale", first="2.0", verified="2.0", fixed=minor(torch.__version__))
+    return faults.fixed_in_this_release(original, "update-int-new-scale")
 
 
 def verified_long_ago(original: Any) -> Any:
@@ -463,10 +454,6 @@ deepspeed_update_never_backing_off = _update_keeping("cur_scale")
 def fp16_clip_overflow_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
     """The scaler registry saying the float16 clipping overflow was fixed in the running release:
     on a release that has it the low-precision clipping check judges it."""
-    import dataclasses
+    from harness.domains.scaler.known_issues import CLIP_FP16_OVERFLOW
 
-    from harness.platform.versions import minor
-
-    issue = "clip-grad-norm-fp16-norm-overflows"
-    changed = dataclasses.replace(original[issue], first="2.0", verified="2.0", fixed=minor(torch.__version__))
-    return {**original, issue: changed}
+    return faults.fixed_in_this_release(original, CLIP_FP16_OVERFLOW)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from harness.domains.autocast.known_issues import SDPA_INF, SDPA_NAN
 from harness.domains.versions import minor
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
@@ -109,17 +110,17 @@ def claim(seen: list[Seen], tensor: str, value: str, dtype: torch.dtype) -> Clai
 #: The registered issue each cell (tensor, value) fails with on the releases that have it, and the
 #: lengths where it shows (the registry check observes the issue there).
 ISSUE_CELLS: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {
-    ("query", "nan"): ("sdpa-cpu-nan-gives-finite-output", (5,)),
-    ("key", "nan"): ("sdpa-cpu-nan-gives-finite-output", (5,)),
-    ("query", "inf"): ("sdpa-cpu-low-precision-inf-gives-finite-output", (16, 64)),
-    ("key", "inf"): ("sdpa-cpu-low-precision-inf-gives-finite-output", (16, 64)),
+    ("query", "nan"): (SDPA_NAN, (5,)),
+    ("key", "nan"): (SDPA_NAN, (5,)),
+    ("query", "inf"): (SDPA_INF, (16, 64)),
+    ("key", "inf"): (SDPA_INF, (16, 64)),
 }
 
 
 def issue_lengths(issue: str, torch_version: str) -> tuple[int, ...]:
     """The lengths where ``issue`` hides outputs on this release: the NaN issue at every length on
     2.5 (pytorch/pytorch#141128), at the short one after its fix; the inf issue at 16 and 64."""
-    if issue == ISSUE_CELLS["query", "nan"][0] and minor(torch_version) == "2.5":
+    if issue == SDPA_NAN and minor(torch_version) == "2.5":
         return LENGTHS
     return next(lengths for i, lengths in ISSUE_CELLS.values() if i == issue)
 
