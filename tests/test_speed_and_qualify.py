@@ -194,6 +194,12 @@ def test_a_slower_amp_kernel_fails_its_speed_check_and_keeps_a_benchmark_script(
     slow_kernel_script["path"] = script
 
 
+#: Runs of the slow-GEMM control before it gives up on a host that slowed the fp32 baseline too:
+#: the rule rightly abstains then (a neighbour slows both; seen once in CI, never alone here), and
+#: a second run (two seconds) takes a fresh look at the host before the control gives up.
+HOST_DRIFT_ATTEMPTS = 2
+
+
 def test_a_low_precision_gemm_twice_as_slow_fails_though_the_probe_slows_with_it(pytester, suite_copy, calibrated):
     """A stack whose bf16 and fp16 GEMM kernel (aten::mm on the CPU) takes twice its time: the AMP
     matmul and the contention probe, the same kind of kernel, both slow 2x, past CONTENDED. It used
@@ -203,11 +209,31 @@ def test_a_low_precision_gemm_twice_as_slow_fails_though_the_probe_slows_with_it
     if not case.startswith("matmul"):
         pytest.skip(f"the fault slows aten::mm, and the judged case here is {case}")
     args = _speed_suite(pytester, suite_copy, 1.0, calibrated, kernels=("lowp_gemm_twice_as_slow",))
-    out = pytester.path / "out"
-    run = run_inner(pytester, *args, "-k", f"meets_the_class_threshold and {case}", f"--amp-report-dir={out}")
+    metric = f"{case.split('-')[0]}.speedup"
+    drifted = []
+    for attempt in range(HOST_DRIFT_ATTEMPTS):
+        out = pytester.path / f"out{attempt}"
+        run = run_inner(pytester, *args, "-k", f"meets_the_class_threshold and {case}", f"--amp-report-dir={out}")
+        rows = rp.load(rp.find_runs(out)[0]).rows
+        speedup = rows[rows["metric"] == metric].iloc[0]
+        tags = json.loads(speedup["tags"])
+        host_slowed_baseline = (tags["baseline_slowdown"] or 0.0) > bench.BASELINE_SLOWED
+        if not (
+            _speed_id(case) in run.skipped
+            and tags["noisy_cause"] == speed.Abstention.CONTENDED.value
+            and host_slowed_baseline
+        ):
+            break
+        drifted.append(f"fp32 baseline at {tags['baseline_slowdown']:.3g}x its calibrated time: {speedup['note']}")
+    else:
+        pytest.skip(
+            f"the host slowed the fp32 baseline past {bench.BASELINE_SLOWED:.3g}x its calibrated time in each of "
+            f"{HOST_DRIFT_ATTEMPTS} runs, so the slow probe reads as contention (the rule's own abstention); this "
+            f"run cannot show the catch (not a pass): {drifted}"
+        )
+    if _speed_id(case) not in run.failed:
+        pytest.fail(f"{case} was not caught: {speedup['outcome']}: {speedup['note']}\n{run.text()}")
     assert_caught(run, _speed_pattern(case))
-    rows = rp.load(rp.find_runs(out)[0]).rows
-    speedup = rows[rows["metric"] == f"{case.split('-')[0]}.speedup"].iloc[0]
     probe, baseline = json.loads(speedup["tags"])["slow_kernel"]
     assert probe > bench.CONTENDED and baseline <= bench.BASELINE_SLOWED, speedup["note"]
     run.stdout.fnmatch_lines(["*the low-precision kernel itself is slower*"], consecutive=False)
@@ -398,6 +424,7 @@ def test_calibrate_refuses_bad_counts(capsys):
         (["--runs", "0"], "0 is not a positive integer"),
         (["--rounds", "-1"], "-1 is not a positive"),
         (["--runs", "many"], "'many' is not an integer"),
+        (["--rounds", str(bench.MIN_ROUNDS - 1)], f"fewer than {bench.MIN_ROUNDS}, the fewest rounds"),
     ):
         assert main(["calibrate", *argv]) == 2
         assert said in capsys.readouterr().err

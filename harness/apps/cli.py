@@ -278,6 +278,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.domains.speed.workloads import WORKLOADS  # lazy: imports torch
     from harness.storage import profiles  # lazy: imports torch
 
+    if args.rounds is not None and args.rounds < bench.MIN_ROUNDS:
+        print(
+            f"amp-harness calibrate: --rounds {args.rounds} is fewer than {bench.MIN_ROUNDS}, the fewest rounds "
+            f"whose speedup has a {bench.CONFIDENCE:.0%} interval: no case could be judged; give at least "
+            f"{bench.MIN_ROUNDS}, or leave --rounds out (adaptive)",
+            file=sys.stderr,
+        )
+        return 2
     fp = detect()
     device = torch.device(args.device)
     hc = fp.class_for(str(device))
