@@ -62,11 +62,11 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """Under several xdist workers, in a run with timing tests, each test holds the machine lock:
-    shared, and a timing test alone (:mod:`harness.pytest_plugin.machine`)."""
+    shared, and a timing test alone, kept for a timing test next (:mod:`harness.pytest_plugin.machine`)."""
     machine = state_of(item.config).machine
     if machine is None:
         return (yield from _under_profile(item))
-    with machine.held(alone=is_timing(item)):
+    with machine.held(alone=is_timing(item), keep=nextitem is not None and is_timing(nextitem)):
         return (yield from _under_profile(item))
 
 

@@ -6,7 +6,7 @@ slowdown that is not the stack's). So every worker of a run takes the run's mach
 test it runs: shared for an ordinary test, exclusive for a timing test (marker ``amp_timing``, or a
 test that uses ``amp_speedup`` or ``amp_interconnect``). A timing test starts once the tests
 running beside it have ended, and no other test starts until it has ended; the other workers
-wait, idle.
+wait, idle. A worker whose next test times something too keeps the machine for it.
 
 A second lock, the gate, is taken on the way in and let go at once: a worker waiting for the
 machine alone holds the gate, so no new shared holder slips in ahead of it, and a timing test is
@@ -58,20 +58,45 @@ class MachineLock:
         directory.mkdir(parents=True, exist_ok=True)
         self._gate: IO[bytes] = (directory / "amp-harness-machine.gate").open("ab")
         self._machine: IO[bytes] = (directory / "amp-harness-machine.lock").open("ab")
+        #: the machine is still this worker's alone, kept for the timing test that follows
+        self._kept = False
+
+    @property
+    def kept(self) -> bool:
+        """Whether the machine is held alone between two tests, for the next one."""
+        return self._kept
 
     @contextmanager
-    def held(self, alone: bool) -> Iterator[None]:
-        """The machine, shared with the other workers' tests or (``alone``) to this test only."""
-        fcntl.flock(self._gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(self._machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(self._gate, fcntl.LOCK_UN)
+    def held(self, alone: bool, keep: bool = False) -> Iterator[None]:
+        """The machine, shared with the other workers' tests or (``alone``) to this test only.
+
+        ``keep``: a test alone keeps the machine for the next test, a timing test too. Let go
+        between them, the other worker starts a test of its own in the gap, and the next timing
+        test waits for all of it: two workers alternately idle through a module of timing tests.
+        """
+        if self._kept and not alone:
+            self._release()
+        if not self._kept:
+            fcntl.flock(self._gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self._machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self._kept = False
         try:
             yield
         finally:
-            fcntl.flock(self._machine, fcntl.LOCK_UN)
+            if alone and keep:
+                self._kept = True
+            else:
+                self._release()
+
+    def _release(self) -> None:
+        self._kept = False
+        fcntl.flock(self._machine, fcntl.LOCK_UN)
 
     def close(self) -> None:
+        if self._kept:
+            self._release()
         self._gate.close()
         self._machine.close()
