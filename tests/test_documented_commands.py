@@ -66,7 +66,7 @@ PROOF: dict[str, Run | Elsewhere | NotHere] = {
         "on a machine without CUDA: exit 4, quoting pytest's reason (CUDA is missing)"
     ),
     "amp-harness qualify tests/": Elsewhere(
-        "tests/test_speed_and_qualify.py::test_qualify_judges_a_users_project_by_the_fixtures_its_tests_use",
+        "tests/test_qualify.py::test_qualify_judges_a_users_project_by_the_fixtures_its_tests_use",
         "a user's own project's tests/ qualified; here it would run the harness's own tests",
     ),
     "pytest suites/formats/test_fp8_casts.py --amp-regen": Run("exit 0: the repository's baselines are current"),
