@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-# Imported here, in the outer process, so that pytester's in-process runs (which drop the modules
-# they import when they finish) never unload and re-import torch's C extension, and never lose the
-# forkserver that distributed ranks fork from (a new one per inner run cost 3 s each).
+# Imported in the process that runs the tests (:func:`_warm_outer_process`), so that pytester's
+# in-process runs (which drop the modules they import when they finish) never unload and re-import
+# torch's C extension, and never lose the forkserver that distributed ranks fork from (a new one per
+# inner run cost 3 s each).
 import importlib
 import multiprocessing.forkserver  # noqa: F401
 import pkgutil
@@ -13,11 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import faults
-import pandas  # noqa: F401
-import pyarrow.parquet  # noqa: F401
 import pytest
-import torch
-import torch._dynamo
 from faults import register_negative_control_profile
 from helpers import SUITES
 
@@ -38,6 +35,8 @@ def _warm_report_imports() -> None:
 def _warm_torch_imports() -> None:
     """Call every catalogued op once under autocast, so that torch submodules imported lazily on
     first use (some register operator libraries, which cannot happen twice) stay imported."""
+    import torch
+
     from harness.domains.engines.ops.probe import policy_table
 
     for dtype in (torch.bfloat16, torch.float16):
@@ -50,6 +49,8 @@ def _warm_compile_imports() -> None:
     register caches or operator libraries once, at import) are imported by the outer process: every
     injected conftest imports ``faults.compiled``, and pytester's in-process runs drop the modules
     they import. Inductor's own first compile is warmed up by the compiled negative controls."""
+    import torch
+    import torch._dynamo
     from faults import compiled
 
     from harness.domains.compiled import nested, runs
@@ -89,12 +90,26 @@ def _warm_torchao_imports() -> None:
         import_third_party("torchao.prototype.mx_formats.nvfp4_tensor")
 
 
+def _warm_outer_process() -> None:
+    """Everything the inner runs must find imported, imported once here."""
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    import torch  # noqa: F401
+
+    _import_whole(harness, faults)
+    _warm_report_imports()
+    _warm_torchao_imports()
+    _warm_torch_imports()
+    _warm_compile_imports()
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """Whether this process hands every test to xdist workers and runs none itself: the warm-up
+    (imports and two compiles, several seconds before the workers even start) buys it nothing."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", 0))
+
+
 register_negative_control_profile()
-_import_whole(harness, faults)
-_warm_report_imports()
-_warm_torchao_imports()
-_warm_torch_imports()
-_warm_compile_imports()
 
 pytest_plugins = ["pytester"]
 
@@ -114,6 +129,8 @@ AS_USERS_RUN_IT = (
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", STANDALONE_SCRIPTS)
     config.addinivalue_line("markers", AS_USERS_RUN_IT)
+    if not _is_xdist_controller(config):
+        _warm_outer_process()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -129,6 +146,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def training_checks():
     """TrainingChecks whose rows stay in a list (``.rows``): no pytest session needed, and tests that
     expect failures leave no FAIL rows in the session's report."""
+    import torch
+
     from harness.domains.training.check import TrainingChecks
     from harness.pytest_plugin.recording import Recorder, TestIdentity
 

@@ -87,8 +87,11 @@ def test_broken_recipes_are_never_pass_and_clean_ones_never_fail_on_tiny_hugging
         replace(L.no_scaling_control(T.FP16_SCALER), control=False),
     ]
     clean = [T.BF16, T.FP16_SCALER]
+    # overflow handling is the optimizer's and the scaler's, the same on every model, and none of
+    # these models checkpoints activations: GPT-2 shows both; the others do not run them again
+    again = {"overflow": False, "recompute": False} if model != "gpt2" else {}
     try:  # one check of the four recipes: their fp32 references and seed spread are computed once
-        result = training_checks.check(setup, [*broken, *clean], determinism=False)
+        result = training_checks.check(setup, [*broken, *clean], determinism=False, **again)
     except TrainingCheckFailed as failed:
         result = failed.result
     outcomes = {r.name: {v.outcome for v in result.verdicts if v.recipe == r.name} for r in (*broken, *clean)}
