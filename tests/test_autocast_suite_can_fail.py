@@ -180,6 +180,15 @@ def test_a_cache_that_reuses_grad_free_casts_fails_the_cast_cache_and_registry_c
     run.stdout.fnmatch_lines(["*no_grad pass*: no gradient for 0.weight, 0.bias, 3.weight, 3.bias*"], consecutive=False)
 
 
+def _without_its_registry_entry(pytester, suite_copy, suite: str, issue: str):
+    """``suites/autocast/<suite>`` run with the registry saying ``issue`` was fixed in this release
+    (``faults.autocast.<issue>_fixed_in_this_release``): its cells are judged as without the entry."""
+    suite_copy(f"autocast/{suite}", conftest=False)
+    fixed = f"faults.autocast.{issue}_fixed_in_this_release"
+    inject(pytester, "autocast", patches={"harness.domains.autocast.known_issues.KNOWN_ISSUES": fixed})
+    return run_inner(pytester)
+
+
 def test_a_vmapped_bias_left_in_fp32_fails_the_vmap_check_without_its_registry_entry(pytester, suite_copy):
     """Real history: on a release with the bug (every release from 2.4 to 2.15), the vmap check judges
     the modules with a bias once the registry no longer lists it, and fails them naming both dtypes;
@@ -188,15 +197,7 @@ def test_a_vmapped_bias_left_in_fp32_fails_the_vmap_check_without_its_registry_e
 
     if not vmapped.issue_present(torch.device("cpu"))[0]:
         pytest.skip(f"torch {torch.__version__} keeps a vmapped bias in the autocast dtype: nothing to catch")
-    suite_copy("autocast/test_vmap_policy.py", conftest=False)
-    inject(
-        pytester,
-        "autocast",
-        patches={
-            "harness.domains.autocast.known_issues.KNOWN_ISSUES": "faults.autocast.vmap_bias_fixed_in_this_release"
-        },
-    )
-    run = run_inner(pytester)
+    run = _without_its_registry_entry(pytester, suite_copy, "test_vmap_policy.py", "vmap_bias")
     assert_caught(
         run,
         *(f"*::test_a_module_under_vmap_gets_*[[]cpu-*-{m}]" for m in ("Linear", "Conv2d", "MLP")),
@@ -206,6 +207,68 @@ def test_a_vmapped_bias_left_in_fp32_fails_the_vmap_check_without_its_registry_e
         ["*Linear under torch.bfloat16 autocast: unbatched torch.bfloat16, vmapped torch.float32*"], consecutive=False
     )
     assert not [t for t in run.failed if "Linear.no_bias" in t]
+
+
+NESTED = "test_a_nested_region_of_another_dtype_computes_in_its_dtype"
+
+
+def test_stale_casts_in_a_nested_region_fail_the_nested_check_without_its_registry_entry(pytester, suite_copy):
+    """Real history: on a release with the bug, the nested-region check judges the modules the outer
+    region used once the registry no longer lists it, a raised matmul and a silent outer dtype both;
+    the layer first used inside passes; the registry check reads the issue as a regression."""
+    from harness.domains.autocast import nested_dtypes
+
+    if not nested_dtypes.issue_present(torch.device("cpu"))[0]:
+        pytest.skip(f"torch {torch.__version__} casts afresh in a nested region of another dtype: nothing to catch")
+    run = _without_its_registry_entry(pytester, suite_copy, "test_nested_regions.py", "nested_dtype")
+    assert_caught(
+        run,
+        *(f"*::{NESTED}[[]cpu-*-{m}]" for m in ("Linear", "adapter_product")),
+        "*::test_known_issue_status_matches_the_registry*",
+    )
+    run.stdout.fnmatch_lines(["*adapter_product, torch.float16 nested in torch.bfloat16: torch.bfloat16 in the nested*"],
+                             consecutive=False)  # fmt: skip
+    assert len([t for t in run.failed if NESTED in t]) == 4
+
+
+def test_a_nested_region_that_keeps_the_outer_dtype_fails_the_layer_first_used_inside(pytester, suite_copy):
+    """A release whose nested region never switches precision: the layer the outer region had not
+    used, which the cache cannot explain, fails in both dtypes, naming the outer one."""
+    suite_copy("autocast/test_nested_regions.py", conftest=False)
+    inject(pytester, "autocast", patches={"torch.autocast": "faults.autocast.nested_region_keeps_outer_dtype"})
+    run = run_inner(pytester)
+    assert_caught(run, f"*::{NESTED}[[]cpu-*-Linear.first_inside]")
+    assert len(run.failed) == 2
+    run.stdout.fnmatch_lines(["*Linear.first_inside, torch.float16 nested in torch.bfloat16: torch.bfloat16 in*"],
+                             consecutive=False)  # fmt: skip
+
+
+UPDATED = "test_a_forward_after_an_in_place_update_computes_with_the_updated_parameters"
+
+
+def test_casts_stale_after_an_update_fail_the_check_without_its_registry_entry(pytester, suite_copy):
+    """Real history: on a release that serves the casts cached before an in-place update, the check
+    judges both updates inside a region once the registry no longer lists it, in both dtypes; the
+    updates between regions pass; the registry check reads the issue as a regression."""
+    from harness.domains.autocast import in_place_updates
+
+    if not in_place_updates.issue_present(torch.device("cpu"))[0]:
+        pytest.skip(f"torch {torch.__version__} sees an update inside the region: nothing to catch")
+    run = _without_its_registry_entry(pytester, suite_copy, "test_in_place_updates.py", "stale_casts")
+    assert_caught(run, f"*::{UPDATED}[[]cpu-*-inside_the_region]", "*::test_known_issue_status_matches_the_registry*")
+    assert len([t for t in run.failed if UPDATED in t]) == 4
+    run.stdout.fnmatch_lines(["*optimizer_step inside the region, torch.bfloat16: largest difference*cached before*"],
+                             consecutive=False)  # fmt: skip
+
+
+def test_regions_that_keep_their_casts_on_exit_fail_the_update_between_regions(pytester, suite_copy):
+    """A release whose regions no longer drop their casts on exit: the documented loop, the update
+    between two regions, computes with the weights before it and fails, for both updates and dtypes."""
+    suite_copy("autocast/test_in_place_updates.py", conftest=False)
+    inject(pytester, "autocast", patches={"torch.clear_autocast_cache": "faults.autocast.region_exit_keeps_casts"})
+    run = run_inner(pytester)
+    assert_caught(run, f"*::{UPDATED}[[]cpu-*-between_regions]")
+    assert len(run.failed) == 4
 
 
 ATTENTION = "test_an_inf_or_nan_in_attention_makes_the_outputs_float64_makes_non_finite_non_finite"

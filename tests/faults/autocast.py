@@ -261,3 +261,42 @@ def attention_issues_fixed_in_this_release(original: dict[str, Any]) -> dict[str
     from harness.domains.autocast.known_issues import SDPA_INF, SDPA_NAN
 
     return fixed_in_this_release(original, SDPA_INF, SDPA_NAN)
+
+
+def nested_dtype_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
+    """The autocast registry saying nested regions' stale casts were fixed in the running release: on
+    a release that still has them the nested-region check judges them, as it would without the entry."""
+    from harness.domains.autocast.known_issues import NESTED_DTYPE
+
+    return fixed_in_this_release(original, NESTED_DTYPE)
+
+
+def nested_region_keeps_outer_dtype(real: type) -> type:
+    """``torch.autocast`` whose region nested in an enabled one keeps the outer region's dtype,
+    whatever dtype it asks for: a release whose nested regions never switch precision."""
+
+    class autocast(real):  # type: ignore[misc]
+        def __init__(self, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True, **kw: Any) -> None:
+            if enabled and torch.is_autocast_enabled(device_type):
+                dtype = torch.get_autocast_dtype(device_type)
+            super().__init__(device_type, dtype=dtype, enabled=enabled, **kw)
+
+    return autocast
+
+
+def stale_casts_fixed_in_this_release(original: dict[str, Any]) -> dict[str, Any]:
+    """The autocast registry saying casts stale after an in-place update were fixed in the running
+    release: on a release that still serves them the in-place-update check judges them."""
+    from harness.domains.autocast.known_issues import STALE_CASTS
+
+    return fixed_in_this_release(original, STALE_CASTS)
+
+
+def region_exit_keeps_casts(real: Callable[[], None]) -> Callable[[], None]:
+    """``torch.clear_autocast_cache`` doing nothing: a release whose autocast regions no longer drop
+    their casts on exit, so the next region computes with the weights of the last."""
+
+    def clear_autocast_cache() -> None:
+        return None
+
+    return clear_autocast_cache

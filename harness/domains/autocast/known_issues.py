@@ -1,7 +1,7 @@
 """Autocast behaviour of torch releases, each registered as an upstream lifecycle (first release,
 fix, last verified; :class:`~harness.domains.versions.KnownIssue`) and observed by the autocast
 suite on every run (``suites/autocast/test_module_fast_paths.py``, ``test_cast_cache.py``,
-``test_vmap_policy.py``, ``test_attention_nonfinite.py``), so that a release that changes it is
+``test_vmap_policy.py``, ``test_attention_nonfinite.py``, ``test_nested_regions.py``, ``test_in_place_updates.py``), so that a release that changes it is
 noticed."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ GRAD_FREE_CASTS = "autocast-cache-keeps-grad-free-casts"
 VMAP_BIAS = "autocast-vmap-bias-in-fp32"
 SDPA_NAN = "sdpa-cpu-nan-gives-finite-output"
 SDPA_INF = "sdpa-cpu-low-precision-inf-gives-finite-output"
+NESTED_DTYPE = "autocast-nested-dtype-reuses-outer-casts"
+STALE_CASTS = "autocast-cache-ignores-in-place-updates"
 
 #: ``first`` and ``fixed`` as running the issue's script on every minor release from 2.4 to 2.15
 #: found them (docs/releases/record.md): present on 2.4 and 2.5, absent from 2.6 on.
@@ -73,6 +75,31 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         "the class of pytorch/pytorch#141128 and #130014; no report of this case found",
         devices=("cpu",),
     ),
+    NESTED_DTYPE: KnownIssue(
+        NESTED_DTYPE,
+        "a region of another low-precision dtype nested in an autocast region (float16 inside bfloat16, or the "
+        "reverse) gets the parameter casts the outer region cached, in the outer dtype: the cache is keyed by the "
+        "tensor, not by the dtype, so a layer's matmul raises on mixed dtypes and a product of two parameters "
+        "silently runs in the outer dtype",
+        first="2.4",
+        verified="2.15",
+        reference="aten/src/ATen/autocast_mode.cpp (cached_casts keyed by the TensorImpl alone); no report of this "
+        "case found",
+        # the cache is device-independent code; the lifecycle was run on the CPU
+        devices=("cpu", "cuda"),
+    ),
+    STALE_CASTS: KnownIssue(
+        STALE_CASTS,
+        "a forward after an in-place update of its parameters in the same autocast region (optimizer.step() or "
+        "param.data.copy_ between two forwards, as RL, distillation and EMA loops do) computes with the casts "
+        "cached before the update: the weights before the step, training silently frozen",
+        first="2.4",
+        verified="2.15",
+        reference="aten/src/ATen/autocast_mode.cpp (cached_casts checks no version counter); met in a trainer: "
+        "X-GenGroup/Flow-Factory#186 (frozen fp32-master training, 2026); no torch report found",
+        # the cache is device-independent code; the lifecycle was run on the CPU
+        devices=("cpu", "cuda"),
+    ),
 }
 
 #: Where the registry lives, for the messages that ask to edit it.
@@ -115,6 +142,26 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             (
                 "    return F.scaled_dot_product_attention(q, k, v)",
                 "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v)[0]",
+            ),
+        ),
+        Reproduction(
+            NESTED_DTYPE,
+            "harness.domains.autocast",
+            ("torch",),
+            # the documented way out: no cache in the outer region, so the nested one casts afresh
+            (
+                'with torch.autocast("cpu", dtype=outer):',
+                'with torch.autocast("cpu", dtype=outer, cache_enabled=False):',
+            ),
+        ),
+        Reproduction(
+            STALE_CASTS,
+            "harness.domains.autocast",
+            ("torch",),
+            # what a fix does: the casts cached before the update are dropped before the next forward
+            (
+                "            after = layer(x)\n",
+                "            torch.clear_autocast_cache()\n            after = layer(x)\n",
             ),
         ),
         Reproduction(
