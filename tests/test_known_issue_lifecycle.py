@@ -45,6 +45,25 @@ def test_an_open_issue_is_listed_for_every_later_release_and_a_fixed_one_stops_a
     assert FIXED.span == "2.13 to before 2.14, fixed in 2.14"
 
 
+#: a fix shipped in a patch release: 2.4.0 has it, 2.4.1 and every later release do not
+PATCHED = KnownIssue("patched", "fixed in a patch", first="2.4", verified="2.4", fixed="2.4.1", reference="up#3")
+
+
+def test_a_fix_shipped_in_a_patch_release_ends_the_range_at_that_patch():
+    assert [PATCHED.listed(v, "cpu") for v in ("2.3.1", "2.4.0", "2.4.0+cu121", "2.4.1", "2.5.0")] == [
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert _claim(PATCHED, True, "2.4.0+cu121").outcome is Outcome.KNOWN
+    assert _claim(PATCHED, False, "2.4.1").outcome is Outcome.PASS
+    regression = _claim(PATCHED, True, "2.4.1")
+    assert regression.outcome is Outcome.FAIL and "a regression" in regression.detail[0]
+    assert PATCHED.span == "2.4 to before 2.4.1, fixed in 2.4.1"
+
+
 def test_a_lifecycle_that_cannot_be_is_refused():
     with pytest.raises(ValueError, match="not after its first release"):
         KnownIssue("x", "y", first="2.14", fixed="2.14", reference="r")

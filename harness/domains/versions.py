@@ -32,7 +32,8 @@ class KnownIssue:
     devices: tuple[str, ...] = ("cpu", "cuda")
     #: the package whose minor releases ``first``, ``fixed`` and ``verified`` name
     package: str = "torch"
-    #: the first release without it (None: open)
+    #: the first release without it (None: open); a patch release (``"2.4.1"``) where the fix was
+    #: shipped in one: the releases before it in that minor are listed, the later ones are not
     fixed: str | None = None
     #: the last release it was observed in ("": ``first``)
     verified: str = ""
@@ -79,12 +80,11 @@ class KnownIssue:
         """Whether the registry says this issue is present for that release and device (and
         hardware class, where its lifecycle is registered by class): from its first release on, up
         to (not including) its fix."""
-        r = release(version)[:2]
         life = self.on(device_type, hardware_class)
         return (
             device_type in self.devices
-            and release(life.first)[:2] <= r
-            and (life.fixed is None or r < release(life.fixed)[:2])
+            and not before(version, life.first)
+            and (life.fixed is None or before(version, life.fixed))
         )
 
 
@@ -123,13 +123,21 @@ class RegistryVerdict:
         return {**observed, "lifecycle": self.claim.detail[0], "lifecycle_state": self.state.value}
 
 
+def before(version: str, boundary: str) -> bool:
+    """Whether release ``version`` comes before ``boundary``, compared as precisely as the boundary
+    is written: ``"2.5"`` compares minor releases (every 2.4.x is before it, no 2.5.x is), a patch
+    release such as ``"2.4.1"`` (a fix shipped in a patch) compares patches too."""
+    parts = 3 if boundary.strip().count(".") >= 2 else 2
+    return release(version)[:parts] < release(boundary)[:parts]
+
+
 def lifecycle_state(issue: KnownIssue, present: bool, listed: bool, version: str) -> Lifecycle:
     """Where one observation of ``issue`` in release ``version`` leaves its lifecycle."""
     r = release(version)[:2]
     newer = r > release(issue.last_verified)[:2]
     if present and listed:
         return Lifecycle.STILL_PRESENT if newer else Lifecycle.PRESENT
-    if present and issue.fixed is not None and r >= release(issue.fixed)[:2]:
+    if present and issue.fixed is not None and not before(version, issue.fixed):
         return Lifecycle.REGRESSION
     if present:
         return Lifecycle.OUTSIDE
