@@ -271,6 +271,25 @@ def test_regions_that_keep_their_casts_on_exit_fail_the_update_between_regions(p
     assert len(run.failed) == 4
 
 
+def test_a_kernel_making_nan_rows_at_masked_key_blocks_fails_the_mask_cells_and_the_registry(pytester, suite_copy):
+    """Real history, replayed on a release without it: torch 2.4.0's CPU flash kernel made NaN rows
+    where a block of queries met a whole block of masked keys. Both masks fail in both dtypes,
+    naming the rows, and the registry check reads the issue outside its range (2.4.0 only)."""
+    suite_copy("autocast/test_attention_masks.py", conftest=False)
+    patches = {
+        "torch.nn.functional.scaled_dot_product_attention": "faults.autocast.attention_nan_for_masked_key_blocks"
+    }
+    inject(pytester, "autocast", patches=patches)
+    run = run_inner(pytester)
+    assert_caught(
+        run,
+        "*::test_attention_with_a_mask_that_leaves_each_query_some_keys_is_finite[[]cpu-*]",
+        "*::test_known_issue_status_matches_the_registry*",
+    )
+    assert len(run.failed) == 5
+    run.stdout.fnmatch_lines(["*left_padding mask over 640 positions: * rows non-finite under*"], consecutive=False)
+
+
 ATTENTION = "test_an_inf_or_nan_in_attention_makes_the_outputs_float64_makes_non_finite_non_finite"
 
 

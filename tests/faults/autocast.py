@@ -3,6 +3,7 @@ tensors it gets live on (the device type is read from the inputs, never assumed)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -300,3 +301,27 @@ def region_exit_keeps_casts(real: Callable[[], None]) -> Callable[[], None]:
         return None
 
     return clear_autocast_cache
+
+
+#: the key block of the fault below: whole blocks of masked keys are what the 2.4.0 kernel met
+MASKED_KEY_BLOCK = 64
+
+
+def attention_nan_for_masked_key_blocks(original: Any) -> Any:
+    """``F.scaled_dot_product_attention`` whose rows that meet a whole block of masked keys come out
+    NaN, every query still seeing others: the mechanism of torch 2.4.0's CPU flash kernel (its lazy
+    softmax's ``exp(-inf - (-inf))``, pytorch/pytorch#127055), more broadly (that kernel spared a
+    masked block at the start of the keys), on a release that no longer has it."""
+
+    def scaled_dot_product_attention(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None, *a: Any, **kw: Any
+    ) -> torch.Tensor:
+        out: torch.Tensor = original(q, k, v, attn_mask, *a, **kw)
+        if attn_mask is None or attn_mask.dtype == torch.bool:
+            return out
+        n = attn_mask.shape[-1] - attn_mask.shape[-1] % MASKED_KEY_BLOCK
+        blocks = attn_mask[..., :n].unflatten(-1, (-1, MASKED_KEY_BLOCK))  # type: ignore[no-untyped-call]
+        meets = (blocks == -math.inf).all(-1).any(-1)
+        return out.masked_fill(meets[..., None], math.nan)
+
+    return scaled_dot_product_attention

@@ -1,7 +1,7 @@
 """Autocast behaviour of torch releases, each registered as an upstream lifecycle (first release,
 fix, last verified; :class:`~harness.domains.versions.KnownIssue`) and observed by the autocast
 suite on every run (``suites/autocast/test_module_fast_paths.py``, ``test_cast_cache.py``,
-``test_vmap_policy.py``, ``test_attention_nonfinite.py``, ``test_nested_regions.py``, ``test_in_place_updates.py``), so that a release that changes it is
+``test_vmap_policy.py``, ``test_attention_nonfinite.py``, ``test_nested_regions.py``, ``test_in_place_updates.py``, ``test_attention_masks.py``), so that a release that changes it is
 noticed."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ SDPA_NAN = "sdpa-cpu-nan-gives-finite-output"
 SDPA_INF = "sdpa-cpu-low-precision-inf-gives-finite-output"
 NESTED_DTYPE = "autocast-nested-dtype-reuses-outer-casts"
 STALE_CASTS = "autocast-cache-ignores-in-place-updates"
+MASKED_BLOCKS = "sdpa-cpu-masked-key-blocks-give-nan"
 
 #: ``first`` and ``fixed`` as running the issue's script on every minor release from 2.4 to 2.15
 #: found them (docs/releases/record.md): present on 2.4 and 2.5, absent from 2.6 on.
@@ -100,6 +101,17 @@ KNOWN_ISSUES: dict[str, KnownIssue] = {
         # the cache is device-independent code; the lifecycle was run on the CPU
         devices=("cpu", "cuda"),
     ),
+    MASKED_BLOCKS: KnownIssue(
+        MASKED_BLOCKS,
+        "CPU scaled_dot_product_attention with an additive mask over a long sequence (a sliding window): where a "
+        "block of queries has a whole block of keys masked, the flash kernel computes exp(-inf - (-inf)) and makes "
+        "NaN rows that the arithmetic keeps finite, in fp32 and under autocast",
+        first="2.4",
+        fixed="2.4.1",
+        verified="2.4",
+        reference="pytorch/pytorch#127055, fixed by #130014 (in 2.5, and in 2.4.1 by its cherry-pick)",
+        devices=("cpu",),
+    ),
 }
 
 #: Where the registry lives, for the messages that ask to edit it.
@@ -162,6 +174,16 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             (
                 "            after = layer(x)\n",
                 "            torch.clear_autocast_cache()\n            after = layer(x)\n",
+            ),
+        ),
+        Reproduction(
+            MASKED_BLOCKS,
+            "harness.domains.autocast",
+            ("torch",),
+            # the math backend computes the masked softmax as the arithmetic does: a kernel that does the same
+            (
+                "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+                "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)[0]",
             ),
         ),
         Reproduction(
