@@ -1,7 +1,8 @@
 """Autocast behaviour of torch releases, each registered as an upstream lifecycle (first release,
 fix, last verified; :class:`~harness.domains.versions.KnownIssue`) and observed by the autocast
 suite on every run (``suites/autocast/test_module_fast_paths.py``, ``test_cast_cache.py``,
-``test_vmap_policy.py``, ``test_attention_nonfinite.py``, ``test_nested_regions.py``, ``test_in_place_updates.py``, ``test_attention_masks.py``), so that a release that changes it is
+``test_vmap_policy.py``, ``test_attention_nonfinite.py``, ``test_nested_regions.py``,
+``test_in_place_updates.py``, ``test_attention_masks.py``), so that a release that changes it is
 noticed."""
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ GradScaler's skip (the CPU flash kernel in torch 2.4.0, pytorch/pytorch#127055).
 ``F.scaled_dot_product_attention`` with a float mask at :data:`LENGTH` positions, under the amp
 dtype's autocast and in fp32.
 
-Reference: attention written out in float64 with the same mask (:func:`reference`, by matmul,
-softmax and matmul; ``scaled_dot_product_attention`` is never called), finite everywhere for these
-masks. Each output is judged by finiteness only: the values are the op numerics suite's business.
+Reference: attention written out in float64 with the same mask (the attention checks' one
+:func:`~harness.domains.autocast.nonfinite.reference`, by matmul, exp and sum;
+``scaled_dot_product_attention`` is never called), finite everywhere for these masks. Each output is judged by finiteness only: the values are the op numerics suite's business.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from harness.domains.autocast.nonfinite import reference
 from harness.numerics.comparison import ClaimComparison, compare_claim
 
 #: long enough for the CPU flash kernel's blocks: the upstream report's length, at which a block
@@ -52,12 +53,6 @@ MASKS: dict[str, Callable[[int], torch.Tensor]] = {
 }
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Masked attention in float64, written out."""
-    scores = torch.matmul(q.double(), k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1]) + mask.double()
-    return torch.matmul(torch.softmax(scores, -1), v.double())
-
-
 @dataclass(frozen=True)
 class MaskedRun:
     """Rows (query positions, over all heads) whose output came out non-finite where the float64
@@ -78,11 +73,11 @@ class MaskedRun:
 
 
 def run(mask_kind: str, device: torch.device, dtype: torch.dtype) -> MaskedRun:
-    """Attention with mask ``mask_kind`` under ``dtype`` autocast and in fp32, against :func:`reference`."""
+    """Attention with mask ``mask_kind`` under ``dtype`` autocast and in fp32, against the float64 reference."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, HEADS, LENGTH, WIDTH, generator=g).to(device) for _ in range(3))
     mask = MASKS[mask_kind](LENGTH).to(device)
-    finite = reference(q, k, v, mask).isfinite().all(-1)
+    finite = reference(q, k, v, mask=mask).isfinite().all(-1)
     try:
         with torch.autocast(device.type, dtype=dtype):
             lowp = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

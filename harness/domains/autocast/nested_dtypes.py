@@ -8,8 +8,7 @@ dtype. A layer's matmul then raises on mixed dtypes, and an op on parameters alo
 adapter's merged update, ``A @ B``) silently runs in the outer dtype. The claim: each module's
 output in the nested region is, bit for bit, the module with its operands cast to that dtype by
 hand (no autocast, no cache). A module the outer region has not used yet has nothing cached and
-passes. The verdict is decided here; the
-suite states it.
+passes. The verdict is decided here; the suite states it.
 """
 
 from __future__ import annotations

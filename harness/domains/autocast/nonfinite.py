@@ -35,10 +35,15 @@ HEADS, WIDTH = 2, 16
 AT = (0, 0, 3, 0)
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Attention in float64, written out: which outputs IEEE arithmetic makes non-finite."""
+def reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Attention in float64, written out (``mask``: an additive one, ``-inf`` where a query may not
+    look): which outputs IEEE arithmetic makes non-finite."""
     q, k, v = q.double(), k.double(), v.double()
     scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask.double()
     if causal:
         n = scores.shape[-1]
         scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), -math.inf)
